@@ -1,0 +1,51 @@
+"""Job states and the transitions between them (see DESIGN.md)."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class JobStatus(StrEnum):
+    QUEUED = "queued"
+    STARTING = "starting"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    TIMED_OUT = "timed_out"
+    CANCELLING = "cancelling"
+    CANCELLED = "cancelled"
+    RESTARTING = "restarting"
+
+    @property
+    def is_terminal(self) -> bool:
+        return self in TERMINAL
+
+
+TERMINAL = frozenset({JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.TIMED_OUT, JobStatus.CANCELLED})
+
+# Where each state may go. QUEUED is reachable again from the active states so the reaper can requeue a job
+# whose worker died.
+ALLOWED: dict[JobStatus, frozenset[JobStatus]] = {
+    JobStatus.QUEUED: frozenset({JobStatus.STARTING, JobStatus.CANCELLED, JobStatus.FAILED}),
+    JobStatus.STARTING: frozenset(
+        {JobStatus.RUNNING, JobStatus.FAILED, JobStatus.CANCELLING, JobStatus.QUEUED, JobStatus.TIMED_OUT}
+    ),
+    JobStatus.RUNNING: frozenset(
+        {
+            JobStatus.SUCCEEDED,
+            JobStatus.FAILED,
+            JobStatus.TIMED_OUT,
+            JobStatus.CANCELLING,
+            JobStatus.RESTARTING,
+            JobStatus.QUEUED,
+        }
+    ),
+    JobStatus.RESTARTING: frozenset({JobStatus.STARTING, JobStatus.FAILED, JobStatus.CANCELLING}),
+    JobStatus.CANCELLING: frozenset({JobStatus.CANCELLED}),
+    JobStatus.SUCCEEDED: frozenset(),
+    JobStatus.FAILED: frozenset(),
+    JobStatus.TIMED_OUT: frozenset(),
+    JobStatus.CANCELLED: frozenset(),
+}
+
+ACTIVE = frozenset({JobStatus.STARTING, JobStatus.RUNNING, JobStatus.RESTARTING, JobStatus.CANCELLING})
