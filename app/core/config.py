@@ -24,7 +24,7 @@ class Settings(BaseSettings):
     hostname: str = Field(default_factory=socket.gethostname, description="this worker's host identity")
     worker_concurrency: int = Field(4, ge=1, le=256, description="jobs one worker supervises at once")
     heartbeat_s: float = Field(2.0, gt=0, le=300)
-    lease_timeout_s: float = Field(30.0, gt=0, le=3600, description="a job whose heartbeat is older is reaped")
+    lease_timeout_s: float = Field(30.0, gt=0, le=3600, description="older heartbeat: reaped")
     requeue_after_s: float = Field(10.0, gt=0, le=3600, description="re-ring the doorbell for queued jobs")
     cancel_grace_s: float = Field(10.0, ge=0, le=300, description="SIGTERM to SIGKILL")
     gpu_inventory: str | None = Field(
