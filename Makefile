@@ -1,0 +1,51 @@
+# Quick start: `make run` (API + worker on the embedded SQLite broker) and `make test` (the whole suite).
+VENV ?= .venv
+PY := $(VENV)/bin/python
+HOST ?= 127.0.0.1
+PORT ?= 8000
+export TRAINYARD_HOST ?= $(HOST)
+export TRAINYARD_PORT ?= $(PORT)
+
+.PHONY: install migrate run worker api test test-unit test-integration lint servers gpu-wheels
+
+$(VENV)/.installed: pyproject.toml
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install -q -e '.[test]'
+	touch $@
+
+install: $(VENV)/.installed
+
+migrate: install
+	$(VENV)/bin/alembic -c migrations/alembic.ini upgrade head
+
+# Both processes share the terminal's process group, so Ctrl-C reaches both; the trap also stops the
+# other one when either exits on its own.
+run: migrate
+	@echo "Trainyard API: http://$(HOST):$(PORT)  (auth off: loopback only; Ctrl-C stops API and worker)"
+	@trap 'kill -TERM $$api $$wrk 2>/dev/null; wait' INT TERM EXIT; \
+	$(PY) -m worker & wrk=$$!; \
+	$(VENV)/bin/uvicorn app.main:app --host $(HOST) --port $(PORT) --log-level warning & api=$$!; \
+	wait -n; exit 0
+
+# Servers the integration tests start on loopback: redis-server from apt when missing; PostgreSQL's
+# binaries are used from /usr/lib/postgresql/15/bin.
+servers:
+	@command -v redis-server >/dev/null || (apt-get update -qq && apt-get install -y -qq redis-server >/dev/null)
+	@test -x /usr/lib/postgresql/15/bin/initdb || (apt-get update -qq && apt-get install -y -qq postgresql-15 >/dev/null)
+
+test: install servers
+	$(VENV)/bin/pytest -q -p no:cacheprovider
+
+test-unit: install
+	$(VENV)/bin/pytest -q tests/unit
+
+test-integration: install servers
+	$(VENV)/bin/pytest -q tests/integration
+
+lint: install
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy
+
+# Wheels of the web/queue/db stack for the GPU machine's Python 3.12 (see bench/README.md).
+gpu-wheels:
+	../shared/tools/gpu-wheels.sh nvidia-ml-py

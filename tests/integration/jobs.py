@@ -1,0 +1,66 @@
+"""What a user of the HTTP API does in these tests: submit, poll, and look for a job's processes."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psutil
+
+from tests.integration.servers import ROOT
+
+TERMINAL = {"succeeded", "failed", "timed_out", "cancelled"}
+
+
+def example_spec(name: str, **overrides: dict[str, Any]) -> dict[str, Any]:
+    spec: dict[str, Any] = json.loads((ROOT / "examples" / name).read_text())
+    for section, values in overrides.items():
+        spec[section] = {**spec.get(section, {}), **values}
+    return spec
+
+
+def submit(client: httpx.Client, spec: dict[str, Any]) -> dict[str, Any]:
+    response = client.post("/v1/jobs", json=spec)
+    assert response.status_code == 201, response.text
+    job: dict[str, Any] = response.json()["job"]
+    return job
+
+
+def wait_status(client: httpx.Client, job_id: int, wanted: set[str], timeout: float = 180) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    job: dict[str, Any] = {}
+    while time.monotonic() < deadline:
+        job = client.get(f"/v1/jobs/{job_id}").json()
+        if job["status"] in wanted:
+            return job
+        if job["status"] in TERMINAL:
+            break
+        time.sleep(0.3)
+    raise AssertionError(f"job {job_id} never reached {wanted}: {job.get('status')} {job.get('message')}")
+
+
+def metric_values(client: httpx.Client, job_id: int, name: str) -> list[tuple[int, float]]:
+    rows = client.get(f"/v1/jobs/{job_id}/metrics", params={"name": name, "limit": 10000}).json()["data"]
+    return [(row["step"], row["value"]) for row in rows]
+
+
+def statuses(client: httpx.Client, job_id: int) -> list[str]:
+    return [event["to_status"] for event in client.get(f"/v1/jobs/{job_id}/events").json()["data"]]
+
+
+def job_processes(runs_dir: Path, job_id: int) -> list[psutil.Process]:
+    """Every live process started for this job (torchrun, ranks, their children), found by the token the
+    worker puts in their environment."""
+    found = []
+    for proc in psutil.process_iter():
+        try:
+            env = proc.environ()
+        except (psutil.AccessDenied, psutil.NoSuchProcess, psutil.ZombieProcess):
+            continue
+        token = env.get("TRAINYARD_JOB_TOKEN", "")
+        if token.split("/")[1:2] == [str(job_id)] and env.get("TRAINYARD_RUNS_DIR") == str(runs_dir):
+            found.append(proc)
+    return found

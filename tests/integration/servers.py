@@ -1,0 +1,202 @@
+"""Real servers on loopback for integration tests: redis-server, PostgreSQL, uvicorn and a Celery worker."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+import sqlalchemy
+
+ROOT = Path(__file__).resolve().parents[2]
+PG_BIN = Path("/usr/lib/postgresql/15/bin")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_for(check: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if check():
+                return
+        except Exception:  # the server is not up yet: any error means "try again"
+            pass
+        time.sleep(0.2)
+    raise TimeoutError(f"{what} not ready after {timeout:.0f}s")
+
+
+def stop(proc: subprocess.Popen[bytes], grace: float = 15.0) -> None:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(grace)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+@dataclass
+class Redis:
+    port: int
+    proc: subprocess.Popen[bytes]
+    counter: int = 0
+
+    def new_url(self) -> str:
+        """A database number of its own per stack, so no stack ever hears another's doorbell."""
+        self.counter += 1
+        return f"redis://127.0.0.1:{self.port}/{self.counter}"
+
+    @classmethod
+    def start(cls, workdir: Path) -> Redis:
+        port = free_port()
+        argv = [
+            "redis-server",
+            "--port",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--dir",
+            str(workdir),
+        ]
+        proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+        wait_for(lambda: socket.create_connection(("127.0.0.1", port), 1).close() is None, 20, "redis")
+        return cls(port, proc)
+
+
+@dataclass
+class Postgres:
+    """A throwaway cluster; its server refuses to run as root, so it runs as the postgres user."""
+
+    datadir: Path
+    port: int
+    counter: int = 0
+
+    @classmethod
+    def start(cls, workdir: Path) -> Postgres:
+        workdir.mkdir(parents=True, exist_ok=True)
+        shutil.chown(workdir, "postgres")
+        datadir = workdir / "data"
+        as_pg = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
+        subprocess.run(
+            [*as_pg, str(PG_BIN / "initdb"), "-A", "trust", "-U", "postgres", "-D", str(datadir)],
+            check=True,
+            capture_output=True,
+        )
+        port = free_port()
+        opts = f"-p {port} -k {workdir} -c listen_addresses=127.0.0.1 -c fsync=off"
+        subprocess.run(
+            [
+                *as_pg,
+                str(PG_BIN / "pg_ctl"),
+                "-D",
+                str(datadir),
+                "-o",
+                opts,
+                "-w",
+                "-l",
+                str(workdir / "log"),
+                "start",
+            ],
+            check=True,
+            capture_output=True,
+        )
+        return cls(datadir, port)
+
+    def new_database(self) -> str:
+        import psycopg
+
+        self.counter += 1
+        name = f"trainyard_{self.counter}"
+        with psycopg.connect(f"host=127.0.0.1 port={self.port} user=postgres", autocommit=True) as conn:
+            conn.execute(f"CREATE DATABASE {name}")
+        return f"postgresql+psycopg://postgres@127.0.0.1:{self.port}/{name}"
+
+    def stop(self) -> None:
+        as_pg = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
+        subprocess.run(
+            [*as_pg, str(PG_BIN / "pg_ctl"), "-D", str(self.datadir), "-m", "fast", "stop"],
+            capture_output=True,
+        )
+
+
+@dataclass
+class Stack:
+    """Trainyard as `make run` starts it: migrations, then a real uvicorn and a real Celery worker."""
+
+    env: dict[str, str]
+    workdir: Path
+    url: str = ""
+    procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+
+    @classmethod
+    def start(cls, workdir: Path, database_url: str, broker_url: str, **extra_env: str) -> Stack:
+        env = {
+            **os.environ,
+            "TRAINYARD_DATABASE_URL": database_url,
+            "TRAINYARD_BROKER_URL": broker_url,
+            "TRAINYARD_RUNS_DIR": str(workdir / "runs"),
+            "TRAINYARD_DATA_DIR": str(workdir / "data"),
+            "TRAINYARD_HEARTBEAT_S": "0.5",
+            "TRAINYARD_REQUEUE_AFTER_S": "3",
+            "TRAINYARD_CANCEL_GRACE_S": "5",
+            "CUDA_VISIBLE_DEVICES": "",
+            **extra_env,
+        }
+        stack = cls(env, workdir)
+        alembic = [sys.executable, "-m", "alembic", "-c", "migrations/alembic.ini", "upgrade", "head"]
+        subprocess.run(alembic, cwd=ROOT, env=env, check=True, capture_output=True)
+        stack.start_api()
+        stack.start_worker()
+        return stack
+
+    def _spawn(self, name: str, argv: list[str]) -> None:
+        log = (self.workdir / f"{name}.log").open("ab")
+        self.procs[name] = subprocess.Popen(
+            argv, cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT
+        )
+
+    def start_api(self) -> None:
+        port = free_port()
+        self.url = f"http://127.0.0.1:{port}"
+        argv = [sys.executable, "-m", "uvicorn", "app.main:app", "--host", "127.0.0.1", "--port", str(port)]
+        self._spawn("api", argv)
+        wait_for(lambda: httpx.get(f"{self.url}/healthz").status_code == 200, 60, "api")
+
+    def start_worker(self) -> None:
+        self._spawn("worker", [sys.executable, "-m", "worker"])
+        # The worker announces itself (and its GPUs, none here) in the workers table with its first heartbeat.
+        wait_for(lambda: self.sql("SELECT count(*) FROM workers") > 0, 90, "worker")
+
+    def sql(self, query: str) -> int:
+        """One number straight from the database, for what the API does not show."""
+        engine = sqlalchemy.create_engine(self.env["TRAINYARD_DATABASE_URL"])
+        try:
+            with engine.connect() as conn:
+                return int(conn.execute(sqlalchemy.text(query)).scalar_one())
+        finally:
+            engine.dispose()
+
+    def client(self) -> httpx.Client:
+        return httpx.Client(base_url=self.url, timeout=30)
+
+    def log(self, name: str) -> str:
+        return (self.workdir / f"{name}.log").read_text(errors="replace")
+
+    def stop(self) -> None:
+        for proc in self.procs.values():
+            stop(proc)
