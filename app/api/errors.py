@@ -1,0 +1,172 @@
+"""Every error leaves as application/problem+json whose detail names the bad field and the fix."""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Sequence
+from http import HTTPStatus
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel
+from starlette.datastructures import Headers
+from starlette.exceptions import HTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from app.schemas import FieldError, Problem
+from app.services.errors import (
+    CheckpointNotFound,
+    DomainError,
+    IdempotencyConflict,
+    InvalidSpec,
+    JobNotFound,
+    JobStateConflict,
+)
+from app.services.transitions import InvalidTransition
+from trainers.spec import JobSpec
+
+MAX_BODY_BYTES = 1 << 20
+
+STATUS_OF: dict[type[Exception], int] = {
+    JobNotFound: 404,
+    CheckpointNotFound: 404,
+    InvalidSpec: 422,
+    JobStateConflict: 409,
+    IdempotencyConflict: 409,
+    InvalidTransition: 409,
+}
+
+_SOURCES = ("body", "query", "path", "header", "cookie")
+_DOTTED = re.compile(r"[a-z_]+(?:\.[a-z_0-9]+)*")
+
+
+def problem_response(
+    status: int, detail: str, *, kind: str | None = None, errors: list[FieldError] | None = None
+) -> JSONResponse:
+    title = HTTPStatus(status).phrase
+    problem = Problem(
+        type=f"urn:trainyard:problem:{kind}" if kind else "about:blank",
+        title=title,
+        status=status,
+        detail=detail,
+        errors=errors,
+    )
+    return JSONResponse(
+        problem.model_dump(exclude_none=True), status_code=status, media_type="application/problem+json"
+    )
+
+
+def _kebab(name: str) -> str:
+    return re.sub(r"(?<!^)(?=[A-Z])", "-", name).lower()
+
+
+def _allowed_fields(path: Sequence[str]) -> list[str]:
+    """Field names of the spec section at `path`, to suggest in place of an unknown one."""
+    model: type[BaseModel] = JobSpec
+    for part in path:
+        annotation = model.model_fields[part].annotation if part in model.model_fields else None
+        if not (isinstance(annotation, type) and issubclass(annotation, BaseModel)):
+            return []
+        model = annotation
+    return list(model.model_fields)
+
+
+def _non_finite(value: Any) -> bool:
+    if isinstance(value, str):
+        return value.strip().lower().lstrip("+-") in ("nan", "inf", "infinity")
+    return isinstance(value, float) and not math.isfinite(value)
+
+
+def _field_error(error: dict[str, Any]) -> FieldError:
+    loc = [str(part) for part in error["loc"]]
+    source, path = (loc[0], loc[1:]) if loc and loc[0] in _SOURCES else ("", loc)
+    field = ".".join(path)
+    kind = error["type"]
+    if kind == "json_invalid":
+        return FieldError(field="body", message=f"invalid JSON ({error['ctx']['error']}); send a JSON object")
+    if kind == "value_error":
+        message = str(error["ctx"]["error"])
+        # Cross-field checks run on a whole section, so the path the message itself names is the precise one.
+        for match in _DOTTED.finditer(message):
+            named = match.group()
+            if named.split(".")[0] in JobSpec.model_fields and (
+                not field or named == field or named.startswith(field + ".")
+            ):
+                return FieldError(field=named, message=message)
+        return FieldError(field=field or source, message=message)
+    if kind == "extra_forbidden" and source == "body":
+        allowed = ", ".join(_allowed_fields(path[:-1])) or "none"
+        return FieldError(field=field, message=f"unknown field; remove it (allowed here: {allowed})")
+    if kind == "missing":
+        return FieldError(field=field or source, message="is required")
+    if _non_finite(error.get("input")):
+        return FieldError(field=field, message=f"must be a finite number, got {error['input']}")
+    return FieldError(field=field or source, message=error["msg"])
+
+
+def _detail(errors: list[FieldError]) -> str:
+    return "; ".join(f"{e.field}: {e.message}" for e in errors)
+
+
+async def _validation_error(_request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, RequestValidationError)
+    errors = [_field_error(dict(error)) for error in exc.errors()]
+    return problem_response(422, _detail(errors), kind="validation-error", errors=errors)
+
+
+async def _domain_error(_request: Request, exc: Exception) -> JSONResponse:
+    status = next(code for kind, code in STATUS_OF.items() if isinstance(exc, kind))
+    field = exc.field if isinstance(exc, DomainError) else None
+    errors = [FieldError(field=field, message=str(exc))] if field else None
+    return problem_response(
+        status, _detail(errors) if errors else str(exc), kind=_kebab(type(exc).__name__), errors=errors
+    )
+
+
+async def _http_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, HTTPException)
+    detail = str(exc.detail)
+    if exc.status_code == 404 and detail == HTTPStatus.NOT_FOUND.phrase:
+        detail = f"no route {request.method} {request.url.path}; the API is described at /docs"
+    response = problem_response(exc.status_code, detail)
+    response.headers.update(exc.headers or {})
+    return response
+
+
+class BodySizeLimit:
+    """413 for request bodies over `max_bytes`, declared by Content-Length or streamed in chunks."""
+
+    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+        self.detail = f"request body exceeds {max_bytes} bytes; send a smaller spec"
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        declared = Headers(scope=scope).get("content-length", "")
+        if declared.isdigit() and int(declared) > self.max_bytes:
+            return await problem_response(413, self.detail)(scope, receive, send)
+        received = 0
+
+        async def limited_receive() -> Message:
+            nonlocal received
+            message = await receive()
+            received += len(message.get("body", b""))
+            if received > self.max_bytes:
+                # FastAPI re-raises an HTTPException met while reading the body, so _http_error answers.
+                raise HTTPException(413, self.detail)
+            return message
+
+        await self.app(scope, limited_receive, send)
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    app.add_exception_handler(RequestValidationError, _validation_error)
+    app.add_exception_handler(HTTPException, _http_error)
+    for kind in STATUS_OF:
+        app.add_exception_handler(kind, _domain_error)
+    app.add_middleware(BodySizeLimit, max_bytes=MAX_BODY_BYTES)

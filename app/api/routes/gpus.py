@@ -1,0 +1,16 @@
+"""/v1/gpus: the GPUs of every live worker host and the job holding each."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+
+from app.api.deps import SessionDep, SettingsDep
+from app.schemas import HostGpus
+from app.services.gpus import list_host_gpus
+
+router = APIRouter(prefix="/gpus", tags=["gpus"])
+
+
+@router.get("")
+def get_gpus(session: SessionDep, settings: SettingsDep) -> list[HostGpus]:
+    return list_host_gpus(session, settings)

@@ -1,0 +1,91 @@
+"""/v1/jobs: submit, list, inspect, cancel, retry and delete training jobs."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Header, Query, Response, status
+from sqlalchemy.orm import Session
+
+from app.api.deps import JobId, SessionDep, SettingsDep
+from app.models import Job
+from app.schemas import JobEventPublic, JobEventsPublic, JobPublic, JobsPublic, JobSubmitted
+from app.services import jobs, submit
+from app.states import JobStatus
+from trainers.spec import JobSpec, Plan
+
+router = APIRouter(prefix="/jobs", tags=["jobs"])
+
+
+def _public(session: Session, job: Job) -> JobPublic:
+    [public] = jobs.describe(session, [job])
+    return public
+
+
+def _submitted(session: Session, job: Job) -> JobSubmitted:
+    return JobSubmitted(job=_public(session, job), plan=Plan.model_validate(job.plan))
+
+
+@router.post(
+    "",
+    status_code=status.HTTP_201_CREATED,
+    responses={200: {"description": "a dry run, or a replay of an earlier request with the same key"}},
+)
+def create_job(
+    spec: JobSpec,
+    session: SessionDep,
+    settings: SettingsDep,
+    response: Response,
+    dry_run: bool = False,
+    idempotency_key: Annotated[str | None, Header(min_length=1, max_length=128)] = None,
+) -> JobSubmitted:
+    if dry_run:
+        response.status_code = status.HTTP_200_OK
+        return JobSubmitted(job=None, plan=submit.dry_run(session, settings, spec))
+    job, created = submit.submit_job(session, settings, spec, idempotency_key=idempotency_key)
+    if not created:
+        response.status_code = status.HTTP_200_OK
+    return _submitted(session, job)
+
+
+@router.get("")
+def list_jobs(
+    session: SessionDep,
+    status: JobStatus | None = None,
+    cursor: Annotated[int | None, Query(ge=1, description="the next_cursor of the previous page")] = None,
+    limit: Annotated[int, Query(ge=1, le=200)] = 50,
+) -> JobsPublic:
+    page, next_cursor = jobs.list_jobs(session, status, cursor, limit)
+    return JobsPublic(data=jobs.describe(session, page), next_cursor=next_cursor)
+
+
+@router.get("/{job_id}")
+def get_job(job_id: JobId, session: SessionDep) -> JobPublic:
+    return _public(session, jobs.get_job(session, job_id))
+
+
+@router.post(
+    "/{job_id}/cancel",
+    responses={202: {"description": "the job is running: its worker stops it (status cancelling)"}},
+)
+def cancel_job(job_id: JobId, session: SessionDep, response: Response) -> JobPublic:
+    job = jobs.cancel_job(session, job_id)
+    if job.status == JobStatus.CANCELLING:
+        response.status_code = status.HTTP_202_ACCEPTED
+    return _public(session, job)
+
+
+@router.post("/{job_id}/retry", status_code=status.HTTP_201_CREATED)
+def retry_job(job_id: JobId, session: SessionDep, settings: SettingsDep) -> JobSubmitted:
+    return _submitted(session, submit.retry_job(session, settings, job_id))
+
+
+@router.delete("/{job_id}", status_code=status.HTTP_204_NO_CONTENT)
+def delete_job(job_id: JobId, session: SessionDep, settings: SettingsDep) -> None:
+    jobs.delete_job(session, settings, job_id)
+
+
+@router.get("/{job_id}/events")
+def list_events(job_id: JobId, session: SessionDep) -> JobEventsPublic:
+    events = jobs.list_events(session, job_id)
+    return JobEventsPublic(data=[JobEventPublic.model_validate(event) for event in events])

@@ -1,0 +1,28 @@
+"""/v1/jobs/{id}/logs: the launcher's or one rank's log, read in byte ranges so a client can follow it."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Query
+
+from app.api.deps import JobId, SessionDep, SettingsDep
+from app.schemas import LogChunk
+from app.services.jobs import get_job
+from app.services.runs import read_log
+
+router = APIRouter(prefix="/jobs", tags=["logs"])
+
+MAX_LOG_CHUNK = 1 << 20
+
+
+@router.get("/{job_id}/logs")
+def get_logs(
+    job_id: JobId,
+    session: SessionDep,
+    settings: SettingsDep,
+    rank: Annotated[int | None, Query(ge=0, le=4095, description="omit for the launcher's log")] = None,
+    offset: Annotated[int, Query(ge=0, description="byte offset: the next_offset of the last read")] = 0,
+    limit_bytes: Annotated[int, Query(ge=1, le=MAX_LOG_CHUNK)] = 64 * 1024,
+) -> LogChunk:
+    return read_log(settings, get_job(session, job_id), rank, offset, limit_bytes)

@@ -1,0 +1,31 @@
+"""/v1/jobs/{id}/metrics: the reduced metric series a job reported, paged by step."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Query
+
+from app.api.deps import JobId, SessionDep
+from app.schemas import MetricPublic, MetricsPublic
+from app.services.artifacts import list_metrics
+
+router = APIRouter(prefix="/jobs", tags=["metrics"])
+
+
+@router.get("/{job_id}/metrics")
+def get_metrics(
+    job_id: JobId,
+    session: SessionDep,
+    name: Annotated[
+        str | None, Query(min_length=1, max_length=64, description="one series, e.g. loss")
+    ] = None,
+    after_step: Annotated[
+        int | None, Query(ge=-1, description="only steps after this one: the next_after_step of a page")
+    ] = None,
+    limit: Annotated[int, Query(ge=1, le=10_000)] = 1000,
+) -> MetricsPublic:
+    rows, next_after_step = list_metrics(session, job_id, name, after_step, limit)
+    return MetricsPublic(
+        data=[MetricPublic.model_validate(row) for row in rows], next_after_step=next_after_step
+    )

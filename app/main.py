@@ -1,0 +1,26 @@
+"""The ASGI app: `uvicorn app.main:app`. Settings are read on first request, not at import."""
+
+from __future__ import annotations
+
+from fastapi import FastAPI
+
+from app.api.errors import install_error_handlers
+from app.api.routes import checkpoints, gpus, health, jobs, logs, metrics
+
+API_PREFIX = "/v1"
+
+
+def create_app() -> FastAPI:
+    app = FastAPI(
+        title="Trainyard",
+        summary="Train PyTorch models on the GPUs of one box or many, through a REST API.",
+        version="0.1.0",
+    )
+    install_error_handlers(app)
+    for module in (jobs, metrics, checkpoints, logs, gpus):
+        app.include_router(module.router, prefix=API_PREFIX)
+    app.include_router(health.router)
+    return app
+
+
+app = create_app()

@@ -1,0 +1,149 @@
+"""Request and response bodies: one family per entity, named like the template (XPublic, XsPublic)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Annotated, Any
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+
+from app.states import JobStatus
+from trainers.spec import Plan
+
+
+def as_utc(value: datetime) -> datetime:
+    """SQLite hands back naive datetimes; every time stored here is UTC, so say so on the way out."""
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+UtcDatetime = Annotated[datetime, AfterValidator(as_utc)]
+
+
+class FieldError(BaseModel):
+    field: str
+    message: str
+
+
+class Problem(BaseModel):
+    """RFC 9457 problem details, the body of every error response."""
+
+    type: str = "about:blank"
+    title: str
+    status: int
+    detail: str
+    errors: list[FieldError] | None = None
+
+
+class JobProgress(BaseModel):
+    step: int
+    total: int | None
+    eta_s: float | None = Field(description="seconds left at the rate seen since the job began running")
+
+
+class JobPublic(BaseModel):
+    id: int
+    name: str
+    status: JobStatus
+    status_reason: str | None
+    message: str | None
+    attempt: int
+    priority: int
+    created_at: UtcDatetime
+    started_at: UtcDatetime | None
+    running_at: UtcDatetime | None
+    finished_at: UtcDatetime | None
+    host: str | None
+    gpu_ids: list[int] | None
+    queue_position: int | None = Field(description="1 = next to start; null unless queued")
+    progress: JobProgress
+    latest_metrics: dict[str, Any]
+    spec: dict[str, Any] = Field(description="the spec as submitted, defaults filled in")
+    plan: dict[str, Any] = Field(description="what the worker runs: world size, per-rank batch, argv")
+
+
+class JobSubmitted(BaseModel):
+    job: JobPublic | None = Field(description="null for a dry run")
+    plan: Plan
+
+
+class JobsPublic(BaseModel):
+    data: list[JobPublic]
+    next_cursor: int | None = Field(description="pass as ?cursor= for the next page; null on the last")
+
+
+class JobEventPublic(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
+    id: int
+    from_status: JobStatus | None
+    to_status: JobStatus
+    reason: str | None
+    message: str | None
+    attempt: int
+    at: UtcDatetime
+
+
+class JobEventsPublic(BaseModel):
+    data: list[JobEventPublic]
+
+
+class MetricPublic(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
+    name: str
+    step: int
+    epoch: int
+    value: float
+    at: UtcDatetime
+
+
+class MetricsPublic(BaseModel):
+    data: list[MetricPublic]
+    next_after_step: int | None = Field(
+        description="pass as ?after_step= for the next page; null on the last"
+    )
+
+
+class CheckpointPublic(BaseModel):
+    id: int
+    job_id: int
+    step: int
+    epoch: int
+    size_bytes: int
+    created_at: UtcDatetime
+    download_url: str
+
+
+class CheckpointsPublic(BaseModel):
+    data: list[CheckpointPublic]
+
+
+class LogChunk(BaseModel):
+    rank: int | None = Field(description="null: the launcher's log")
+    offset: int
+    next_offset: int = Field(description="pass as ?offset= to read on")
+    text: str
+    eof: bool = Field(description="the job has finished and there is nothing more to read")
+
+
+class GpuPublic(BaseModel):
+    """A GPU as its worker reported it (utilisation and memory fields pass through), plus who holds it."""
+
+    model_config = ConfigDict(extra="allow")
+
+    index: int
+    name: str | None = None
+    memory_total_mb: int | None = None
+    job_id: int | None = Field(None, description="the job holding a lease on this GPU")
+
+
+class HostGpus(BaseModel):
+    host: str
+    worker_id: str
+    heartbeat_at: UtcDatetime
+    gpus: list[GpuPublic]
+
+
+class Health(BaseModel):
+    status: str
+    database: str

@@ -1,0 +1,54 @@
+"""What a job produced, as the worker tailed it into SQL: metric series and checkpoints."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from app.models import Checkpoint, Metric
+from app.services.errors import CheckpointNotFound
+from app.services.jobs import get_job
+
+
+def list_metrics(
+    session: Session, job_id: int, name: str | None, after_step: int | None, limit: int
+) -> tuple[list[Metric], int | None]:
+    """Ordered by step then name. A page never ends part-way through a step, so `after_step` alone resumes
+    without losing rows; a single step with more names than `limit` comes whole."""
+    get_job(session, job_id)
+    query = select(Metric).where(Metric.job_id == job_id).order_by(Metric.step, Metric.name)
+    if name is not None:
+        query = query.where(Metric.name == name)
+    if after_step is not None:
+        query = query.where(Metric.step > after_step)
+    rows = list(session.scalars(query.limit(limit + 1)))
+    if len(rows) <= limit:
+        return rows, None
+    cut = rows[limit].step
+    page = [row for row in rows[:limit] if row.step < cut]
+    if not page:
+        page = list(session.scalars(query.where(Metric.step == cut)))
+    return page, page[-1].step
+
+
+def list_checkpoints(session: Session, job_id: int) -> list[Checkpoint]:
+    get_job(session, job_id)
+    query = select(Checkpoint).where(Checkpoint.job_id == job_id).order_by(Checkpoint.step, Checkpoint.id)
+    return list(session.scalars(query))
+
+
+def checkpoint_file(session: Session, checkpoint_id: int) -> tuple[Checkpoint, Path]:
+    checkpoint = session.get(Checkpoint, checkpoint_id)
+    if checkpoint is None:
+        raise CheckpointNotFound(
+            f"checkpoint {checkpoint_id} does not exist; list a job's with GET /v1/jobs/{{id}}/checkpoints"
+        )
+    path = Path(checkpoint.path)
+    if not path.is_file():
+        raise CheckpointNotFound(
+            f"checkpoint {checkpoint_id}'s file is gone (the job kept only its last checkpoints); "
+            f"pick a newer one from GET /v1/jobs/{checkpoint.job_id}/checkpoints"
+        )
+    return checkpoint, path

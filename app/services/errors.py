@@ -1,0 +1,47 @@
+"""What services refuse, as plain exceptions: the API layer alone decides which HTTP status each one gets."""
+
+from __future__ import annotations
+
+from app.states import JobStatus
+
+
+class DomainError(Exception):
+    """A refusal whose message names the bad value and the fix; `field` is the dotted input path, if any."""
+
+    def __init__(self, message: str, field: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.field = field
+
+
+class JobNotFound(DomainError):
+    def __init__(self, job_id: int) -> None:
+        super().__init__(f"job {job_id} does not exist; list jobs with GET /v1/jobs")
+
+
+class CheckpointNotFound(DomainError):
+    pass
+
+
+class InvalidSpec(DomainError):
+    """The spec is well-formed but does not fit this cluster or this database (GPUs, checkpoints)."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(message, field)
+
+
+class JobStateConflict(DomainError):
+    """The job is in a state that does not allow the request (cancel a finished job, delete a running one)."""
+
+    def __init__(self, job_id: int, status: JobStatus, fix: str) -> None:
+        super().__init__(f"job {job_id} is {status}; {fix}")
+        self.status = status
+
+
+class IdempotencyConflict(DomainError):
+    def __init__(self, key: str, job_id: int) -> None:
+        super().__init__(
+            f"Idempotency-Key {key!r} was already used for job {job_id} with a different body; "
+            "send a new key for a new job",
+            "Idempotency-Key",
+        )

@@ -1,0 +1,88 @@
+"""GPU inventory as the workers report it, and the submit-time check that a spec's GPUs can exist."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import timedelta
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from app.core.config import Settings
+from app.models import GpuLease, Worker, utcnow
+from app.schemas import GpuPublic, HostGpus
+from app.services.errors import InvalidSpec
+from trainers.spec import ParallelSpec
+
+
+def _freshest_per_host(workers: Iterable[Worker]) -> dict[str, Worker]:
+    """A restarted worker leaves its old row behind until the reaper drops it; the newest heartbeat speaks."""
+    hosts: dict[str, Worker] = {}
+    for worker in workers:
+        if worker.host not in hosts or worker.heartbeat_at > hosts[worker.host].heartbeat_at:
+            hosts[worker.host] = worker
+    return hosts
+
+
+def live_hosts(session: Session, settings: Settings) -> dict[str, Worker]:
+    cutoff = utcnow() - timedelta(seconds=settings.lease_timeout_s)
+    return _freshest_per_host(session.scalars(select(Worker).where(Worker.heartbeat_at > cutoff)))
+
+
+def gpu_indices(worker: Worker) -> list[int]:
+    return sorted(int(gpu["index"]) for gpu in worker.gpus)
+
+
+def list_host_gpus(session: Session, settings: Settings) -> list[HostGpus]:
+    holders = {(lease.host, lease.gpu_index): lease.job_id for lease in session.scalars(select(GpuLease))}
+    return [
+        HostGpus(
+            host=host,
+            worker_id=worker.id,
+            heartbeat_at=worker.heartbeat_at,
+            gpus=[
+                GpuPublic.model_validate({**gpu, "job_id": holders.get((host, int(gpu["index"])))})
+                for gpu in sorted(worker.gpus, key=lambda gpu: int(gpu["index"]))
+            ],
+        )
+        for host, worker in sorted(live_hosts(session, settings).items())
+    ]
+
+
+def _inventory(session: Session, settings: Settings) -> dict[str, list[int]]:
+    """GPU ids per live host; while no host is live (workers restarting) the last report of each stands in,
+    so a submission is judged against the cluster as last seen rather than refused outright."""
+    hosts = live_hosts(session, settings) or _freshest_per_host(session.scalars(select(Worker)))
+    return {host: gpu_indices(worker) for host, worker in hosts.items()}
+
+
+def _has(ids: list[int]) -> str:
+    return "has GPUs " + ", ".join(map(str, ids)) if ids else "has no GPUs"
+
+
+def check_gpus_exist(session: Session, settings: Settings, parallel: ParallelSpec) -> None:
+    """Refuse GPUs no registered host has. With no worker registered yet, accept: the worker that claims
+    the job fails it as infeasible if it cannot fit."""
+    if not parallel.gpus and not parallel.num_gpus:
+        return
+    inventory = _inventory(session, settings)
+    if not inventory:
+        return
+    if parallel.gpus is not None:
+        wanted = set(parallel.gpus)
+        if any(wanted <= set(ids) for ids in inventory.values()):
+            return
+        if len(inventory) == 1:
+            [ids] = inventory.values()
+            missing = min(wanted - set(ids))
+            raise InvalidSpec("parallel.gpus", f"GPU {missing} does not exist on this host (it {_has(ids)})")
+        hosts = "; ".join(f"{host} {_has(ids)}" for host, ids in sorted(inventory.items()))
+        listed = ", ".join(map(str, parallel.gpus))
+        raise InvalidSpec("parallel.gpus", f"no single host has GPUs {listed} ({hosts})")
+    most = max(len(ids) for ids in inventory.values())
+    if parallel.num_gpus and parallel.num_gpus > most:
+        fix = f"ask for at most {most}" if most else "leave parallel.num_gpus out to train on CPU"
+        raise InvalidSpec(
+            "parallel.num_gpus",
+            f"{parallel.num_gpus} GPUs asked for but the largest host has {most}; {fix}",
+        )

@@ -1,0 +1,131 @@
+"""Reading jobs, cancelling and deleting them. Submission and retry live in services/submit.py."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from app.core.config import Settings
+from app.models import Job, JobEvent, utcnow
+from app.schemas import JobProgress, JobPublic, as_utc
+from app.services.errors import JobNotFound, JobStateConflict
+from app.services.runs import remove_run_dir
+from app.services.transitions import move, move_from_any
+from app.states import JobStatus
+
+CANCEL_REASON = "cancelled_by_user"
+# A worker or the reaper may move the job between our read and our compare-and-set; a few rounds settle it.
+_CANCEL_ROUNDS = 3
+
+
+def get_job(session: Session, job_id: int) -> Job:
+    job = session.get(Job, job_id, populate_existing=True)
+    if job is None:
+        raise JobNotFound(job_id)
+    return job
+
+
+def list_jobs(
+    session: Session, status: JobStatus | None, cursor: int | None, limit: int
+) -> tuple[list[Job], int | None]:
+    """Newest first; the cursor is the last id of the previous page, so new submissions never shift pages."""
+    query = select(Job).order_by(Job.id.desc()).limit(limit + 1)
+    if status is not None:
+        query = query.where(Job.status == status)
+    if cursor is not None:
+        query = query.where(Job.id < cursor)
+    jobs = list(session.scalars(query))
+    if len(jobs) > limit:
+        return jobs[:limit], jobs[limit - 1].id
+    return jobs, None
+
+
+def queue_positions(session: Session, job_ids: Sequence[int]) -> dict[int, int]:
+    """1 = next to start: queued jobs in the order the workers take them (priority desc, then id asc)."""
+    order = func.row_number().over(order_by=(Job.priority.desc(), Job.id.asc()))
+    ranked = select(Job.id, order.label("position")).where(Job.status == JobStatus.QUEUED).subquery()
+    rows = session.execute(select(ranked.c.id, ranked.c.position).where(ranked.c.id.in_(job_ids)))
+    return {job_id: position for job_id, position in rows}
+
+
+def progress_of(job: Job, now: datetime) -> JobProgress:
+    eta_s = None
+    step, total = job.progress_step, job.progress_total
+    if job.status == JobStatus.RUNNING and job.running_at is not None and step > 0 and total:
+        elapsed = (now - as_utc(job.running_at)).total_seconds()
+        eta_s = round(max(elapsed, 0.0) / step * max(total - step, 0), 1)
+    return JobProgress(step=step, total=total, eta_s=eta_s)
+
+
+def describe(session: Session, jobs: Sequence[Job]) -> list[JobPublic]:
+    queued = [job.id for job in jobs if job.status == JobStatus.QUEUED]
+    positions = queue_positions(session, queued) if queued else {}
+    now = utcnow()
+    return [
+        JobPublic(
+            id=job.id,
+            name=job.name,
+            status=JobStatus(job.status),
+            status_reason=job.status_reason,
+            message=job.message,
+            attempt=job.attempt,
+            priority=job.priority,
+            created_at=job.created_at,
+            started_at=job.started_at,
+            running_at=job.running_at,
+            finished_at=job.finished_at,
+            host=job.host,
+            gpu_ids=job.gpu_ids,
+            queue_position=positions.get(job.id),
+            progress=progress_of(job, now),
+            latest_metrics=job.latest_metrics or {},
+            spec=job.spec,
+            plan=job.plan,
+        )
+        for job in jobs
+    ]
+
+
+def list_events(session: Session, job_id: int) -> list[JobEvent]:
+    get_job(session, job_id)
+    return list(session.scalars(select(JobEvent).where(JobEvent.job_id == job_id).order_by(JobEvent.id)))
+
+
+def cancel_job(session: Session, job_id: int) -> Job:
+    """A queued job is cancelled at once; a dispatched one goes to cancelling and its worker, which watches
+    the row, kills it. Both are compare-and-sets, so a cancel racing a dispatch wins or sees it lost."""
+    changes = {"reason": CANCEL_REASON, "message": "cancelled at the user's request"}
+    for _ in range(_CANCEL_ROUNDS):
+        job = get_job(session, job_id)
+        status = JobStatus(job.status)
+        if status is JobStatus.CANCELLING:
+            return job
+        if status.is_terminal:
+            raise JobStateConflict(job_id, status, "it already finished, so there is nothing to cancel")
+        moved = move(session, job_id, JobStatus.QUEUED, JobStatus.CANCELLED, **changes) or move_from_any(
+            session,
+            job_id,
+            [JobStatus.STARTING, JobStatus.RUNNING, JobStatus.RESTARTING],
+            JobStatus.CANCELLING,
+            **changes,
+        )
+        if moved:
+            session.commit()
+            return get_job(session, job_id)
+    raise JobStateConflict(job_id, status, "it kept changing state while being cancelled; try again")
+
+
+def delete_job(session: Session, settings: Settings, job_id: int) -> None:
+    """Rows of events, metrics, checkpoints and leases go with the job (ON DELETE CASCADE), then its files."""
+    job = get_job(session, job_id)
+    status = JobStatus(job.status)
+    if not status.is_terminal:
+        raise JobStateConflict(
+            job_id, status, f"cancel it first (POST /v1/jobs/{job_id}/cancel) and delete it once it has ended"
+        )
+    session.delete(job)
+    session.commit()
+    remove_run_dir(settings, job_id)

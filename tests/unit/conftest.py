@@ -1,0 +1,92 @@
+"""Each test gets its own SQLite database, run directory and embedded broker (no worker consumes it)."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+from sqlalchemy.orm import Session
+
+from app.core import db
+from app.core.config import Settings, get_settings
+from app.main import create_app
+from app.models import Base
+from worker.celery_app import get_celery
+
+
+def _clear_caches() -> None:
+    if get_celery.cache_info().currsize:
+        get_celery().close()
+    get_celery.cache_clear()
+    if db.engine_for.cache_info().currsize:
+        db.get_engine().dispose()
+    db.engine_for.cache_clear()
+    db._sessionmaker.cache_clear()
+    get_settings.cache_clear()
+
+
+@pytest.fixture
+def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Settings]:
+    """Settings pointing at tmp_path; the schema is not created (see `settings`)."""
+    monkeypatch.setenv("TRAINYARD_DATABASE_URL", f"sqlite:///{tmp_path}/trainyard.db")
+    monkeypatch.setenv("TRAINYARD_BROKER_URL", f"sqla+sqlite:///{tmp_path}/broker.db")
+    monkeypatch.setenv("TRAINYARD_RUNS_DIR", str(tmp_path / "runs"))
+    _clear_caches()
+    yield get_settings()
+    _clear_caches()
+
+
+@pytest.fixture
+def settings(env: Settings) -> Settings:
+    # create_all, not the migration, to keep tests fast; test_api_health runs the real migration and checks
+    # that it builds exactly this schema.
+    Base.metadata.create_all(db.get_engine())
+    return env
+
+
+@pytest.fixture
+def client(settings: Settings) -> TestClient:
+    return TestClient(create_app())
+
+
+@pytest.fixture
+def session(settings: Settings) -> Iterator[Session]:
+    with db.new_session() as session:
+        yield session
+
+
+def job_body(**sections: Any) -> dict[str, Any]:
+    """A small valid spec; keyword arguments replace whole sections."""
+    body: dict[str, Any] = {
+        "name": "test",
+        "model": {"arch": "mlp"},
+        "data": {"dataset": "synthetic", "num_samples": 64},
+        "train": {"max_steps": 5, "batch_size": 8},
+    }
+    body.update(sections)
+    return body
+
+
+def enqueued(settings: Settings) -> list[int]:
+    """Job ids waiting in the embedded broker, oldest first."""
+    path = settings.broker_url.removeprefix("sqla+sqlite:///")
+    if not Path(path).exists():
+        return []
+    with sqlite3.connect(path) as conn:
+        tables = {name for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        if "kombu_message" not in tables:
+            return []
+        rows = conn.execute("SELECT payload FROM kombu_message ORDER BY id").fetchall()
+    return [json.loads(json.loads(payload)["headers"]["argsrepr"])[0] for (payload,) in rows]
+
+
+def submit(client: TestClient, **sections: Any) -> dict[str, Any]:
+    response = client.post("/v1/jobs", json=job_body(**sections))
+    assert response.status_code == 201, response.text
+    job: dict[str, Any] = response.json()["job"]
+    return job

@@ -1,0 +1,134 @@
+"""Bad job specs are refused with 422 naming the field, and a refused request stores and enqueues nothing."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from app.core.config import Settings
+from app.models import Job, JobEvent, Worker
+from tests.unit.conftest import enqueued, job_body
+
+BAD_SPECS: list[tuple[str, dict[str, Any], str, str]] = [
+    ("unknown model", job_body(model={"arch": "gpt5"}), "model.arch", "choose one of mlp"),
+    ("unknown dataset", job_body(data={"dataset": "imagenet"}), "data.dataset", "choose synthetic or digits"),
+    ("unknown strategy", job_body(parallel={"strategy": "zero3"}), "parallel.strategy", "'ddp'"),
+    ("zero lr", job_body(train={"lr": 0}), "train.lr", "greater than 0"),
+    ("negative lr", job_body(train={"lr": -0.1}), "train.lr", "greater than 0"),
+    ("NaN lr as a string", job_body(train={"lr": "NaN"}), "train.lr", "finite number"),
+    (
+        "batch not divisible by the world size",
+        job_body(train={"batch_size": 10}, parallel={"nproc_per_node": 4}),
+        "train.batch_size",
+        "use a multiple of 4",
+    ),
+    (
+        "several processes with strategy single",
+        job_body(parallel={"strategy": "single", "nproc_per_node": 2}),
+        "parallel.strategy",
+        "use strategy ddp",
+    ),
+    ("fp16 on CPU", job_body(precision="fp16"), "precision", "use bf16 or fp32"),
+    ("unknown top-level field", job_body(colour="blue"), "colour", "remove it"),
+    ("unknown nested field", job_body(train={"learning_rate": 0.1}), "train.learning_rate", "lr"),
+    (
+        "disallowed model kwarg",
+        job_body(model={"arch": "mlp", "kwargs": {"x": 1}}),
+        "model.kwargs.x",
+        "hidden",
+    ),
+    ("GPU listed twice", job_body(parallel={"gpus": [0, 0]}), "parallel.gpus", "twice"),
+    ("missing model", {"data": {"dataset": "synthetic"}}, "model", "required"),
+    (
+        "resume from a checkpoint that does not exist",
+        job_body(checkpoint={"resume_from": 99}),
+        "checkpoint.resume_from",
+        "GET /v1/jobs/{id}/checkpoints",
+    ),
+]
+
+
+def assert_nothing_stored(session: Session, settings: Settings) -> None:
+    assert session.scalar(select(func.count()).select_from(Job)) == 0
+    assert session.scalar(select(func.count()).select_from(JobEvent)) == 0
+    assert enqueued(settings) == []
+
+
+def assert_problem(response: Any, field: str, fragment: str) -> None:
+    assert response.status_code == 422, response.text
+    assert response.headers["content-type"] == "application/problem+json"
+    problem = response.json()
+    assert problem["status"] == 422
+    assert field in [error["field"] for error in problem["errors"]], problem
+    assert f"{field}: " in problem["detail"]
+    assert fragment in problem["detail"], problem["detail"]
+
+
+@pytest.mark.parametrize(
+    ("body", "field", "fragment"), [case[1:] for case in BAD_SPECS], ids=[case[0] for case in BAD_SPECS]
+)
+def test_bad_spec_is_refused_naming_the_field(
+    client: TestClient, session: Session, settings: Settings, body: dict[str, Any], field: str, fragment: str
+) -> None:
+    for dry_run in (False, True):
+        response = client.post("/v1/jobs", json=body, params={"dry_run": dry_run})
+        assert_problem(response, field, fragment)
+    assert_nothing_stored(session, settings)
+
+
+def test_nan_lr_literal_is_refused(client: TestClient, session: Session, settings: Settings) -> None:
+    raw = '{"model": {"arch": "mlp"}, "data": {"dataset": "synthetic"}, "train": {"lr": NaN}}'
+    response = client.post("/v1/jobs", content=raw, headers={"content-type": "application/json"})
+    assert_problem(response, "train.lr", "finite number")
+    assert_nothing_stored(session, settings)
+
+
+def test_invalid_json_is_refused(client: TestClient, session: Session, settings: Settings) -> None:
+    response = client.post("/v1/jobs", content="{not json", headers={"content-type": "application/json"})
+    assert_problem(response, "body", "invalid JSON")
+    assert_nothing_stored(session, settings)
+
+
+def register(session: Session, host: str, gpus: list[int], worker_id: str | None = None) -> None:
+    gpu_rows = [{"index": i, "name": "NVIDIA H100", "memory_total_mb": 81559} for i in gpus]
+    session.add(Worker(id=worker_id or f"{host}:1", host=host, gpus=gpu_rows))
+    session.commit()
+
+
+def test_gpu_the_host_lacks_is_refused(client: TestClient, session: Session, settings: Settings) -> None:
+    register(session, "box", [0, 1])
+    response = client.post("/v1/jobs", json=job_body(parallel={"gpus": [0, 3]}, train={"batch_size": 8}))
+    assert_problem(
+        response, "parallel.gpus", "parallel.gpus: GPU 3 does not exist on this host (it has GPUs 0, 1)"
+    )
+    response = client.post("/v1/jobs", json=job_body(parallel={"num_gpus": 4}))
+    assert_problem(response, "parallel.num_gpus", "the largest host has 2; ask for at most 2")
+    assert_nothing_stored(session, settings)
+
+
+def test_gpu_on_a_cpu_only_cluster_is_refused(
+    client: TestClient, session: Session, settings: Settings
+) -> None:
+    register(session, "laptop", [])
+    response = client.post("/v1/jobs", json=job_body(parallel={"gpus": [0]}))
+    assert_problem(response, "parallel.gpus", "GPU 0 does not exist on this host (it has no GPUs)")
+    assert_nothing_stored(session, settings)
+
+
+def test_gpus_must_all_be_on_one_host(client: TestClient, session: Session, settings: Settings) -> None:
+    register(session, "a", [0])
+    register(session, "b", [1])
+    response = client.post("/v1/jobs", json=job_body(parallel={"gpus": [0, 1]}))
+    assert_problem(response, "parallel.gpus", "no single host has GPUs 0, 1 (a has GPUs 0; b has GPUs 1)")
+    assert client.post("/v1/jobs", json=job_body(parallel={"gpus": [1]})).status_code == 201
+
+
+def test_gpus_are_accepted_before_any_worker_registers(client: TestClient, settings: Settings) -> None:
+    response = client.post("/v1/jobs", json=job_body(parallel={"gpus": [3, 5]}))
+    assert response.status_code == 201, response.text
+    assert response.json()["plan"]["gpus"] == [3, 5]
+    assert response.json()["plan"]["world_size"] == 2
