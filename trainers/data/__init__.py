@@ -1,0 +1,150 @@
+"""Datasets held whole as tensors, and per-rank batches cut from them on the device.
+
+Each dataset module's `load(data, seed)` returns (train_x, train_y, val_x, val_y): float images N x C x H x W
+and int64 labels. Everything after that (sharding, resizing, channel expansion) happens here, per batch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import cast
+
+import torch
+import torch.nn.functional as F
+from torch.utils.data import Dataset, DistributedSampler
+
+from trainers.data import digits, synthetic
+from trainers.dist_env import DistEnv
+from trainers.spec import DataPlacement, DataSpec
+
+Batch = tuple[torch.Tensor, torch.Tensor]
+
+
+@dataclass(frozen=True)
+class Source:
+    load: Callable[[DataSpec, int], tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]]
+    num_classes: Callable[[DataSpec], int]
+
+
+DATASETS: dict[str, Source] = {
+    "synthetic": Source(synthetic.load, lambda data: data.num_classes),
+    "digits": Source(digits.load, lambda data: digits.NUM_CLASSES),
+}
+
+
+@dataclass(frozen=True)
+class LoadedData:
+    train: Batch
+    val: Batch
+    num_classes: int
+
+    @property
+    def channels(self) -> int:
+        return self.train[0].shape[1]
+
+    @property
+    def native_size(self) -> int:
+        return self.train[0].shape[-1]
+
+
+def load_dataset(data: DataSpec, seed: int) -> LoadedData:
+    if data.dataset not in DATASETS:
+        raise ValueError(f"unknown data.dataset {data.dataset!r}; choose one of {', '.join(DATASETS)}")
+    source = DATASETS[data.dataset]
+    train_x, train_y, val_x, val_y = source.load(data, seed)
+    return LoadedData(train=(train_x, train_y), val=(val_x, val_y), num_classes=source.num_classes(data))
+
+
+def storage_device(placement: DataPlacement, device: torch.device) -> torch.device:
+    """Where the whole dataset lives: on the GPU unless the spec asks for CPU (e.g. it does not fit)."""
+    return torch.device("cpu") if placement is DataPlacement.CPU else device
+
+
+@dataclass(frozen=True)
+class BatchShape:
+    """What the model takes; applied to whole batches on the device, never per sample on the CPU."""
+
+    image_size: int
+    channels: int
+    channels_last: bool
+
+    def apply(self, x: torch.Tensor) -> torch.Tensor:
+        if x.shape[-1] != self.image_size:
+            size = (self.image_size, self.image_size)
+            x = F.interpolate(x, size=size, mode="bilinear", align_corners=False)
+        if x.shape[1] != self.channels:
+            x = x.expand(-1, self.channels, -1, -1)
+        return x.contiguous(memory_format=torch.channels_last) if self.channels_last else x
+
+
+class DeviceFeeder:
+    """Moves index batches of a resident dataset to the compute device, shaped for the model."""
+
+    def __init__(self, split: Batch, shape: BatchShape, device: torch.device, storage: torch.device) -> None:
+        self.x, self.y = (t.to(storage) for t in split)
+        self.shape = shape
+        self.device = device
+        # A host-to-GPU copy is only asynchronous from pinned memory, and indexing a tensor makes a new
+        # pageable one, so each batch is gathered straight into (cached) pinned memory instead.
+        self.pin = storage.type == "cpu" and device.type == "cuda"
+
+    def __len__(self) -> int:
+        return len(self.y)
+
+    def _gather(self, t: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+        if not self.pin:
+            return t.index_select(0, idx)
+        out = torch.empty((len(idx), *t.shape[1:]), dtype=t.dtype, pin_memory=True)
+        return torch.index_select(t, 0, idx, out=out)
+
+    def fetch(self, idx: torch.Tensor) -> Batch:
+        x = self._gather(self.x, idx).to(self.device, non_blocking=True)
+        y = self._gather(self.y, idx).to(self.device, non_blocking=True)
+        return self.shape.apply(x), y
+
+
+class TrainBatches:
+    """This rank's shard of every epoch, cut into optimizer steps of accumulation micro-batches."""
+
+    def __init__(
+        self, feeder: DeviceFeeder, env: DistEnv, per_rank_batch: int, micro_batch: int, seed: int
+    ) -> None:
+        self.feeder = feeder
+        self.per_rank_batch = per_rank_batch
+        self.micro_batch = micro_batch
+        # drop_last keeps every rank's shard the same length, so all ranks take the same number of steps.
+        # Sampling positions needs only a length, so a range stands in for a Dataset.
+        positions = cast("Dataset[int]", range(len(feeder)))
+        self.sampler: DistributedSampler[int] = DistributedSampler(
+            positions, num_replicas=env.world_size, rank=env.rank, shuffle=True, seed=seed, drop_last=True
+        )
+        self.steps_per_epoch = len(self.sampler) // per_rank_batch
+        if self.steps_per_epoch == 0:
+            raise ValueError(
+                f"train.batch_size={per_rank_batch * env.world_size} is larger than the "
+                f"{len(self.sampler) * env.world_size} training samples ({len(self.sampler)} per rank); "
+                f"lower train.batch_size"
+            )
+
+    def _epoch_indices(self, epoch: int) -> torch.Tensor:
+        self.sampler.set_epoch(epoch)
+        # One host-to-device copy per epoch; slicing it per step costs no sync.
+        return torch.tensor(list(self.sampler), device=self.feeder.x.device)
+
+    def from_step(self, done: int) -> Iterator[list[Batch]]:
+        """Endless steps after `done` steps: the permutation of an epoch depends only on (seed, epoch)."""
+        epoch, skip = divmod(done, self.steps_per_epoch)
+        while True:
+            indices = self._epoch_indices(epoch)
+            for step in range(skip, self.steps_per_epoch):
+                batch = indices[step * self.per_rank_batch : (step + 1) * self.per_rank_batch]
+                yield [self.feeder.fetch(idx) for idx in batch.split(self.micro_batch)]
+            epoch, skip = epoch + 1, 0
+
+
+def eval_batches(feeder: DeviceFeeder, env: DistEnv, batch_size: int) -> Iterator[Batch]:
+    """A disjoint strided shard per rank covering every held-out sample once, so sums over ranks are exact."""
+    indices = torch.arange(env.rank, len(feeder), env.world_size, device=feeder.x.device)
+    for idx in indices.split(batch_size):
+        yield feeder.fetch(idx)

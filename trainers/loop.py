@@ -1,0 +1,192 @@
+"""The training loop, top to bottom: build, (resume,) train, evaluate, checkpoint, report.
+
+Every rank runs all of it; rank 0 alone writes events and checkpoints. Collectives (metrics reports,
+evaluation, checkpoint barriers) happen at steps every rank computes the same way, so ranks never wait on a
+collective another rank skips.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from contextlib import nullcontext
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from trainers.checkpoint import Checkpointer, load_checkpoint, restore
+from trainers.data import (
+    Batch,
+    BatchShape,
+    DeviceFeeder,
+    TrainBatches,
+    eval_batches,
+    load_dataset,
+    storage_device,
+)
+from trainers.dist_env import DistEnv
+from trainers.events import DoneEvent, MetricsEvent, PhaseEvent
+from trainers.metrics import EventLog, TrainMetrics
+from trainers.models import build_model, get_arch
+from trainers.precision import MixedPrecision
+from trainers.schedule import LrSchedule, build_optimizer, lr_at, set_lr
+from trainers.spec import CheckpointSpec, JobSpec, Plan, RunConfig, TrainSpec
+from trainers.strategies import ParallelStrategy, Reduce, build_strategy
+
+
+@dataclass(frozen=True)
+class Position:
+    step: int  # optimizer steps done, counting this one
+    epoch: int  # 1-based epoch this step belongs to
+    epoch_end: bool
+    last: bool
+
+
+def total_steps(train: TrainSpec, steps_per_epoch: int) -> int:
+    return train.max_steps or (train.epochs or 1) * steps_per_epoch
+
+
+def evaluation_due(train: TrainSpec, at: Position) -> bool:
+    """At the end of every eval_every_epochs epochs, and once more at the end unless that just happened."""
+    if train.eval_every_epochs == 0:
+        return False
+    return at.last or (at.epoch_end and at.epoch % train.eval_every_epochs == 0)
+
+
+def checkpoint_due(ckpt: CheckpointSpec, at: Position) -> bool:
+    by_step = ckpt.every_n_steps > 0 and at.step % ckpt.every_n_steps == 0
+    by_epoch = at.epoch_end and ckpt.every_n_epochs > 0 and at.epoch % ckpt.every_n_epochs == 0
+    return by_step or by_epoch or (at.last and ckpt.save_final)
+
+
+@torch.no_grad()
+def evaluate(
+    model: nn.Module, batches: Iterable[Batch], precision: MixedPrecision, strategy: ParallelStrategy
+) -> dict[str, float]:
+    """Sums of loss, correct and count over every rank's shard, so the result is exact for uneven shards."""
+    model.eval()
+    sums = torch.zeros(3, dtype=torch.float64, device=precision.device)
+    for x, y in batches:
+        with precision.autocast():
+            logits = model(x)
+        loss = F.cross_entropy(logits.float(), y, reduction="sum")
+        sums += torch.stack([loss.double(), (logits.argmax(1) == y).sum().double(), sums.new_tensor(len(y))])
+    model.train()
+    loss_sum, correct, count = strategy.all_reduce(sums, Reduce.SUM).tolist()
+    return {"eval_loss": loss_sum / count, "eval_accuracy": correct / count}
+
+
+def param_checksum(model: nn.Module) -> float:
+    return torch.stack([p.detach().double().sum() for p in model.parameters()]).sum().item()
+
+
+@dataclass
+class Components:
+    """Everything the loop drives, built once per rank."""
+
+    strategy: ParallelStrategy
+    forward: Callable[[torch.Tensor], torch.Tensor]  # the wrapped (and maybe compiled) model
+    optimizer: torch.optim.Optimizer
+    precision: MixedPrecision
+    batches: TrainBatches
+    val_feed: DeviceFeeder
+
+
+def build(spec: JobSpec, plan: Plan, env: DistEnv) -> Components:
+    # The same seed on every rank: identical initial weights, and one RNG stream that a checkpoint restores
+    # exactly on every rank.
+    torch.manual_seed(spec.train.seed)
+    data = load_dataset(spec.data, spec.train.seed)
+    arch = get_arch(spec.model.arch)
+    shape = BatchShape(
+        image_size=arch.image_size(spec.data.image_size, data.native_size),
+        channels=arch.in_channels(data.channels),
+        channels_last=spec.performance.channels_last and arch.convolutional,
+    )
+    storage = storage_device(spec.data.placement, env.device)
+    train_feed = DeviceFeeder(data.train, shape, env.device, storage)
+    model = build_model(
+        spec.model.arch, spec.model.kwargs, shape.channels, data.num_classes, shape.image_size
+    )
+    model.to(env.device)
+    if shape.channels_last:
+        model.to(memory_format=torch.channels_last)
+
+    strategy = build_strategy(plan.strategy, spec.parallel, env)
+    forward: Callable[[torch.Tensor], torch.Tensor] = strategy.setup(model)
+    if spec.performance.compile:
+        forward = torch.compile(forward)
+    return Components(
+        strategy=strategy,
+        forward=forward,
+        optimizer=build_optimizer(strategy.unwrap().parameters(), spec.train, plan.lr, env.device),
+        precision=MixedPrecision(plan.precision, env.device),
+        batches=TrainBatches(train_feed, env, plan.per_rank_batch, plan.micro_batch, spec.train.seed),
+        val_feed=DeviceFeeder(data.val, shape, env.device, storage),
+    )
+
+
+def resume(plan: Plan, run_dir: Path, c: Components) -> int:
+    """Optimizer steps already done: 0 for a fresh run, the checkpoint's step when resuming."""
+    if plan.resume_path is None:
+        return 0
+    # A relative path is taken from the run directory; an absolute one (an earlier attempt's) wins.
+    state = load_checkpoint(run_dir / plan.resume_path, c.precision.device)
+    done = restore(state, c.strategy.unwrap(), c.optimizer, c.precision)
+    print(f"resumed from {plan.resume_path} after step {done}", flush=True)
+    return done
+
+
+def train(config: RunConfig, run_dir: Path, env: DistEnv) -> None:
+    spec, plan = config.spec, config.plan
+    c = build(spec, plan, env)
+    done = resume(plan, run_dir, c)
+    per_epoch = c.batches.steps_per_epoch
+    total = total_steps(spec.train, per_epoch)
+    schedule = LrSchedule.from_spec(spec.train, plan.lr, total, per_epoch)
+    accum = spec.train.grad_accum_steps
+    events = EventLog(run_dir, env.is_main)
+    checkpointer = Checkpointer(run_dir, spec.checkpoint.keep_last, spec.name, events)
+    metrics = TrainMetrics(c.strategy, env.device, start_step=done)
+
+    events.append(PhaseEvent(phase="running"))
+    for step, micro_batches in zip(range(done + 1, total + 1), c.batches.from_step(done), strict=False):
+        lr = lr_at(step - 1, schedule)
+        set_lr(c.optimizer, lr)
+        for i, (x, y) in enumerate(micro_batches):
+            # Gradients are all-reduced only on the last micro-step; earlier ones accumulate locally.
+            last_micro = i == len(micro_batches) - 1
+            with nullcontext() if last_micro else c.strategy.no_sync():
+                with c.precision.autocast():
+                    loss = F.cross_entropy(c.forward(x), y)
+                # Divided so that k micro-steps sum to the gradient of one step over the whole batch.
+                c.strategy.backward(c.precision.scale(loss / accum))
+            metrics.add(loss, len(y))
+        if spec.train.clip_grad_norm is not None:
+            c.precision.unscale(c.optimizer)
+            c.strategy.clip_grad_norm(spec.train.clip_grad_norm)
+        c.precision.step(c.optimizer)
+        c.optimizer.zero_grad(set_to_none=True)
+
+        at = Position(step, (step - 1) // per_epoch + 1, step % per_epoch == 0, step == total)
+        if step % spec.metrics.every_n_steps == 0 or at.last:
+            values = metrics.report(step, lr)
+            events.append(MetricsEvent(step=step, total_steps=total, epoch=at.epoch, values=values))
+            if env.is_main:
+                print(f"step {step}/{total} " + " ".join(f"{k}={v:.5g}" for k, v in values.items()))
+        if len(c.val_feed) and evaluation_due(spec.train, at):
+            # The bare module: DDP's forward would broadcast buffers, a collective that uneven shards break.
+            shard = eval_batches(c.val_feed, env, c.batches.per_rank_batch)
+            values = evaluate(c.strategy.unwrap(), shard, c.precision, c.strategy)
+            events.append(MetricsEvent(step=step, total_steps=total, epoch=at.epoch, values=values))
+        if checkpoint_due(spec.checkpoint, at):
+            if env.is_main:
+                checkpointer.save(c.strategy.unwrap(), c.optimizer, c.precision, step, at.epoch)
+            # Others wait, so a checkpoint event means every rank got this far and the file is complete.
+            c.strategy.barrier()
+    events.append(DoneEvent(step=total))
+
+    print(f"param_checksum={param_checksum(c.strategy.unwrap())!r}")
+    c.strategy.teardown()

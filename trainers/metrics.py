@@ -1,0 +1,68 @@
+"""Training metrics kept on the device between reports, and the event log rank 0 writes them to."""
+
+from __future__ import annotations
+
+import resource
+import time
+from pathlib import Path
+
+import torch
+from pydantic import BaseModel
+
+from trainers.events import EVENTS_FILE, append_event
+from trainers.strategies.base import ParallelStrategy, Reduce
+
+
+class EventLog:
+    """Every rank holds one so callers need no rank checks; only rank 0's writes."""
+
+    def __init__(self, run_dir: Path, enabled: bool) -> None:
+        self.path = run_dir / EVENTS_FILE
+        self.enabled = enabled
+
+    def append(self, event: BaseModel) -> None:
+        if self.enabled:
+            append_event(self.path, event)
+
+
+def peak_memory_mb(device: torch.device) -> float:
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device) / 2**20
+    # Linux reports ru_maxrss in KiB.
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+class TrainMetrics:
+    """Sums of loss and samples since the last report, as device tensors: adding to them never waits."""
+
+    def __init__(self, strategy: ParallelStrategy, device: torch.device, start_step: int) -> None:
+        self.strategy = strategy
+        self.device = device
+        self._reset(start_step)
+
+    def _reset(self, step: int) -> None:
+        self.loss_sum = torch.zeros((), dtype=torch.float64, device=self.device)
+        self.samples = torch.zeros((), dtype=torch.float64, device=self.device)
+        self.since_step = step
+        self.since_time = time.perf_counter()
+
+    def add(self, mean_loss: torch.Tensor, samples: int) -> None:
+        self.loss_sum += mean_loss.detach().double() * samples
+        self.samples += samples
+
+    def report(self, step: int, lr: float) -> dict[str, float]:
+        """All-reduce the window (a collective: every rank calls it at the same step) and start a new one."""
+        totals = self.strategy.all_reduce(torch.stack([self.loss_sum, self.samples]), Reduce.SUM)
+        # .tolist() is the host sync that waits for the window's work, so wall time covers all of it.
+        loss_sum, samples = totals.tolist()
+        elapsed = time.perf_counter() - self.since_time
+        steps = step - self.since_step
+        values = {
+            "loss": loss_sum / samples,
+            "lr": lr,
+            "samples_per_s": samples / elapsed,
+            "step_time_s": elapsed / steps,
+            "peak_mem_mb": peak_memory_mb(self.device),
+        }
+        self._reset(step)
+        return values

@@ -1,0 +1,55 @@
+"""What torchrun starts once per rank: `python -m trainers.run --run-dir DIR`."""
+
+from __future__ import annotations
+
+import argparse
+import io
+import os
+import sys
+from pathlib import Path
+
+from trainers.events import LOG_DIR, SPEC_FILE, rank_log_name
+from trainers.spec import RunConfig
+
+
+def redirect_output(run_dir: Path, rank: int) -> None:
+    """Point fds 1 and 2 at this rank's log, so C++ and CUDA output lands there as well as Python's."""
+    log_dir = run_dir / LOG_DIR
+    log_dir.mkdir(parents=True, exist_ok=True)
+    fd = os.open(log_dir / rank_log_name(rank), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+    # A file is block-buffered by default; the API tails it while training runs.
+    for stream in (sys.stdout, sys.stderr):
+        if isinstance(stream, io.TextIOWrapper):
+            stream.reconfigure(line_buffering=True)
+
+
+def read_config(run_dir: Path) -> RunConfig:
+    return RunConfig.model_validate_json((run_dir / SPEC_FILE).read_text(encoding="utf-8"))
+
+
+def train_rank(run_dir: Path) -> None:
+    from trainers.dist_env import distributed
+    from trainers.loop import train
+
+    config = read_config(run_dir)
+    with distributed(config.plan) as env:
+        train(config, run_dir, env)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m trainers.run")
+    parser.add_argument("--run-dir", type=Path, required=True, help="holds spec.json; events, logs go here")
+    args = parser.parse_args(argv)
+    redirect_output(args.run_dir, int(os.environ.get("RANK", "0")))
+    # torch is imported only now, so that whatever it prints while loading lands in the rank's log too.
+    from torch.distributed.elastic.multiprocessing.errors import record
+
+    # record writes any exception to TORCHELASTIC_ERROR_FILE, where torchrun and the worker find it.
+    record(train_rank)(args.run_dir)
+
+
+if __name__ == "__main__":
+    main()

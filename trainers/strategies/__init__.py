@@ -1,0 +1,26 @@
+"""Pick the parallel strategy the plan names."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from trainers.dist_env import DistEnv
+from trainers.spec import ParallelSpec, Strategy
+from trainers.strategies.base import ParallelStrategy, Reduce
+from trainers.strategies.ddp import DDPStrategy
+from trainers.strategies.single import SingleDeviceStrategy
+
+_STRATEGIES: dict[Strategy, Callable[[DistEnv, ParallelSpec], ParallelStrategy]] = {
+    Strategy.SINGLE: lambda env, parallel: SingleDeviceStrategy(env),
+    Strategy.DDP: lambda env, parallel: DDPStrategy(env, sync_batchnorm=parallel.sync_batchnorm),
+}
+
+
+def build_strategy(strategy: Strategy, parallel: ParallelSpec, env: DistEnv) -> ParallelStrategy:
+    if strategy not in _STRATEGIES:
+        names = ", ".join(_STRATEGIES)
+        raise ValueError(f"strategy {strategy!r} is not implemented by the trainer; use one of {names}")
+    return _STRATEGIES[strategy](env, parallel)
+
+
+__all__ = ["ParallelStrategy", "Reduce", "build_strategy"]
