@@ -144,6 +144,10 @@ class HostGpus(BaseModel):
     gpus: list[GpuPublic]
 
 
+class HostsPublic(BaseModel):
+    data: list[HostGpus] = Field(description="live worker hosts; empty until a worker has registered")
+
+
 class Health(BaseModel):
     status: str
     database: str

@@ -12,6 +12,7 @@ from app.core.db import engine_for
 from app.models import Base
 
 config = context.config
+# A caller running migrations in-process (tests) may keep its own logging setup.
 if config.config_file_name is not None and config.attributes.get("configure_logger", True):
     fileConfig(config.config_file_name, disable_existing_loggers=False)
 

@@ -10,7 +10,7 @@ from sqlalchemy.orm import Session
 
 from app.core.config import Settings
 from app.models import GpuLease, Worker, utcnow
-from app.schemas import GpuPublic, HostGpus
+from app.schemas import GpuPublic, HostGpus, HostsPublic
 from app.services.errors import InvalidSpec
 from trainers.spec import ParallelSpec
 
@@ -33,9 +33,9 @@ def gpu_indices(worker: Worker) -> list[int]:
     return sorted(int(gpu["index"]) for gpu in worker.gpus)
 
 
-def list_host_gpus(session: Session, settings: Settings) -> list[HostGpus]:
+def list_host_gpus(session: Session, settings: Settings) -> HostsPublic:
     holders = {(lease.host, lease.gpu_index): lease.job_id for lease in session.scalars(select(GpuLease))}
-    return [
+    hosts = [
         HostGpus(
             host=host,
             worker_id=worker.id,
@@ -47,6 +47,7 @@ def list_host_gpus(session: Session, settings: Settings) -> list[HostGpus]:
         )
         for host, worker in sorted(live_hosts(session, settings).items())
     ]
+    return HostsPublic(data=hosts)
 
 
 def _inventory(session: Session, settings: Settings) -> dict[str, list[int]]:

@@ -99,11 +99,11 @@ def submit_job(
         priority=spec.priority,
         idempotency_key=idempotency_key,
     )
-    session.add(job)
-    session.flush()  # the id names the run directory in the argv
-    job.plan = _with_argv(plan, settings, job.id).public()
-    session.add(JobEvent(job_id=job.id, to_status=JobStatus.QUEUED, reason="submitted", message=message))
     try:
+        session.add(job)
+        session.flush()  # the id names the run directory in the argv
+        job.plan = _with_argv(plan, settings, job.id).public()
+        session.add(JobEvent(job_id=job.id, to_status=JobStatus.QUEUED, reason="submitted", message=message))
         session.commit()
     except IntegrityError:
         # A concurrent request with the same key committed first; answer as its replay.
