@@ -1,0 +1,1 @@
+"""Throughput benchmarks: the seed articles' loop, a hand-written ceiling, and a Trainyard job."""

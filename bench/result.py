@@ -1,0 +1,36 @@
+"""What a child process reports to `bench.run`: one prefixed JSON line on stdout.
+
+No torch import, so the parent and the unit tests can use it cheaply.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+
+# Libraries (torchrun, NCCL, torch.compile) may print to stdout too; the prefix keeps the result findable.
+PREFIX = "BENCH_RESULT "
+
+
+@dataclass(frozen=True)
+class Result:
+    variant: str
+    images_per_s: float | None  # global: all ranks together
+    peak_mem_mb: float | None  # the largest of the ranks' peaks; None where not measured (CPU)
+    latency_s: float | None = None  # Trainyard only: POST to the first optimizer step
+    device: str = ""
+    world_size: int = 1
+    final_loss: float | None = None  # proof that the timed steps trained, not only ran
+    error: str = ""  # set by the parent when the child gave no result
+
+
+def emit(result: Result) -> None:
+    print(PREFIX + json.dumps(asdict(result)), flush=True)
+
+
+def parse(stdout: str) -> Result | None:
+    """The last result line of a child's stdout, or None when it printed none."""
+    for line in reversed(stdout.splitlines()):
+        if line.startswith(PREFIX):
+            return Result(**json.loads(line[len(PREFIX) :]))
+    return None

@@ -1,0 +1,119 @@
+"""The one benchmark command: seed-style loop, hand-written ceiling and Trainyard job on one workload.
+
+    python -m bench.run --workload alexnet|resnet50 --gpus 1|2 [--compile] [--steps N] [--seed-amp] [--smoke]
+
+Each variant runs in a process of its own (torchrun for more than one GPU) so none inherits another's CUDA
+context, allocator or compiled kernels; each prints one result line that this parent parses. The table is
+printed and, unless --smoke, appended to bench/RESULTS.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import shlex
+import signal
+import subprocess
+import sys
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from importlib.metadata import version
+from pathlib import Path
+
+from bench import result
+from bench.result import Result
+from bench.table import markdown_table
+from bench.workload import ARCHS, Workload, preset, workload_argv
+
+RESULTS_MD = Path(__file__).with_name("RESULTS.md")
+# The device tool allows a command 10 minutes; one variant must leave room for the others.
+CHILD_TIMEOUT_S = 540
+
+
+@dataclass(frozen=True)
+class Child:
+    name: str  # the row's name should the child fail before reporting
+    argv: list[str]
+
+
+def child_argv(module: str, workload: Workload, procs: int, extra: list[str]) -> list[str]:
+    """`python -m module ...`, under torchrun when there is more than one process (gloo ranks on the CPU)."""
+    launcher = [sys.executable]
+    if procs > 1:
+        launcher += ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(procs)]
+    return [*launcher, "-m", module, *workload_argv(workload), *extra]
+
+
+def children(workload: Workload, gpus: int, compile_model: bool, seed_amp: bool) -> list[Child]:
+    """Seed loop first and ceiling second: the table's ratios divide by those two rows."""
+    compile_flag = ["--compile"] if compile_model else []
+    return [
+        Child("seed loop", child_argv("bench.seed_loop", workload, gpus, ["--amp"] if seed_amp else [])),
+        Child("ceiling", child_argv("bench.ceiling_loop", workload, gpus, compile_flag)),
+        # The job starts its own torchrun through the service, so this child is a single process.
+        Child(
+            "Trainyard job",
+            child_argv("bench.trainyard_job", workload, 1, ["--gpus", str(gpus), *compile_flag]),
+        ),
+    ]
+
+
+def run_child(child: Child) -> Result:
+    """Run one variant; its stderr streams through so progress and tracebacks stay visible."""
+    print(f"\n>>> {child.name}: {shlex.join(child.argv)}", file=sys.stderr, flush=True)
+    # A session of its own, so the whole tree (torchrun's ranks, the stack's servers) can be stopped at once.
+    proc = subprocess.Popen(child.argv, stdout=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        stdout, _ = proc.communicate(timeout=CHILD_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        return Result(
+            variant=child.name, images_per_s=None, peak_mem_mb=None, error=f"over {CHILD_TIMEOUT_S}s"
+        )
+    finally:
+        _stop_leftovers(proc.pid)
+    found = result.parse(stdout)
+    if proc.returncode or found is None:
+        error = f"exit {proc.returncode}, no result" if found is None else f"exit {proc.returncode}"
+        return Result(variant=child.name, images_per_s=None, peak_mem_mb=None, error=error)
+    return found
+
+
+def _stop_leftovers(group: int) -> None:
+    """A child that died early can leave its own children behind (a rank, a server); none may outlive it."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(group, signal.SIGKILL)
+
+
+def section(results: list[Result], gpus: int, command: str, now: datetime) -> str:
+    """A RESULTS.md entry: where and when it ran, the exact command, then the table."""
+    device = next((r.device for r in results if r.device), "unknown device")
+    heading = f"## {device} x {gpus}, {now:%Y-%m-%d %H:%M} UTC, torch {version('torch')}"
+    table = markdown_table(results, seed=results[0], ceiling=results[1])
+    return f"{heading}\n\n`{command}`\n\n{table}\n"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--workload", choices=ARCHS, required=True)
+    parser.add_argument("--gpus", type=int, choices=(1, 2), default=1)
+    parser.add_argument("--compile", action="store_true", help="torch.compile in the ceiling and the job")
+    parser.add_argument("--steps", type=int, help="timed steps (after warm-up) per variant")
+    parser.add_argument("--seed-amp", action="store_true", help="seed loop with fp16 autocast + GradScaler")
+    parser.add_argument("--smoke", action="store_true", help="tiny sizes on the CPU (gloo); prints only")
+    args = parser.parse_args()
+    workload = preset(args.workload, smoke=args.smoke, steps=args.steps)
+    results = [run_child(child) for child in children(workload, args.gpus, args.compile, args.seed_amp)]
+    command = "python -m bench.run " + shlex.join(sys.argv[1:])
+    text = section(results, args.gpus, command, datetime.now(UTC))
+    print("\n" + text)
+    if not args.smoke:
+        with RESULTS_MD.open("a", encoding="utf-8") as f:
+            f.write("\n" + text)
+    return 1 if any(r.error for r in results) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
