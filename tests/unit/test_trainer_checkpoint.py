@@ -1,0 +1,99 @@
+"""Checkpoints: bare keys, an atomic write that loads with weights_only=True, exact restore, keep_last."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from trainers.checkpoint import Checkpointer, bare_state_dict, checkpoint_name, load_checkpoint, restore
+from trainers.events import CheckpointEvent, CheckpointRemovedEvent, parse_event
+from trainers.metrics import EventLog
+from trainers.precision import MixedPrecision
+from trainers.spec import Precision
+
+CPU = torch.device("cpu")
+
+
+class Wrapper(nn.Module):
+    """Stands in for DistributedDataParallel, which names its child `module`."""
+
+    def __init__(self, module: nn.Module) -> None:
+        super().__init__()
+        self.module = module
+
+
+def trained_model() -> tuple[nn.Module, torch.optim.Optimizer]:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 3), nn.BatchNorm1d(3), nn.Linear(3, 2))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    model(torch.randn(8, 4)).sum().backward()
+    optimizer.step()
+    return model, optimizer
+
+
+def checkpointer(run_dir: Path, keep_last: int = 2) -> Checkpointer:
+    return Checkpointer(run_dir, keep_last=keep_last, name="unit", events=EventLog(run_dir, enabled=True))
+
+
+def events(run_dir: Path) -> list[object]:
+    return [parse_event(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
+
+
+def test_wrapper_prefixes_are_stripped() -> None:
+    model, _ = trained_model()
+    wrapped = torch.compile(Wrapper(torch.compile(model)))
+    assert any(key.startswith("_orig_mod.module._orig_mod.") for key in wrapped.state_dict())
+    assert list(bare_state_dict(wrapped)) == list(model.state_dict())
+
+
+def test_round_trip_restores_model_optimizer_rng_and_step(tmp_path: Path) -> None:
+    model, optimizer = trained_model()
+    path = checkpointer(tmp_path).save(Wrapper(model), optimizer, MixedPrecision(Precision.FP32, CPU), 12, 2)
+    expected_draw = torch.rand(3)
+
+    assert path == tmp_path / "checkpoints" / checkpoint_name(12)
+    raw = torch.load(path, weights_only=True)
+    assert raw["step"] == 12 and raw["epoch"] == 2 and raw["name"] == "unit" and raw["scaler"] is None
+    assert not any(key.startswith("module.") for key in raw["model"])
+
+    fresh = nn.Sequential(nn.Linear(4, 3), nn.BatchNorm1d(3), nn.Linear(3, 2))
+    fresh_optimizer = torch.optim.SGD(fresh.parameters(), lr=0.1, momentum=0.9)
+    torch.manual_seed(123)
+    step = restore(load_checkpoint(path, CPU), fresh, fresh_optimizer, MixedPrecision(Precision.FP32, CPU))
+    assert step == 12
+    for key, value in model.state_dict().items():
+        assert torch.equal(fresh.state_dict()[key], value), key
+    for restored, original in zip(fresh.parameters(), model.parameters(), strict=True):
+        momentum = fresh_optimizer.state[restored]["momentum_buffer"]
+        assert torch.equal(momentum, optimizer.state[original]["momentum_buffer"])
+    assert torch.equal(torch.rand(3), expected_draw)
+
+
+def test_save_announces_the_file_relative_to_the_run_dir(tmp_path: Path) -> None:
+    model, optimizer = trained_model()
+    path = checkpointer(tmp_path).save(model, optimizer, MixedPrecision(Precision.FP32, CPU), 5, 1)
+    (event,) = events(tmp_path)
+    assert isinstance(event, CheckpointEvent)
+    assert (event.step, event.epoch, event.path) == (5, 1, "checkpoints/step-00000005.pt")
+    assert event.size_bytes == path.stat().st_size > 0
+    assert [p.name for p in (tmp_path / "checkpoints").iterdir()] == ["step-00000005.pt"]
+
+
+def test_keep_last_deletes_the_oldest_and_says_so(tmp_path: Path) -> None:
+    model, optimizer = trained_model()
+    saver = checkpointer(tmp_path, keep_last=2)
+    for step in (10, 20, 30, 40):
+        saver.save(model, optimizer, MixedPrecision(Precision.FP32, CPU), step, 1)
+    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == [
+        "step-00000030.pt",
+        "step-00000040.pt",
+    ]
+    removed = [e.path for e in events(tmp_path) if isinstance(e, CheckpointRemovedEvent)]
+    assert removed == ["checkpoints/step-00000010.pt", "checkpoints/step-00000020.pt"]
+
+
+def test_other_ranks_write_no_events(tmp_path: Path) -> None:
+    EventLog(tmp_path, enabled=False).append(CheckpointRemovedEvent(path="x"))
+    assert not (tmp_path / "events.jsonl").exists()
