@@ -1,0 +1,117 @@
+"""Claiming: a compare-and-set on the job row plus GPU lease rows whose primary key settles every race."""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from typing import TYPE_CHECKING
+
+from sqlalchemy import select
+
+from app.core.db import session_scope
+from app.models import GpuLease, Job, JobEvent
+from app.states import JobStatus
+from worker.leases import WAITING_FOR_GPUS, ClaimOutcome, claim_job, ring_waiting_jobs
+
+if TYPE_CHECKING:
+    from tests.unit.worker_fixtures import Doorbell, WorkerDb
+
+pytest_plugins = ["tests.unit.worker_fixtures"]
+
+
+def leases() -> dict[int, int]:
+    with session_scope() as session:
+        return {gpu: job for gpu, job in session.execute(select(GpuLease.gpu_index, GpuLease.job_id))}
+
+
+def test_claim_moves_to_starting_once(database: WorkerDb) -> None:
+    job_id = database.add_job(database.spec(gpus=[1, 2]))
+    first = claim_job(job_id, database.gpus)
+    assert (first.outcome, first.attempt, first.gpu_ids) == (ClaimOutcome.CLAIMED, 1, [1, 2])
+    job = database.job(job_id)
+    assert (job.status, job.attempt, job.host, job.gpu_ids) == (JobStatus.STARTING, 1, database.host, [1, 2])
+    assert job.heartbeat_at is not None and job.started_at is not None
+    # A redelivered message finds the job no longer queued and changes nothing.
+    assert claim_job(job_id, database.gpus).outcome is ClaimOutcome.NOT_QUEUED
+    assert database.job(job_id).attempt == 1
+    assert leases() == {1: job_id, 2: job_id}
+    with session_scope() as session:
+        events = session.scalars(select(JobEvent).where(JobEvent.job_id == job_id)).all()
+        assert [(e.from_status, e.to_status, e.attempt) for e in events] == [("queued", "starting", 1)]
+
+
+def test_second_job_for_a_held_gpu_waits_and_names_the_holder(database: WorkerDb) -> None:
+    first = database.add_job(database.spec(gpus=[0]))
+    second = database.add_job(database.spec(gpus=[0, 1]))
+    assert claim_job(first, database.gpus).outcome is ClaimOutcome.CLAIMED
+    assert claim_job(second, database.gpus).outcome is ClaimOutcome.WAITING
+    job = database.job(second)
+    assert (job.status, job.status_reason) == (JobStatus.QUEUED, WAITING_FOR_GPUS)
+    assert job.message == f"waiting for GPU 0, held by job {first}"
+    assert leases() == {0: first}
+
+
+def test_cpu_job_needs_no_lease(database: WorkerDb) -> None:
+    job_id = database.add_job(database.spec(nproc_per_node=2))
+    claim = claim_job(job_id, [])
+    assert (claim.outcome, claim.gpu_ids) == (ClaimOutcome.CLAIMED, [])
+    assert leases() == {}
+
+
+def test_gpu_the_host_lacks_is_infeasible(database: WorkerDb) -> None:
+    job_id = database.add_job(database.spec(gpus=[2, 5]))
+    assert claim_job(job_id, database.gpus).outcome is ClaimOutcome.INFEASIBLE
+    job = database.job(job_id)
+    assert (job.status, job.status_reason) == (JobStatus.FAILED, "infeasible")
+    assert job.message == f"asked for GPUs [2, 5] but host {database.host} has GPUs [0, 1, 2, 3] (no GPU 5)"
+    assert leases() == {}
+
+
+def test_more_gpus_than_a_cpu_box_has_is_infeasible(database: WorkerDb) -> None:
+    job_id = database.add_job(database.spec(num_gpus=1))
+    assert claim_job(job_id, []).outcome is ClaimOutcome.INFEASIBLE
+    assert database.job(job_id).message == f"asked for 1 GPUs but host {database.host} has GPUs [none]"
+
+
+def test_num_gpus_takes_the_lowest_free_ids(database: WorkerDb) -> None:
+    pinned = database.add_job(database.spec(gpus=[0, 2]))
+    flexible = database.add_job(database.spec(num_gpus=2))
+    claim_job(pinned, database.gpus)
+    assert claim_job(flexible, database.gpus).gpu_ids == [1, 3]
+    late = database.add_job(database.spec(num_gpus=1))
+    assert claim_job(late, database.gpus).outcome is ClaimOutcome.WAITING
+    assert (database.job(late).message or "").startswith("waiting for 1 free GPUs, 0 free")
+
+
+def test_racing_claims_never_share_a_gpu(database: WorkerDb) -> None:
+    specs = [database.spec(num_gpus=1) if i % 2 else database.spec(gpus=[i % 4]) for i in range(16)]
+    jobs = [database.add_job(spec) for spec in specs]
+    barrier = threading.Barrier(len(jobs))
+    outcomes: dict[int, ClaimOutcome] = {}
+
+    def claim(job_id: int) -> None:
+        barrier.wait()
+        outcomes[job_id] = claim_job(job_id, database.gpus).outcome
+
+    threads = [threading.Thread(target=claim, args=(job_id,)) for job_id in jobs]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert Counter(outcomes.values()) == {ClaimOutcome.CLAIMED: 4, ClaimOutcome.WAITING: 12}
+    with session_scope() as session:
+        started = session.scalars(select(Job).where(Job.status == JobStatus.STARTING)).all()
+        held = {gpu: job.id for job in started for gpu in job.gpu_ids or []}
+    assert sorted(held) == database.gpus  # four jobs, one GPU each, none shared
+    assert leases() == held
+
+
+def test_ring_waiting_jobs_highest_priority_first(database: WorkerDb, doorbell: Doorbell) -> None:
+    holder = database.add_job(database.spec(gpus=[0]))
+    low = database.add_job(database.spec(gpus=[0]), priority=0)
+    high = database.add_job(database.spec(gpus=[0]), priority=5)
+    for job_id in (holder, low, high):
+        claim_job(job_id, database.gpus)
+    database.add_job()  # queued but not waiting for GPUs: its own message is still in the broker
+    assert ring_waiting_jobs() == [high, low]
+    assert doorbell.rung == [high, low]

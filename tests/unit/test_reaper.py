@@ -1,0 +1,117 @@
+"""Recovery without the broker's help: dead workers' jobs, lost doorbells, jobs that waited too long."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
+
+from sqlalchemy import select
+
+from app.core.config import get_settings
+from app.core.db import session_scope
+from app.models import GpuLease, Job, JobEvent, Worker, utcnow
+from app.services.transitions import move
+from app.states import JobStatus
+from worker.leases import claim_job, worker_id
+from worker.reaper import beat, reap
+
+if TYPE_CHECKING:
+    from tests.unit.worker_fixtures import Doorbell, WorkerDb
+
+pytest_plugins = ["tests.unit.worker_fixtures"]
+
+
+def later(seconds: float) -> datetime:
+    return utcnow() + timedelta(seconds=seconds)
+
+
+def events(job_id: int) -> list[tuple[str | None, str, str | None]]:
+    with session_scope() as session:
+        rows = session.scalars(select(JobEvent).where(JobEvent.job_id == job_id).order_by(JobEvent.id))
+        return [(e.from_status, e.to_status, e.reason) for e in rows]
+
+
+def leased_jobs() -> list[int]:
+    with session_scope() as session:
+        return list(session.scalars(select(GpuLease.job_id)))
+
+
+def test_expired_heartbeat_requeues_and_rings(database: WorkerDb, doorbell: Doorbell) -> None:
+    lost = database.add_job(database.spec(gpus=[0]))
+    alive = database.add_job(database.spec(gpus=[1]))
+    claim_job(lost, database.gpus)
+    claim_job(alive, database.gpus)
+    with session_scope() as session:
+        move(session, lost, JobStatus.STARTING, JobStatus.RUNNING)
+    timeout = get_settings().lease_timeout_s
+    with session_scope() as session:  # only `alive` heartbeats on
+        session.get_one(Job, alive).heartbeat_at = later(timeout)
+
+    report = reap({}, now=later(timeout + 1))
+
+    assert report.requeued == [lost]
+    job = database.job(lost)
+    assert (job.status, job.status_reason) == (JobStatus.QUEUED, "worker_lost")
+    assert events(lost)[-1] == ("running", "queued", "worker_lost")
+    assert database.job(alive).status == JobStatus.STARTING
+    assert leased_jobs() == [alive]
+    assert doorbell.rung == [lost]
+    # The next attempt claims it again, with a higher attempt number.
+    assert claim_job(lost, database.gpus).attempt == 2
+
+
+def test_expired_cancelling_job_is_cancelled(database: WorkerDb, doorbell: Doorbell) -> None:
+    job_id = database.add_job(database.spec(gpus=[2]))
+    claim_job(job_id, database.gpus)
+    with session_scope() as session:
+        move(session, job_id, JobStatus.STARTING, JobStatus.CANCELLING, reason="user")
+
+    report = reap({}, now=later(get_settings().lease_timeout_s + 1))
+
+    assert report.cancelled == [job_id]
+    assert database.job(job_id).status == JobStatus.CANCELLED
+    assert events(job_id)[-1] == ("cancelling", "cancelled", "worker_lost")
+    assert leased_jobs() == []
+    assert doorbell.rung == []
+
+
+def test_pending_timeout_fails_counting_from_the_last_requeue(database: WorkerDb, doorbell: Doorbell) -> None:
+    limits = {"limits": {"max_pending_s": 60}}
+    waiting = database.add_job({**database.spec(), **limits}, created_at=later(-61))
+    requeued = database.add_job({**database.spec(), **limits}, created_at=later(-300))
+    patient = database.add_job(database.spec(), created_at=later(-300))
+    with session_scope() as session:  # `requeued` ran and was requeued a moment ago
+        move(session, requeued, JobStatus.QUEUED, JobStatus.STARTING)
+        move(session, requeued, JobStatus.STARTING, JobStatus.QUEUED, reason="worker_lost")
+
+    report = reap({})
+
+    assert report.pending_timeouts == [waiting]
+    job = database.job(waiting)
+    assert (job.status, job.status_reason) == (JobStatus.FAILED, "pending_timeout")
+    assert job.message == "waited in the queue past limits.max_pending_s=60"
+    assert events(waiting) == [("queued", "failed", "pending_timeout")]
+    assert database.job(requeued).status == JobStatus.QUEUED
+    assert database.job(patient).status == JobStatus.QUEUED
+
+
+def test_queued_jobs_are_rung_again_by_priority(database: WorkerDb, doorbell: Doorbell) -> None:
+    low = database.add_job(priority=0)
+    high = database.add_job(priority=9)
+    last_rung: dict[int, datetime] = {}
+    requeue_after = get_settings().requeue_after_s
+
+    assert reap(last_rung).rung == []  # just created: their first doorbell is still on its way
+    assert reap(last_rung, now=later(requeue_after + 1)).rung == [high, low]
+    assert reap(last_rung, now=later(requeue_after + 2)).rung == []  # rung a moment ago
+    assert reap(last_rung, now=later(2 * requeue_after + 2)).rung == [high, low]
+    assert doorbell.rung == [high, low, high, low]
+
+
+def test_beat_upserts_this_worker(database: WorkerDb) -> None:
+    beat()
+    beat()
+    with session_scope() as session:
+        (worker,) = session.scalars(select(Worker)).all()
+        assert (worker.id, worker.host) == (worker_id(), database.host)
+        assert [gpu["index"] for gpu in worker.gpus] == database.gpus

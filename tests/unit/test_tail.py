@@ -1,0 +1,117 @@
+"""The event tail: complete lines only, and batches whose writes are idempotent."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from sqlalchemy import func, select
+
+from app.core.db import session_scope
+from app.models import Checkpoint, JobEvent, Metric
+from app.states import JobStatus
+from trainers.events import (
+    CheckpointEvent,
+    CheckpointRemovedEvent,
+    MetricsEvent,
+    PhaseEvent,
+    append_event,
+)
+from worker.leases import claim_job
+from worker.tail import EventTail, apply_events
+
+if TYPE_CHECKING:
+    from tests.unit.worker_fixtures import WorkerDb
+
+pytest_plugins = ["tests.unit.worker_fixtures"]
+
+
+def metrics_event(step: int, **values: float) -> MetricsEvent:
+    return MetricsEvent(step=step, total_steps=100, epoch=0, values=values)
+
+
+def test_partial_last_line_waits_for_its_newline(tmp_path: Path) -> None:
+    path = tmp_path / "events.jsonl"
+    whole = json.dumps(metrics_event(1, loss=2.0).model_dump(mode="json")) + "\n"
+    second = json.dumps(metrics_event(2, loss=1.5).model_dump(mode="json")) + "\n"
+    path.write_text(whole + second[:10])
+    tail = EventTail(path)
+    assert [e.step for e in tail.read() if isinstance(e, MetricsEvent)] == [1]
+    assert tail.offset == len(whole)
+    assert tail.read() == []
+    with path.open("a") as f:
+        f.write(second[10:])
+    assert [e.step for e in tail.read() if isinstance(e, MetricsEvent)] == [2]
+    assert tail.read() == []
+
+
+def test_missing_file_and_bad_lines_are_skipped(tmp_path: Path) -> None:
+    path = tmp_path / "events.jsonl"
+    tail = EventTail(path)
+    assert tail.read() == []
+    path.write_text('{"kind": "nonsense"}\nnot json\n')
+    append_event(path, PhaseEvent(phase="running"))
+    assert [type(e) for e in tail.drain()] == [PhaseEvent]
+
+
+def test_replaced_file_is_read_from_the_start(tmp_path: Path) -> None:
+    path = tmp_path / "events.jsonl"
+    append_event(path, metrics_event(1, loss=1.0))
+    append_event(path, metrics_event(2, loss=1.0))
+    tail = EventTail(path)
+    tail.drain()
+    path.unlink()
+    append_event(path, metrics_event(3, loss=1.0))
+    assert [e.step for e in tail.read() if isinstance(e, MetricsEvent)] == [3]
+
+
+FIRST = (
+    PhaseEvent(phase="running"),
+    metrics_event(10, loss=2.0, accuracy=0.5),
+    CheckpointEvent(step=10, epoch=0, path="checkpoints/step10.pt", size_bytes=123),
+)
+THEN = (
+    metrics_event(20, loss=1.0, lr=float("nan")),
+    CheckpointEvent(step=20, epoch=0, path="checkpoints/step20.pt", size_bytes=123),
+    CheckpointRemovedEvent(path="checkpoints/step10.pt"),
+)
+
+
+def checkpoints() -> list[str]:
+    with session_scope() as session:
+        return list(session.scalars(select(Checkpoint.path).order_by(Checkpoint.step)))
+
+
+def test_batches_land_in_sql_and_retailing_changes_nothing(database: WorkerDb) -> None:
+    job_id = database.add_job()
+    claim_job(job_id, [])
+    run_dir = database.runs_dir / str(job_id)
+    run_dir.mkdir(parents=True)
+    path = run_dir / "events.jsonl"
+    tail = EventTail(path)
+
+    def pump(tail: EventTail) -> None:
+        with session_scope() as session:
+            apply_events(session, job_id, run_dir, tail.drain())
+
+    for event in FIRST:
+        append_event(path, event)
+    pump(tail)
+    assert database.job(job_id).status == JobStatus.RUNNING
+    assert checkpoints() == [str(run_dir / "checkpoints/step10.pt")]
+    for event in THEN:
+        append_event(path, event)
+    pump(tail)
+    pump(EventTail(path))  # a worker re-reading the whole file from byte 0
+
+    job = database.job(job_id)
+    assert job.running_at is not None
+    assert (job.progress_step, job.progress_total) == (20, 100)
+    assert job.latest_metrics == {"loss": 1.0, "accuracy": 0.5, "lr": None}
+    assert checkpoints() == [str(run_dir / "checkpoints/step20.pt")]
+    with session_scope() as session:
+        rows = select(Metric.name, Metric.step, Metric.value).order_by(Metric.step, Metric.name)
+        assert session.execute(rows).all() == [("accuracy", 10, 0.5), ("loss", 10, 2.0), ("loss", 20, 1.0)]
+        running = select(func.count()).where(JobEvent.job_id == job_id, JobEvent.to_status == "running")
+        assert session.scalar(running) == 1

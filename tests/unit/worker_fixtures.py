@@ -1,0 +1,89 @@
+"""Fixtures for the worker's unit tests (load with `pytest_plugins`): a fresh SQLite database and settings
+per test, a helper to add and read job rows, and a doorbell that records rings instead of sending them."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, ClassVar
+
+import pytest
+
+from app.core import db
+from app.core.config import get_settings
+from app.core.db import get_engine, session_scope
+from app.models import Base, Job
+from trainers.spec import JobSpec, resolve_plan
+from worker import celery_app
+
+
+def _clear_caches() -> None:
+    get_settings.cache_clear()
+    db.engine_for.cache_clear()
+    db._sessionmaker.cache_clear()
+
+
+class WorkerDb:
+    host: ClassVar[str] = "testhost"
+    gpus: ClassVar[list[int]] = [0, 1, 2, 3]  # the fake inventory
+
+    def __init__(self, root: Path) -> None:
+        self.runs_dir = root / "runs"
+
+    @staticmethod
+    def spec(**parallel: Any) -> dict[str, Any]:
+        return {
+            "model": {"arch": "mlp"},
+            "data": {"dataset": "synthetic"},
+            "parallel": parallel,
+            "train": {"epochs": 1, "batch_size": 64},
+        }
+
+    def add_job(self, spec: dict[str, Any] | None = None, **fields: Any) -> int:
+        """Insert a job row the way the API does: the spec as given and its resolved plan."""
+        spec = spec or self.spec()
+        plan = resolve_plan(JobSpec.model_validate(spec))
+        with session_scope() as session:
+            job = Job(name="test", spec=spec, plan=plan.public(), **fields)
+            session.add(job)
+            session.flush()
+            return job.id
+
+    def job(self, job_id: int) -> Job:
+        with session_scope() as session:
+            job = session.get(Job, job_id)
+            assert job is not None, f"job {job_id} is gone"
+            return job
+
+
+@pytest.fixture
+def database(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[WorkerDb]:
+    monkeypatch.setenv("TRAINYARD_DATABASE_URL", f"sqlite:///{tmp_path}/db.sqlite")
+    monkeypatch.setenv("TRAINYARD_BROKER_URL", f"sqla+sqlite:///{tmp_path}/broker.db")
+    monkeypatch.setenv("TRAINYARD_RUNS_DIR", str(tmp_path / "runs"))
+    monkeypatch.setenv("TRAINYARD_HOSTNAME", WorkerDb.host)
+    monkeypatch.setenv("TRAINYARD_GPU_INVENTORY", ",".join(map(str, WorkerDb.gpus)))
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    _clear_caches()
+    Base.metadata.create_all(get_engine())
+    yield WorkerDb(tmp_path)
+    get_engine().dispose()
+    _clear_caches()
+
+
+class Doorbell:
+    """Stands in for the Celery app: records the job ids rung instead of sending messages."""
+
+    def __init__(self) -> None:
+        self.rung: list[int] = []
+
+    def send_task(self, name: str, args: list[int]) -> None:
+        assert name == celery_app.RUN_JOB_TASK
+        self.rung.extend(args)
+
+
+@pytest.fixture
+def doorbell(monkeypatch: pytest.MonkeyPatch) -> Doorbell:
+    bell = Doorbell()
+    monkeypatch.setattr(celery_app, "get_celery", lambda: bell)
+    return bell

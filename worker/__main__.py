@@ -1,0 +1,30 @@
+"""`python -m worker`: one Celery worker for this host, a thread per supervised job."""
+
+from __future__ import annotations
+
+import logging
+
+from app.core.config import get_settings
+from worker.celery_app import get_celery
+
+
+def worker_argv() -> list[str]:
+    settings = get_settings()
+    return [
+        "worker",
+        # Threads, not prefork: a job's task only supervises a torchrun process, and the supervisors must
+        # share the process that receives the shutdown signal.
+        "--pool=threads",
+        f"--concurrency={settings.worker_concurrency}",
+        f"--hostname=trainyard@{settings.hostname}",
+        "--loglevel=INFO",
+    ]
+
+
+def main() -> None:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    get_celery().worker_main(worker_argv())
+
+
+if __name__ == "__main__":
+    main()

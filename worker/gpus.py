@@ -1,0 +1,93 @@
+"""This host's GPUs: NVML discovery, narrowed by the worker's own CUDA_VISIBLE_DEVICES; fakes for tests."""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from app.core.config import Settings
+
+log = logging.getLogger(__name__)
+
+_MIB = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class GpuInfo:
+    index: int  # physical id: NVML's index, PCI bus order
+    uuid: str
+    name: str
+    memory_total_mb: int
+    memory_used_mb: int
+    utilization_pct: int
+
+    def public(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _text(value: str | bytes) -> str:
+    # Older nvidia-ml-py releases return bytes for names and UUIDs.
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def nvml_gpus() -> list[GpuInfo]:
+    """Every GPU NVML sees; [] on a box without a driver, where init fails."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+    except Exception as exc:  # ImportError, or NVMLError_LibraryNotFound / DriverNotLoaded on a CPU box
+        log.debug("no NVML, so no GPUs: %s", exc)
+        return []
+    try:
+        gpus = []
+        for index in range(pynvml.nvmlDeviceGetCount()):
+            handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+            memory = pynvml.nvmlDeviceGetMemoryInfo(handle)
+            gpus.append(
+                GpuInfo(
+                    index=index,
+                    uuid=_text(pynvml.nvmlDeviceGetUUID(handle)),
+                    name=_text(pynvml.nvmlDeviceGetName(handle)),
+                    memory_total_mb=int(memory.total) // _MIB,
+                    memory_used_mb=int(memory.used) // _MIB,
+                    utilization_pct=int(pynvml.nvmlDeviceGetUtilizationRates(handle).gpu),
+                )
+            )
+        return gpus
+    except pynvml.NVMLError as exc:
+        log.warning("NVML failed while listing GPUs, reporting none: %s", exc)
+        return []
+    finally:
+        pynvml.nvmlShutdown()
+
+
+def fake_gpus(inventory: str) -> list[GpuInfo]:
+    ids = sorted({int(part) for part in inventory.split(",") if part.strip()})
+    return [GpuInfo(i, f"fake-{i}", "fake", 0, 0, 0) for i in ids]
+
+
+def apply_mask(gpus: list[GpuInfo], mask: str | None) -> list[GpuInfo]:
+    """The GPUs a CUDA_VISIBLE_DEVICES value lets through, by index or UUID (prefix), in physical order.
+
+    Like CUDA, the list ends at the first entry that names no GPU, so "-1" or "" hides them all.
+    """
+    if mask is None:
+        return gpus
+    kept: dict[int, GpuInfo] = {}
+    for entry in (part.strip() for part in mask.split(",")):
+        match = next((g for g in gpus if entry == str(g.index) or (entry and g.uuid.startswith(entry))), None)
+        if match is None:
+            break
+        kept[match.index] = match
+    return sorted(kept.values(), key=lambda g: g.index)
+
+
+def host_gpus(settings: Settings, environ: Mapping[str, str] | None = None) -> list[GpuInfo]:
+    """The GPUs this worker may lease: discovered (or faked), then narrowed by the worker's own mask."""
+    env = os.environ if environ is None else environ
+    found = fake_gpus(settings.gpu_inventory) if settings.gpu_inventory is not None else nvml_gpus()
+    return apply_mask(found, env.get("CUDA_VISIBLE_DEVICES"))

@@ -1,0 +1,182 @@
+"""Liveness and recovery: this worker's heartbeat row, and jobs whose worker died or whose doorbell was lost.
+
+`reap` is plain code (no threads) so tests call it directly; `ReaperThread` runs it in each worker process.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from sqlalchemy import func, or_, select, update
+
+from app.core.config import get_settings
+from app.core.db import session_scope
+from app.models import Job, JobEvent, Worker, utcnow
+from app.services.transitions import move, move_from_any
+from app.states import JobStatus
+from worker.celery_app import enqueue_job
+from worker.gpus import host_gpus
+from worker.kill import kill_job
+from worker.launch import job_token
+from worker.leases import release_leases, worker_id
+from worker.supervise import OWNED, as_utc
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class ReapReport:
+    requeued: list[int] = field(default_factory=list)
+    cancelled: list[int] = field(default_factory=list)
+    pending_timeouts: list[int] = field(default_factory=list)
+    rung: list[int] = field(default_factory=list)
+
+
+def beat() -> None:
+    """Upsert this worker's row: who it is, where, and what its GPUs look like now."""
+    settings = get_settings()
+    gpus = [gpu.public() for gpu in host_gpus(settings)]
+    with session_scope() as session:
+        session.merge(Worker(id=worker_id(), host=settings.hostname, gpus=gpus, heartbeat_at=utcnow()))
+
+
+def _recover(job_id: int, cutoff: datetime) -> JobStatus | None:
+    """Requeue (or finish cancelling) one job whose heartbeat expired; the status it moved to, if it did."""
+    with session_scope() as session:
+        # Re-check the expiry with a write, which holds the row: a worker that was only slow and heartbeats
+        # now keeps its job.
+        still_expired = session.execute(
+            update(Job)
+            .where(Job.id == job_id, Job.status.in_(OWNED), Job.heartbeat_at < cutoff)
+            .values(heartbeat_at=Job.heartbeat_at)
+        )
+        if still_expired.rowcount != 1:  # type: ignore[attr-defined]
+            return None
+        job = session.get(Job, job_id, populate_existing=True)
+        assert job is not None
+        lost = f"worker {job.worker_id} stopped heartbeating"
+        if job.status == JobStatus.CANCELLING:
+            move(
+                session, job_id, JobStatus.CANCELLING, JobStatus.CANCELLED, reason="worker_lost", message=lost
+            )
+            outcome = JobStatus.CANCELLED
+        else:
+            move_from_any(
+                session,
+                job_id,
+                [JobStatus.RUNNING, JobStatus.STARTING],
+                JobStatus.QUEUED,
+                reason="worker_lost",
+                message=f"{lost}; requeued to resume from its latest checkpoint",
+            )
+            outcome = JobStatus.QUEUED
+        if job.host:
+            release_leases(session, job_id, job.host)
+        host, attempt = job.host, job.attempt
+    settings = get_settings()
+    if host == settings.hostname:  # its processes may have outlived their worker
+        kill_job(job_token(job_id, attempt, host), settings.cancel_grace_s)
+    return outcome
+
+
+def recover_lost_jobs(now: datetime, report: ReapReport) -> None:
+    cutoff = now - timedelta(seconds=get_settings().lease_timeout_s)
+    with session_scope() as session:
+        expired = list(
+            session.scalars(
+                select(Job.id).where(
+                    Job.status.in_(OWNED), or_(Job.heartbeat_at < cutoff, Job.heartbeat_at.is_(None))
+                )
+            )
+        )
+    for job_id in expired:
+        status = _recover(job_id, cutoff)
+        if status is JobStatus.QUEUED:
+            report.requeued.append(job_id)
+        elif status is JobStatus.CANCELLED:
+            report.cancelled.append(job_id)
+
+
+def fail_pending_timeouts(now: datetime, report: ReapReport) -> None:
+    """Fail queued jobs that waited past spec.limits.max_pending_s since they last became queued."""
+    requeued_at = (
+        select(JobEvent.job_id, func.max(JobEvent.at).label("at"))
+        .where(JobEvent.to_status == JobStatus.QUEUED)
+        .group_by(JobEvent.job_id)
+        .subquery()
+    )
+    with session_scope() as session:
+        rows = session.execute(
+            select(Job.id, Job.spec, Job.created_at, Job.message, requeued_at.c.at)
+            .outerjoin(requeued_at, requeued_at.c.job_id == Job.id)
+            .where(Job.status == JobStatus.QUEUED)
+        ).all()
+        for job_id, spec, created_at, last_message, requeued in rows:
+            limit = (spec.get("limits") or {}).get("max_pending_s")
+            since = max(as_utc(created_at), as_utc(requeued)) if requeued else as_utc(created_at)
+            if limit is None or now - since <= timedelta(seconds=limit):
+                continue
+            message = f"waited in the queue past limits.max_pending_s={limit}"
+            if last_message:
+                message += f" ({last_message})"
+            if move(
+                session, job_id, JobStatus.QUEUED, JobStatus.FAILED, reason="pending_timeout", message=message
+            ):
+                report.pending_timeouts.append(job_id)
+
+
+def ring_stale_queued(now: datetime, last_rung: dict[int, datetime], report: ReapReport) -> None:
+    """Ring again for queued jobs not rung for requeue_after_s: a lost message must never lose a job."""
+    cutoff = now - timedelta(seconds=get_settings().requeue_after_s)
+    with session_scope() as session:
+        rows = session.execute(
+            select(Job.id, Job.created_at)
+            .where(Job.status == JobStatus.QUEUED)
+            .order_by(Job.priority.desc(), Job.id)
+        ).all()
+    queued = {job_id for job_id, _ in rows}
+    for gone in set(last_rung) - queued:
+        del last_rung[gone]
+    for job_id, created_at in rows:
+        if as_utc(last_rung.get(job_id, created_at)) <= cutoff:
+            enqueue_job(job_id)
+            last_rung[job_id] = now
+            report.rung.append(job_id)
+
+
+def reap(last_rung: dict[int, datetime], now: datetime | None = None) -> ReapReport:
+    """One pass; `last_rung` (job id -> when this process last rang it) carries over between passes."""
+    now = now or utcnow()
+    report = ReapReport()
+    recover_lost_jobs(now, report)
+    for job_id in report.requeued:
+        enqueue_job(job_id)
+        last_rung[job_id] = now
+    fail_pending_timeouts(now, report)
+    ring_stale_queued(now, last_rung, report)
+    if report.requeued or report.cancelled or report.pending_timeouts:
+        log.info("reaped: %s", report)
+    return report
+
+
+class ReaperThread(threading.Thread):
+    def __init__(self) -> None:
+        super().__init__(name="trainyard-reaper", daemon=True)
+        self.halt = threading.Event()
+        self.last_rung: dict[int, datetime] = {}
+
+    def run(self) -> None:
+        while not self.halt.is_set():
+            try:
+                beat()
+                reap(self.last_rung)
+            except Exception:  # a bad pass (database away, broker away) must not end recovery for good
+                log.exception("reaper pass failed")
+            self.halt.wait(get_settings().heartbeat_s)
+
+    def stop(self) -> None:
+        self.halt.set()
+        self.join(timeout=30)

@@ -1,0 +1,208 @@
+"""Supervising one launched job: tail its events, heartbeat, obey cancel and limits, record how it ended."""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+import threading
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from sqlalchemy import select, update
+from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.orm import Session
+
+from app.core.config import get_settings
+from app.core.db import session_scope
+from app.models import Job, utcnow
+from app.services.transitions import move, move_from_any
+from app.states import JobStatus
+from worker.celery_app import enqueue_job
+from worker.failure import root_cause
+from worker.kill import kill_job
+from worker.leases import release_leases, ring_waiting_jobs
+from worker.tail import EventTail, apply_events
+
+log = logging.getLogger(__name__)
+
+TICK_S = 0.5
+# The states in which a job's current attempt belongs to the worker that claimed it.
+OWNED = (JobStatus.STARTING, JobStatus.RUNNING, JobStatus.CANCELLING)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    status: JobStatus
+    reason: str
+    message: str
+
+
+CANCELLED = Outcome(JobStatus.CANCELLED, "cancelled", "cancelled on request; its processes were stopped")
+SHUTDOWN = Outcome(JobStatus.QUEUED, "worker_shutdown", "its worker shut down; requeued to resume elsewhere")
+
+
+@dataclass
+class RunningJob:
+    job_id: int
+    attempt: int
+    token: str
+    process: subprocess.Popen[bytes]
+    run_dir: Path
+    tail: EventTail
+    deadline: datetime | None  # from spec.limits.max_runtime_s
+    max_runtime_s: int | None
+
+
+def exit_outcome(run_dir: Path, code: int) -> Outcome:
+    if code == 0:
+        return Outcome(JobStatus.SUCCEEDED, "completed", "training finished")
+    return Outcome(JobStatus.FAILED, "exit_code", root_cause(run_dir, code))
+
+
+def as_utc(moment: datetime) -> datetime:
+    # SQLite hands back naive datetimes; every stored time is UTC.
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
+def runtime_deadline(started_at: datetime | None, max_runtime_s: int | None) -> datetime | None:
+    if started_at is None or max_runtime_s is None:
+        return None
+    return as_utc(started_at) + timedelta(seconds=max_runtime_s)
+
+
+def own(session: Session, job_id: int, attempt: int) -> bool:
+    """Heartbeat the job if this attempt still owns it; the write also locks the row for the rest of the
+    transaction (SQLite: the database), so a reaper or a cancel cannot slip in between check and change."""
+    result = session.execute(
+        update(Job)
+        .where(Job.id == job_id, Job.attempt == attempt, Job.status.in_(OWNED))
+        .values(heartbeat_at=utcnow())
+    )
+    return result.rowcount == 1  # type: ignore[attr-defined]
+
+
+def finish(job_id: int, attempt: int, host: str, outcome: Outcome) -> bool:
+    """Record the end of this attempt and free its GPUs in one transaction; False if it was not ours."""
+    with session_scope() as session:
+        if not own(session, job_id, attempt):
+            return False
+        moved = outcome.status is not JobStatus.CANCELLED and move_from_any(
+            session,
+            job_id,
+            [JobStatus.RUNNING, JobStatus.STARTING],
+            outcome.status,
+            reason=outcome.reason,
+            message=outcome.message,
+        )
+        if not moved:  # a cancel arrived first, and cancel wins
+            move(
+                session,
+                job_id,
+                JobStatus.CANCELLING,
+                JobStatus.CANCELLED,
+                reason=CANCELLED.reason,
+                message=CANCELLED.message,
+            )
+        release_leases(session, job_id, host)
+    return True
+
+
+def ring_others() -> None:
+    try:
+        ring_waiting_jobs()
+    except Exception:  # the broker is down: the reaper rings queued jobs again later
+        log.exception("could not ring the jobs waiting for GPUs")
+
+
+class Supervisor:
+    def __init__(self, job: RunningJob, stop: threading.Event) -> None:
+        self.job = job
+        self.stop = stop
+        self.settings = get_settings()
+        self.next_heartbeat = 0.0
+
+    def run(self) -> None:
+        try:
+            while not self._tick():
+                self.stop.wait(TICK_S)
+        except BaseException:
+            # Never leave training running unsupervised; the reaper requeues the job once its heartbeat ages.
+            kill_job(self.job.token, self.settings.cancel_grace_s, group=self.job.process.pid)
+            self.job.process.wait()
+            raise
+
+    def _tick(self) -> bool:
+        """One look at the job; True once this supervisor is done with it."""
+        job = self.job
+        try:
+            self._pump()
+            status = self._status()
+            if status is None:
+                log.warning("job %s attempt %s is no longer ours; stopping it", job.job_id, job.attempt)
+                self._stop_processes()
+                return True
+            if self.stop.is_set():
+                return self._end(SHUTDOWN)
+            if status is JobStatus.CANCELLING:
+                return self._end(CANCELLED)
+            if self.job.deadline is not None and utcnow() >= self.job.deadline:
+                limit = f"ran past limits.max_runtime_s={self.job.max_runtime_s}"
+                return self._end(Outcome(JobStatus.TIMED_OUT, "max_runtime", limit))
+            code = self.job.process.poll()
+            if code is not None:
+                return self._end(exit_outcome(self.job.run_dir, code))
+            self._heartbeat()
+        except SQLAlchemyError:
+            # A locked or unreachable database: keep the job running and try again next tick.
+            log.exception("job %s: database error while supervising", self.job.job_id)
+        return False
+
+    def _pump(self, *, drain: bool = False) -> None:
+        """Move new events into SQL; on a database error the offset goes back so none is lost."""
+        tail = self.job.tail
+        start = tail.offset
+        events = tail.drain() if drain else tail.read()
+        if not events:
+            return
+        try:
+            with session_scope() as session:
+                apply_events(session, self.job.job_id, self.job.run_dir, events)
+        except SQLAlchemyError:
+            tail.offset = start
+            raise
+
+    def _status(self) -> JobStatus | None:
+        with session_scope() as session:
+            row = session.execute(select(Job.status, Job.attempt).where(Job.id == self.job.job_id)).first()
+        if row is None or row.attempt != self.job.attempt or row.status not in OWNED:
+            return None
+        return JobStatus(row.status)
+
+    def _heartbeat(self) -> None:
+        now = time.monotonic()
+        if now >= self.next_heartbeat:
+            with session_scope() as session:
+                own(session, self.job.job_id, self.job.attempt)
+            self.next_heartbeat = now + self.settings.heartbeat_s
+
+    def _stop_processes(self) -> None:
+        kill_job(self.job.token, self.settings.cancel_grace_s, group=self.job.process.pid)
+        self.job.process.wait()
+
+    def _end(self, outcome: Outcome) -> bool:
+        """Stop what is left, catch the last events, record the outcome; retried next tick if the DB fails."""
+        job = self.job
+        self._stop_processes()
+        self._pump(drain=True)
+        if not finish(job.job_id, job.attempt, self.settings.hostname, outcome):
+            return True
+        log.info("job %s attempt %s: %s (%s)", job.job_id, job.attempt, outcome.status, outcome.reason)
+        if outcome.status is JobStatus.QUEUED:
+            try:
+                enqueue_job(job.job_id)
+            except Exception:  # the reaper re-rings queued jobs
+                log.exception("could not re-enqueue job %s", job.job_id)
+        ring_others()
+        return True

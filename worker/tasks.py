@@ -1,0 +1,40 @@
+"""Celery glue: the one task, and the worker signals that start and stop the reaper and the supervisors."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from celery import shared_task
+from celery.signals import worker_ready, worker_shutdown, worker_shutting_down
+
+from worker import runner
+from worker.celery_app import RUN_JOB_TASK
+from worker.reaper import ReaperThread
+
+_reapers: list[ReaperThread] = []
+
+
+@shared_task(name=RUN_JOB_TASK)
+def run_job(job_id: int) -> None:
+    """The message carries only the id; the runner re-reads the row, so a repeated message is harmless."""
+    runner.run_job(job_id)
+
+
+@worker_ready.connect
+def start_reaper(**_: Any) -> None:
+    reaper = ReaperThread()
+    reaper.start()
+    _reapers.append(reaper)
+
+
+@worker_shutting_down.connect
+def stop_supervising(**_: Any) -> None:
+    # Celery's warm shutdown waits for running tasks, and a training job may run for days: supervisors see
+    # this, stop their jobs and requeue them, and their tasks return.
+    runner.SHUTDOWN.set()
+
+
+@worker_shutdown.connect
+def stop_reaper(**_: Any) -> None:
+    while _reapers:
+        _reapers.pop().stop()
