@@ -19,4 +19,6 @@ def get_db() -> Iterator[Session]:
 
 SessionDep = Annotated[Session, Depends(get_db)]
 SettingsDep = Annotated[Settings, Depends(get_settings)]
-JobId = Annotated[int, Path(ge=1, le=2**63 - 1, description="job id")]
+# Ids and steps are 32-bit INTEGER columns on PostgreSQL; larger values could only miss anyway.
+DB_INT_MAX = 2**31 - 1
+JobId = Annotated[int, Path(ge=1, le=DB_INT_MAX, description="job id")]

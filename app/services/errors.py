@@ -10,7 +10,6 @@ class DomainError(Exception):
 
     def __init__(self, message: str, field: str | None = None) -> None:
         super().__init__(message)
-        self.message = message
         self.field = field
 
 
@@ -35,7 +34,6 @@ class JobStateConflict(DomainError):
 
     def __init__(self, job_id: int, status: JobStatus, fix: str) -> None:
         super().__init__(f"job {job_id} is {status}; {fix}")
-        self.status = status
 
 
 class IdempotencyConflict(DomainError):

@@ -7,7 +7,7 @@ from typing import Annotated
 from fastapi import APIRouter, Path, Request
 from fastapi.responses import FileResponse
 
-from app.api.deps import JobId, SessionDep
+from app.api.deps import DB_INT_MAX, JobId, SessionDep
 from app.schemas import CheckpointPublic, CheckpointsPublic
 from app.services.artifacts import checkpoint_file, list_checkpoints
 
@@ -38,7 +38,7 @@ def get_checkpoints(job_id: JobId, session: SessionDep, request: Request) -> Che
     responses={200: {"content": {"application/octet-stream": {}}}},
 )
 def download_checkpoint(
-    checkpoint_id: Annotated[int, Path(ge=1, le=2**63 - 1)], session: SessionDep
+    checkpoint_id: Annotated[int, Path(ge=1, le=DB_INT_MAX)], session: SessionDep
 ) -> FileResponse:
     checkpoint, path = checkpoint_file(session, checkpoint_id)
     return FileResponse(

@@ -7,7 +7,7 @@ from typing import Annotated
 from fastapi import APIRouter, Header, Query, Response, status
 from sqlalchemy.orm import Session
 
-from app.api.deps import JobId, SessionDep, SettingsDep
+from app.api.deps import DB_INT_MAX, JobId, SessionDep, SettingsDep
 from app.models import Job
 from app.schemas import JobEventPublic, JobEventsPublic, JobPublic, JobsPublic, JobSubmitted
 from app.services import jobs, submit
@@ -51,11 +51,13 @@ def create_job(
 @router.get("")
 def list_jobs(
     session: SessionDep,
-    status: JobStatus | None = None,
-    cursor: Annotated[int | None, Query(ge=1, description="the next_cursor of the previous page")] = None,
+    status_filter: Annotated[JobStatus | None, Query(alias="status")] = None,
+    cursor: Annotated[
+        int | None, Query(ge=1, le=DB_INT_MAX, description="the next_cursor of the previous page")
+    ] = None,
     limit: Annotated[int, Query(ge=1, le=200)] = 50,
 ) -> JobsPublic:
-    page, next_cursor = jobs.list_jobs(session, status, cursor, limit)
+    page, next_cursor = jobs.list_jobs(session, status_filter, cursor, limit)
     return JobsPublic(data=jobs.describe(session, page), next_cursor=next_cursor)
 
 

@@ -6,7 +6,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query
 
-from app.api.deps import JobId, SessionDep
+from app.api.deps import DB_INT_MAX, JobId, SessionDep
 from app.schemas import MetricPublic, MetricsPublic
 from app.services.artifacts import list_metrics
 
@@ -21,7 +21,8 @@ def get_metrics(
         str | None, Query(min_length=1, max_length=64, description="one series, e.g. loss")
     ] = None,
     after_step: Annotated[
-        int | None, Query(ge=-1, description="only steps after this one: the next_after_step of a page")
+        int | None,
+        Query(ge=-1, le=DB_INT_MAX, description="only steps after this one: the next_after_step of a page"),
     ] = None,
     limit: Annotated[int, Query(ge=1, le=10_000)] = 1000,
 ) -> MetricsPublic:
