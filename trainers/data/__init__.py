@@ -121,10 +121,10 @@ class TrainBatches:
         )
         self.steps_per_epoch = len(self.sampler) // per_rank_batch
         if self.steps_per_epoch == 0:
+            usable = len(self.sampler) * env.world_size
             raise ValueError(
-                f"train.batch_size={per_rank_batch * env.world_size} is larger than the "
-                f"{len(self.sampler) * env.world_size} training samples ({len(self.sampler)} per rank); "
-                f"lower train.batch_size"
+                f"train.batch_size={per_rank_batch * env.world_size} is larger than the {usable} training "
+                f"samples the {env.world_size} rank(s) share; lower train.batch_size to at most {usable}"
             )
 
     def _epoch_indices(self, epoch: int) -> torch.Tensor:

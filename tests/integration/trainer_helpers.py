@@ -1,0 +1,96 @@
+"""Run the trainer the way the worker does (torchrun over trainers.run) on a spec, and read what it left."""
+
+from __future__ import annotations
+
+import copy
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from trainers.events import (
+    EVENTS_FILE,
+    LOG_DIR,
+    SPEC_FILE,
+    CheckpointEvent,
+    Event,
+    MetricsEvent,
+    parse_event,
+    rank_log_name,
+)
+from trainers.spec import JobSpec, RunConfig, resolve_plan
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def spec_with(base: dict[str, Any], **sections: dict[str, Any]) -> dict[str, Any]:
+    """A copy of base whose named sections are updated key by key."""
+    spec = copy.deepcopy(base)
+    for name, values in sections.items():
+        spec[name] = {**spec.get(name, {}), **values}
+    return spec
+
+
+def write_config(run_dir: Path, spec: dict[str, Any], resume_path: Path | None = None) -> RunConfig:
+    job = JobSpec.model_validate(spec)
+    plan = resolve_plan(job)
+    plan.resume_path = None if resume_path is None else str(resume_path)
+    config = RunConfig(job_id=1, attempt=1, spec=job, plan=plan)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / SPEC_FILE).write_text(config.model_dump_json(), encoding="utf-8")
+    return config
+
+
+def launch(run_dir: Path, nproc: int, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    env = {
+        **os.environ,
+        "OMP_NUM_THREADS": "1",
+        "CUDA_VISIBLE_DEVICES": "",
+        "TORCHELASTIC_ERROR_FILE": str(run_dir / "error.json"),
+        "PYTHONUNBUFFERED": "1",
+    }
+    argv = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(nproc)]
+    argv += ["--max-restarts", "0", "-m", "trainers.run", "--run-dir", str(run_dir)]
+    return subprocess.run(argv, env=env, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+
+
+@dataclass
+class TrainerRun:
+    run_dir: Path
+    nproc: int
+
+    def log(self, rank: int) -> str:
+        path = self.run_dir / LOG_DIR / rank_log_name(rank)
+        return path.read_text() if path.exists() else f"(no {path.name})"
+
+    def events(self) -> list[Event]:
+        return [parse_event(line) for line in (self.run_dir / EVENTS_FILE).read_text().splitlines()]
+
+    def metric(self, name: str) -> list[tuple[int, float]]:
+        metrics = [e for e in self.events() if isinstance(e, MetricsEvent)]
+        return [(e.step, e.values[name]) for e in metrics if name in e.values]
+
+    def checkpoint_steps(self) -> list[int]:
+        return [e.step for e in self.events() if isinstance(e, CheckpointEvent)]
+
+    def checksums(self) -> list[float]:
+        """The final `param_checksum=` line of every rank's log."""
+        found = []
+        for rank in range(self.nproc):
+            lines = [line for line in self.log(rank).splitlines() if line.startswith("param_checksum=")]
+            assert len(lines) == 1, f"rank {rank} printed {len(lines)} checksums"
+            found.append(float(lines[0].split("=", 1)[1]))
+        return found
+
+
+def train(run_dir: Path, spec: dict[str, Any], nproc: int, resume_path: Path | None = None) -> TrainerRun:
+    """Train to the end; on failure the assertion shows the launcher's output and every rank's log."""
+    write_config(run_dir, spec, resume_path)
+    done = launch(run_dir, nproc)
+    run = TrainerRun(run_dir, nproc)
+    if done.returncode != 0:
+        logs = "\n".join(f"--- rank {r}\n{run.log(r)}" for r in range(nproc))
+        raise AssertionError(f"torchrun exited {done.returncode}\n{done.stdout}\n{done.stderr}\n{logs}")
+    return run
