@@ -1,7 +1,7 @@
 """Stopping every process of a job: SIGTERM, a grace period, SIGKILL, and a bounded wait until none is left.
 
 torchrun starts each rank in a session of its own, so a process-group kill misses the ranks and their
-data-loader workers. What they all share is the job token in their environment, inherited from the launch.
+data-loader workers. What they all share is what the launch put in their environment, which they inherit.
 """
 
 from __future__ import annotations
@@ -11,30 +11,51 @@ import logging
 import os
 import signal
 import time
-from collections import defaultdict
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
 
 import psutil
 
-from worker.launch import JOB_TOKEN_ENV
+from worker.launch import JOB_TOKEN_ENV, job_token
 
 log = logging.getLogger(__name__)
 
+# The job's run directory, set next to the token: the token ("<host>/<job>/<attempt>") repeats across
+# deployments on one host (a test suite beside a dev server, both with job 1), the run directory does not.
+RUN_DIR_ENV = "TRAINYARD_RUN_DIR"
 KILL_WAIT_S = 5.0  # after SIGKILL: the kernel only needs to tear the processes down
 POLL_S = 0.05
 
 
-def processes_by_token() -> dict[str, list[psutil.Process]]:
-    """Every live process of this host that carries a job token, grouped by token."""
-    found: dict[str, list[psutil.Process]] = defaultdict(list)
+@dataclass(frozen=True)
+class JobMark:
+    """How the processes of one attempt of one job are recognised."""
+
+    token: str
+    run_dir: Path
+
+    def env(self) -> dict[str, str]:
+        return {RUN_DIR_ENV: str(self.run_dir)}
+
+    def matches(self, environ: Mapping[str, str]) -> bool:
+        return environ.get(JOB_TOKEN_ENV) == self.token and environ.get(RUN_DIR_ENV) == str(self.run_dir)
+
+
+def mark_for(job_id: int, attempt: int, host: str, runs_dir: Path) -> JobMark:
+    return JobMark(job_token(job_id, attempt, host), runs_dir / str(job_id))
+
+
+def job_processes(mark: JobMark) -> list[psutil.Process]:
+    found = []
     for proc in psutil.process_iter():
         if proc.pid == os.getpid():
             continue
         try:
-            token = proc.environ().get(JOB_TOKEN_ENV)
+            if mark.matches(proc.environ()):
+                found.append(proc)
         except (psutil.AccessDenied, psutil.NoSuchProcess):  # another user's, or gone (zombies included)
             continue
-        if token:
-            found[token].append(proc)
     return found
 
 
@@ -50,27 +71,6 @@ def _alive(procs: list[psutil.Process]) -> list[psutil.Process]:
     return alive
 
 
-def _signal(procs: list[psutil.Process], group: int | None, sig: signal.Signals) -> None:
-    if group is not None:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(group, sig)
-    for proc in procs:
-        try:
-            proc.send_signal(sig)
-        except (psutil.NoSuchProcess, psutil.AccessDenied):
-            continue
-
-
-def _wait_gone(token: str, group: int | None, timeout_s: float) -> list[psutil.Process]:
-    """Poll until the token's processes are gone or the time is up; returns those still alive."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        alive = _alive(processes_by_token().get(token, []) + _group_leader(group))
-        if not alive or time.monotonic() >= deadline:
-            return alive
-        time.sleep(POLL_S)
-
-
 def _group_leader(group: int | None) -> list[psutil.Process]:
     if group is None:
         return []
@@ -80,25 +80,45 @@ def _group_leader(group: int | None) -> list[psutil.Process]:
         return []
 
 
-def kill_job(token: str, grace_s: float, group: int | None = None) -> list[psutil.Process]:
+def _signal(procs: list[psutil.Process], group: int | None, sig: signal.Signals) -> None:
+    if group is not None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(group, sig)
+    for proc in procs:
+        with contextlib.suppress(psutil.NoSuchProcess, psutil.AccessDenied):
+            proc.send_signal(sig)
+
+
+def _wait_gone(mark: JobMark, group: int | None, timeout_s: float) -> list[psutil.Process]:
+    """Poll until the job's processes are gone or the time is up; returns those still alive."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        alive = _alive(job_processes(mark) + _group_leader(group))
+        if not alive or time.monotonic() >= deadline:
+            return alive
+        time.sleep(POLL_S)
+
+
+def kill_job(mark: JobMark, grace_s: float, group: int | None = None) -> list[psutil.Process]:
     """Stop the job's processes (and the process group `group`, torchrun's); returns any that survived.
 
-    Returns within about grace_s + KILL_WAIT_S. Processes started during the kill carry the token too, so
-    the SIGKILL pass finds them in a fresh scan.
+    Returns within about grace_s + KILL_WAIT_S. Processes started during the kill carry the mark too, so
+    each pass finds them in a fresh scan. The caller must not have reaped `group`'s leader yet, so that its
+    pid cannot have been reused.
     """
-    procs = processes_by_token().get(token, [])
-    if not _alive(procs + _group_leader(group)):
+    procs = _alive(job_processes(mark) + _group_leader(group))
+    if not procs:
         return []
-    log.info("stopping %d process(es) of job %s", len(procs), token)
+    log.info("stopping %d process(es) of job %s", len(procs), mark.token)
     _signal(procs, group, signal.SIGTERM)
-    alive = _wait_gone(token, group, grace_s)
+    alive = _wait_gone(mark, group, grace_s)
     if not alive:
         return []
-    log.warning("job %s: %d process(es) outlived SIGTERM by %.1fs; SIGKILL", token, len(alive), grace_s)
+    log.warning("job %s: %d process(es) outlived SIGTERM by %.1fs; SIGKILL", mark.token, len(alive), grace_s)
     deadline = time.monotonic() + KILL_WAIT_S
     while alive and time.monotonic() < deadline:
         _signal(alive, group, signal.SIGKILL)
-        alive = _wait_gone(token, group, min(0.5, max(0.0, deadline - time.monotonic())))
+        alive = _wait_gone(mark, group, min(0.5, max(0.0, deadline - time.monotonic())))
     if alive:
-        log.error("job %s: processes %s survived SIGKILL", token, [p.pid for p in alive])
+        log.error("job %s: processes %s survived SIGKILL", mark.token, [p.pid for p in alive])
     return alive

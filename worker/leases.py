@@ -34,6 +34,7 @@ class ClaimOutcome(StrEnum):
 
 @dataclass(frozen=True)
 class Claim:
+    job_id: int
     outcome: ClaimOutcome
     attempt: int = 0
     gpu_ids: list[int] = field(default_factory=list)
@@ -98,7 +99,7 @@ def claim_job(job_id: int, host_gpu_ids: list[int]) -> Claim:
             # num_gpus jobs may still fit on the GPUs that are left.
             continue
     _set_waiting(job_id, f"waiting for GPUs: other jobs took them first {CLAIM_TRIES} times in a row")
-    return Claim(ClaimOutcome.WAITING)
+    return Claim(job_id, ClaimOutcome.WAITING)
 
 
 def _try_claim(job_id: int, host_gpu_ids: list[int]) -> Claim:
@@ -106,18 +107,18 @@ def _try_claim(job_id: int, host_gpu_ids: list[int]) -> Claim:
     with session_scope() as session:
         job = session.get(Job, job_id)
         if job is None or job.status != JobStatus.QUEUED:
-            return Claim(ClaimOutcome.NOT_QUEUED)
+            return Claim(job_id, ClaimOutcome.NOT_QUEUED)
         plan = Plan.model_validate(job.plan)
         reason = infeasibility(plan, host_gpu_ids, host)
         if reason is not None:
             moved = move(
                 session, job_id, JobStatus.QUEUED, JobStatus.FAILED, reason="infeasible", message=reason
             )
-            return Claim(ClaimOutcome.INFEASIBLE if moved else ClaimOutcome.NOT_QUEUED)
+            return Claim(job_id, ClaimOutcome.INFEASIBLE if moved else ClaimOutcome.NOT_QUEUED)
         gpu_ids, wait = pick_gpus(plan, host_gpu_ids, _held_gpus(session, host))
     if wait is not None:
         _set_waiting(job_id, wait)
-        return Claim(ClaimOutcome.WAITING)
+        return Claim(job_id, ClaimOutcome.WAITING)
     with session_scope() as session:
         now = utcnow()
         where = f"GPUs [{_format_ids(gpu_ids)}]" if gpu_ids else "CPU"
@@ -135,11 +136,11 @@ def _try_claim(job_id: int, host_gpu_ids: list[int]) -> Claim:
             heartbeat_at=now,
             running_at=None,
         ):
-            return Claim(ClaimOutcome.NOT_QUEUED)
+            return Claim(job_id, ClaimOutcome.NOT_QUEUED)
         session.add_all(GpuLease(host=host, gpu_index=gpu, job_id=job_id) for gpu in gpu_ids)
         session.flush()
         attempt = session.execute(select(Job.attempt).where(Job.id == job_id)).scalar_one()
-    return Claim(ClaimOutcome.CLAIMED, attempt=attempt, gpu_ids=gpu_ids)
+    return Claim(job_id, ClaimOutcome.CLAIMED, attempt=attempt, gpu_ids=gpu_ids)
 
 
 def release_leases(session: Session, job_id: int, host: str) -> None:

@@ -19,8 +19,7 @@ from app.services.transitions import move, move_from_any
 from app.states import JobStatus
 from worker.celery_app import enqueue_job
 from worker.gpus import host_gpus
-from worker.kill import kill_job
-from worker.launch import job_token
+from worker.kill import kill_job, mark_for
 from worker.leases import release_leases, worker_id
 from worker.supervise import OWNED, as_utc
 
@@ -78,7 +77,7 @@ def _recover(job_id: int, cutoff: datetime) -> JobStatus | None:
         host, attempt = job.host, job.attempt
     settings = get_settings()
     if host == settings.hostname:  # its processes may have outlived their worker
-        kill_job(job_token(job_id, attempt, host), settings.cancel_grace_s)
+        kill_job(mark_for(job_id, attempt, host, settings.runs_dir), settings.cancel_grace_s)
     return outcome
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import subprocess
 import sys
 import threading
@@ -14,15 +15,15 @@ from app.core.config import Settings, get_settings
 from app.core.db import session_scope
 from app.models import Checkpoint, Job, utcnow
 from app.states import JobStatus
-from trainers.events import EVENTS_FILE, LAUNCHER_LOG, LOG_DIR, SPEC_FILE
+from trainers.events import EVENTS_FILE, LAUNCHER_LOG, LOG_DIR, SPEC_FILE, PhaseEvent
 from trainers.spec import JobSpec, Plan, RunConfig
 from worker.failure import ERROR_FILE
 from worker.gpus import host_gpus
-from worker.kill import kill_job
-from worker.launch import build_launch, job_token
+from worker.kill import JobMark, kill_job, mark_for
+from worker.launch import Launch, build_launch
 from worker.leases import Claim, ClaimOutcome, claim_job
 from worker.supervise import CANCELLED, Outcome, RunningJob, Supervisor, finish, ring_others, runtime_deadline
-from worker.tail import EventTail
+from worker.tail import EventTail, apply_events
 
 log = logging.getLogger(__name__)
 
@@ -41,12 +42,13 @@ def run_job(job_id: int) -> None:
     log.info("job %s: %s", job_id, claim.outcome)
     if claim.outcome is not ClaimOutcome.CLAIMED:
         return
+    mark = mark_for(job_id, claim.attempt, settings.hostname, settings.runs_dir)
     try:
-        running = launch(job_id, claim, settings)
+        running = launch(mark, claim, settings)
     except Exception as exc:
         log.exception("job %s: could not launch", job_id)
         # The failure may have come after the process started (a failed commit): it must not run on.
-        kill_job(job_token(job_id, claim.attempt, settings.hostname), settings.cancel_grace_s)
+        kill_job(mark, settings.cancel_grace_s)
         finish(job_id, claim.attempt, settings.hostname, Outcome(JobStatus.FAILED, "launch_error", str(exc)))
         ring_others()
         return
@@ -57,60 +59,60 @@ def run_job(job_id: int) -> None:
     Supervisor(running, SHUTDOWN).run()
 
 
-def _resume_path(job: Job, plan: Plan, attempt: int) -> str | None:
-    """A requeued attempt resumes from the job's latest checkpoint; a first one from what the API chose."""
-    if attempt > 1:
+def _catch_up(job_id: int, run_dir: Path) -> EventTail:
+    """Record what earlier attempts wrote after their worker died (their processes train on until the reaper
+    stops them: checkpoints come and go), so the next attempt resumes from a checkpoint that still exists.
+
+    Re-reading is idempotent; only the phase events are skipped, as they speak of an earlier attempt.
+    Returns a tail at the end of the file, for this attempt's events.
+    """
+    tail = EventTail(run_dir / EVENTS_FILE)
+    while True:
+        start = tail.offset
+        events = [event for event in tail.read() if not isinstance(event, PhaseEvent)]
+        if events:
+            with session_scope() as session:
+                apply_events(session, job_id, run_dir, events)
+        if tail.offset == start:
+            return tail
+
+
+def _leased_plan(job: Job, claim: Claim) -> Plan:
+    """The plan with the GPUs leased and where to resume: a requeued attempt continues from the job's latest
+    checkpoint on disk, a first one from what the API chose."""
+    plan = Plan.model_validate(job.plan)
+    resume_path = plan.resume_path
+    if claim.attempt > 1:
         with session_scope() as session:
-            latest = session.scalars(
+            saved = session.scalars(
                 select(Checkpoint.path)
                 .where(Checkpoint.job_id == job.id)
                 .order_by(Checkpoint.step.desc(), Checkpoint.id.desc())
-                .limit(1)
-            ).first()
-        if latest is not None:
-            return latest
-    return plan.resume_path
+            ).all()
+        resume_path = next((path for path in saved if Path(path).is_file()), resume_path)
+    gpus = claim.gpu_ids if plan.device == "cuda" else plan.gpus
+    return plan.model_copy(update={"gpus": gpus, "resume_path": resume_path})
 
 
-def launch(job_id: int, claim: Claim, settings: Settings) -> RunningJob | None:
-    """Start torchrun for a claimed job, or return None when the job left `starting` before it could."""
-    with session_scope() as session:
-        job = session.get(Job, job_id)
-        if job is None:
-            return None
-    run_dir = settings.runs_dir / str(job_id)
-    spec = JobSpec.model_validate(job.spec)
-    plan = Plan.model_validate(job.plan)
-    plan = plan.model_copy(
-        update={
-            "gpus": claim.gpu_ids if plan.device == "cuda" else plan.gpus,
-            "resume_path": _resume_path(job, plan, claim.attempt),
-        }
-    )
-    command = build_launch(
-        plan,
-        job_id=job_id,
-        attempt=claim.attempt,
-        host=settings.hostname,
-        run_dir=run_dir,
-        gpu_ids=claim.gpu_ids,
-        python=sys.executable,
-    )
-    plan = plan.model_copy(update={"argv": command.argv})
+def _prepare_run_dir(run_dir: Path, config: RunConfig) -> None:
     (run_dir / LOG_DIR).mkdir(parents=True, exist_ok=True)
-    config = RunConfig(job_id=job_id, attempt=claim.attempt, spec=spec, plan=plan)
     (run_dir / SPEC_FILE).write_text(config.model_dump_json(indent=2), encoding="utf-8")
     # A previous attempt's root cause must not be reported as this one's.
     (run_dir / ERROR_FILE).unlink(missing_ok=True)
-    events = run_dir / EVENTS_FILE
-    # Events already in the file belong to earlier attempts, which tailed them.
-    tail = EventTail(events, offset=events.stat().st_size if events.exists() else 0)
+
+
+def _start_if_starting(
+    claim: Claim, plan: Plan, command: Launch, run_dir: Path
+) -> subprocess.Popen[bytes] | None:
+    """Start torchrun only if the job is still `starting` for this attempt.
+
+    The check is a write that holds the row until the process has started: a cancel lands either before
+    (nothing starts) or after (the supervisor sees it on its first look).
+    """
     with session_scope() as session:
-        # Still `starting`, checked by a write that holds the row until the process is started: a cancel
-        # lands either before (nothing starts) or after (the supervisor sees it on its first look).
         still_ours = session.execute(
             update(Job)
-            .where(Job.id == job_id, Job.attempt == claim.attempt, Job.status == JobStatus.STARTING)
+            .where(Job.id == claim.job_id, Job.attempt == claim.attempt, Job.status == JobStatus.STARTING)
             .values(plan=plan.public(), heartbeat_at=utcnow())
         )
         if still_ours.rowcount != 1:  # type: ignore[attr-defined]
@@ -118,7 +120,7 @@ def launch(job_id: int, claim: Claim, settings: Settings) -> RunningJob | None:
         with (run_dir / LOG_DIR / LAUNCHER_LOG).open("ab") as launcher_log:
             launcher_log.write(f"=== attempt {claim.attempt}: {' '.join(command.argv)}\n".encode())
             launcher_log.flush()
-            process = subprocess.Popen(
+            return subprocess.Popen(
                 command.argv,
                 env=command.env,
                 cwd=PROJECT_ROOT,
@@ -129,13 +131,38 @@ def launch(job_id: int, claim: Claim, settings: Settings) -> RunningJob | None:
                 # worker, which then stops and requeues its jobs in order.
                 start_new_session=True,
             )
-    log.info("job %s attempt %s: started torchrun pid %s", job_id, claim.attempt, process.pid)
-    return RunningJob(
-        job_id=job_id,
+
+
+def launch(mark: JobMark, claim: Claim, settings: Settings) -> RunningJob | None:
+    """Start torchrun for a claimed job, or return None when the job left `starting` before it could."""
+    with session_scope() as session:
+        job = session.get(Job, claim.job_id)
+    if job is None:
+        return None
+    spec = JobSpec.model_validate(job.spec)
+    tail = _catch_up(job.id, mark.run_dir)
+    plan = _leased_plan(job, claim)
+    command = build_launch(
+        plan,
+        job_id=claim.job_id,
         attempt=claim.attempt,
-        token=job_token(job_id, claim.attempt, settings.hostname),
+        host=settings.hostname,
+        run_dir=mark.run_dir,
+        gpu_ids=claim.gpu_ids,
+        python=sys.executable,
+        base_env={**os.environ, **mark.env()},
+    )
+    plan = plan.model_copy(update={"argv": command.argv})
+    _prepare_run_dir(mark.run_dir, RunConfig(job_id=job.id, attempt=claim.attempt, spec=spec, plan=plan))
+    process = _start_if_starting(claim, plan, command, mark.run_dir)
+    if process is None:
+        return None
+    log.info("job %s attempt %s: started torchrun pid %s", job.id, claim.attempt, process.pid)
+    return RunningJob(
+        job_id=job.id,
+        attempt=claim.attempt,
+        mark=mark,
         process=process,
-        run_dir=run_dir,
         tail=tail,
         deadline=runtime_deadline(job.started_at, spec.limits.max_runtime_s),
         max_runtime_s=spec.limits.max_runtime_s,

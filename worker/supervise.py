@@ -21,7 +21,7 @@ from app.services.transitions import move, move_from_any
 from app.states import JobStatus
 from worker.celery_app import enqueue_job
 from worker.failure import root_cause
-from worker.kill import kill_job
+from worker.kill import JobMark, kill_job
 from worker.leases import release_leases, ring_waiting_jobs
 from worker.tail import EventTail, apply_events
 
@@ -47,9 +47,8 @@ SHUTDOWN = Outcome(JobStatus.QUEUED, "worker_shutdown", "its worker shut down; r
 class RunningJob:
     job_id: int
     attempt: int
-    token: str
+    mark: JobMark
     process: subprocess.Popen[bytes]
-    run_dir: Path
     tail: EventTail
     deadline: datetime | None  # from spec.limits.max_runtime_s
     max_runtime_s: int | None
@@ -129,7 +128,7 @@ class Supervisor:
                 self.stop.wait(TICK_S)
         except BaseException:
             # Never leave training running unsupervised; the reaper requeues the job once its heartbeat ages.
-            kill_job(self.job.token, self.settings.cancel_grace_s, group=self.job.process.pid)
+            kill_job(self.job.mark, self.settings.cancel_grace_s, group=self.job.process.pid)
             self.job.process.wait()
             raise
 
@@ -152,7 +151,7 @@ class Supervisor:
                 return self._end(Outcome(JobStatus.TIMED_OUT, "max_runtime", limit))
             code = self.job.process.poll()
             if code is not None:
-                return self._end(exit_outcome(self.job.run_dir, code))
+                return self._end(exit_outcome(self.job.mark.run_dir, code))
             self._heartbeat()
         except SQLAlchemyError:
             # A locked or unreachable database: keep the job running and try again next tick.
@@ -168,7 +167,7 @@ class Supervisor:
             return
         try:
             with session_scope() as session:
-                apply_events(session, self.job.job_id, self.job.run_dir, events)
+                apply_events(session, self.job.job_id, self.job.mark.run_dir, events)
         except SQLAlchemyError:
             tail.offset = start
             raise
@@ -188,7 +187,7 @@ class Supervisor:
             self.next_heartbeat = now + self.settings.heartbeat_s
 
     def _stop_processes(self) -> None:
-        kill_job(self.job.token, self.settings.cancel_grace_s, group=self.job.process.pid)
+        kill_job(self.job.mark, self.settings.cancel_grace_s, group=self.job.process.pid)
         self.job.process.wait()
 
     def _end(self, outcome: Outcome) -> bool:

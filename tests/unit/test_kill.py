@@ -1,4 +1,4 @@
-"""Stopping a job finds every process carrying its token, even those in sessions of their own."""
+"""Stopping a job: every process with its mark, in whatever session; on cancel, timeout and shutdown."""
 
 from __future__ import annotations
 
@@ -6,14 +6,29 @@ import os
 import subprocess
 import sys
 import textwrap
+import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import psutil
 import pytest
+from sqlalchemy import select
 
-from worker.kill import KILL_WAIT_S, kill_job
+from app.core.db import session_scope
+from app.models import GpuLease
+from app.services.transitions import move
+from app.states import JobStatus
+from worker import runner
+from worker.kill import KILL_WAIT_S, JobMark, job_processes, kill_job, mark_for
 from worker.launch import JOB_TOKEN_ENV
+from worker.runner import run_job
+
+if TYPE_CHECKING:
+    from tests.unit.worker_fixtures import Doorbell, WorkerDb
+
+pytest_plugins = ["tests.unit.worker_fixtures"]
 
 GRACE_S = 0.5
 
@@ -23,10 +38,10 @@ TREE = textwrap.dedent(
     """
     import os, signal, subprocess, sys, time
     pids, role = sys.argv[1], sys.argv[2]
-    with open(pids, "a") as f:
-        f.write(f"{os.getpid()}\\n")
     if role == "stubborn":
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    with open(pids, "a") as f:
+        f.write(f"{os.getpid()}\\n")
     children = {"parent": ["rank", "stubborn"], "rank": ["loader"]}.get(role, [])
     for child in children:
         subprocess.Popen([sys.executable, __file__, pids, child], start_new_session=True)
@@ -35,10 +50,8 @@ TREE = textwrap.dedent(
 )
 
 
-def start(tree: Path, pids: Path, token: str | None) -> subprocess.Popen[bytes]:
-    env = {k: v for k, v in os.environ.items() if k != JOB_TOKEN_ENV}
-    if token:
-        env[JOB_TOKEN_ENV] = token
+def start(tree: Path, pids: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
+    env = {**os.environ, **env}
     return subprocess.Popen([sys.executable, str(tree), str(pids), "parent"], env=env, start_new_session=True)
 
 
@@ -67,17 +80,23 @@ def tree(tmp_path: Path) -> Path:
 
 
 def test_kill_reaches_every_session_and_spares_others(tree: Path, tmp_path: Path) -> None:
-    token, other_token = f"testhost/{os.getpid()}/1", f"testhost/{os.getpid()}/2"
-    job = start(tree, tmp_path / "job.pids", token)
-    other = start(tree, tmp_path / "other.pids", other_token)
+    token = f"testhost/{os.getpid()}"
+    mark = JobMark(f"{token}/1", tmp_path / "runs" / "1")
+    # Another attempt of the job, and the same job id of another deployment (another runs directory).
+    others = [JobMark(f"{token}/2", mark.run_dir), JobMark(mark.token, tmp_path / "other" / "1")]
+    job = start(tree, tmp_path / "job.pids", {JOB_TOKEN_ENV: mark.token, **mark.env()})
+    spared = [
+        start(tree, tmp_path / f"other{i}.pids", {JOB_TOKEN_ENV: other.token, **other.env()})
+        for i, other in enumerate(others)
+    ]
     unmarked = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
     try:
         job_pids = wait_for_pids(tmp_path / "job.pids", 4)
-        other_pids = wait_for_pids(tmp_path / "other.pids", 4)
+        other_pids = [pid for i in range(2) for pid in wait_for_pids(tmp_path / f"other{i}.pids", 4)]
         assert len({os.getsid(pid) for pid in job_pids}) == 4  # no two share a session (or a group)
 
         started = time.monotonic()
-        assert kill_job(token, GRACE_S, group=job.pid) == []
+        assert kill_job(mark, GRACE_S, group=job.pid) == []
         elapsed = time.monotonic() - started
 
         assert not [pid for pid in job_pids if running(pid)]
@@ -86,14 +105,74 @@ def test_kill_reaches_every_session_and_spares_others(tree: Path, tmp_path: Path
         assert unmarked.poll() is None
         assert job.wait(timeout=1) is not None
     finally:
-        for leftover in (token, other_token):
+        for leftover in (mark, *others):
             kill_job(leftover, 0)
         unmarked.kill()
-        for proc in (job, other, unmarked):
+        for proc in (job, *spared, unmarked):
             proc.wait(timeout=5)
 
 
-def test_nothing_to_kill_returns_at_once() -> None:
+def test_nothing_to_kill_returns_at_once(tmp_path: Path) -> None:
     started = time.monotonic()
-    assert kill_job("testhost/no-such-job/1", 10) == []
+    assert kill_job(JobMark("testhost/no-such-job/1", tmp_path), 10) == []
     assert time.monotonic() - started < 5
+
+
+def run_in_thread(job_id: int) -> threading.Thread:
+    thread = threading.Thread(target=run_job, args=(job_id,))
+    thread.start()
+    return thread
+
+
+def wait_for_status(database: WorkerDb, job_id: int, status: JobStatus) -> None:
+    deadline = time.monotonic() + 20
+    while database.job(job_id).status != status:
+        assert time.monotonic() < deadline, f"job {job_id} is {database.job(job_id).status}, not {status}"
+        time.sleep(0.05)
+
+
+def assert_stopped(database: WorkerDb, job_id: int, thread: threading.Thread) -> None:
+    thread.join(timeout=10)
+    assert not thread.is_alive()
+    assert job_processes(mark_for(job_id, 1, database.host, database.runs_dir)) == []
+    with session_scope() as session:
+        assert session.scalars(select(GpuLease)).all() == []
+
+
+def test_cancel_stops_a_running_job(
+    database: WorkerDb, doorbell: Doorbell, fake_trainer: Callable[[str], None]
+) -> None:
+    fake_trainer("hang")
+    job_id = database.add_job(database.spec(gpus=[0]))
+    thread = run_in_thread(job_id)
+    wait_for_status(database, job_id, JobStatus.RUNNING)
+    assert job_processes(mark_for(job_id, 1, database.host, database.runs_dir))
+    with session_scope() as session:  # what the API does
+        move(session, job_id, JobStatus.RUNNING, JobStatus.CANCELLING, reason="user")
+    assert_stopped(database, job_id, thread)
+    assert database.job(job_id).status == JobStatus.CANCELLED
+
+
+def test_max_runtime_times_the_job_out(
+    database: WorkerDb, doorbell: Doorbell, fake_trainer: Callable[[str], None]
+) -> None:
+    fake_trainer("hang")
+    job_id = database.add_job({**database.spec(), "limits": {"max_runtime_s": 1}})
+    thread = run_in_thread(job_id)
+    assert_stopped(database, job_id, thread)
+    job = database.job(job_id)
+    assert (job.status, job.status_reason) == (JobStatus.TIMED_OUT, "max_runtime")
+
+
+def test_worker_shutdown_requeues_its_jobs(
+    database: WorkerDb, doorbell: Doorbell, fake_trainer: Callable[[str], None]
+) -> None:
+    fake_trainer("hang")
+    job_id = database.add_job()
+    thread = run_in_thread(job_id)
+    wait_for_status(database, job_id, JobStatus.RUNNING)
+    runner.SHUTDOWN.set()  # what Celery's worker_shutting_down signal does
+    assert_stopped(database, job_id, thread)
+    job = database.job(job_id)
+    assert (job.status, job.status_reason) == (JobStatus.QUEUED, "worker_shutdown")
+    assert doorbell.rung == [job_id]

@@ -1,15 +1,16 @@
-"""The event tail: complete lines only, and batches whose writes are idempotent."""
+"""The run directory read back: the event tail (complete lines, idempotent batches), and how a run ended."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sqlalchemy import func, select
 
 from app.core.db import session_scope
-from app.models import Checkpoint, JobEvent, Metric
+from app.models import Checkpoint, GpuLease, JobEvent, Metric
 from app.states import JobStatus
 from trainers.events import (
     CheckpointEvent,
@@ -18,11 +19,13 @@ from trainers.events import (
     PhaseEvent,
     append_event,
 )
-from worker.leases import claim_job
+from trainers.spec import RunConfig
+from worker.leases import WAITING_FOR_GPUS, claim_job
+from worker.runner import run_job
 from worker.tail import EventTail, apply_events
 
 if TYPE_CHECKING:
-    from tests.unit.worker_fixtures import WorkerDb
+    from tests.unit.worker_fixtures import Doorbell, WorkerDb
 
 pytest_plugins = ["tests.unit.worker_fixtures"]
 
@@ -115,3 +118,51 @@ def test_batches_land_in_sql_and_retailing_changes_nothing(database: WorkerDb) -
         assert session.execute(rows).all() == [("accuracy", 10, 0.5), ("loss", 10, 2.0), ("loss", 20, 1.0)]
         running = select(func.count()).where(JobEvent.job_id == job_id, JobEvent.to_status == "running")
         assert session.scalar(running) == 1
+
+
+def leases() -> list[int]:
+    with session_scope() as session:
+        return list(session.scalars(select(GpuLease.gpu_index)))
+
+
+def test_run_that_exits_0_succeeds_frees_its_gpus_and_rings_waiters(
+    database: WorkerDb, doorbell: Doorbell, fake_trainer: Callable[[str], None]
+) -> None:
+    fake_trainer("ok")
+    job_id = database.add_job(database.spec(gpus=[1]))
+    waiter = database.add_job(database.spec(gpus=[1]), status_reason=WAITING_FOR_GPUS)
+
+    run_job(job_id)
+
+    job = database.job(job_id)
+    assert (job.status, job.status_reason, job.attempt) == (JobStatus.SUCCEEDED, "completed", 1)
+    assert job.running_at is not None and job.finished_at is not None
+    assert (job.progress_step, job.latest_metrics) == (10, {"loss": 0.5})
+    assert job.plan["gpus"] == [1]
+    config = RunConfig.model_validate_json((database.runs_dir / str(job_id) / "spec.json").read_text())
+    assert (config.job_id, config.attempt, config.plan.gpus) == (job_id, 1, [1])
+    assert leases() == []
+    assert doorbell.rung == [waiter]
+
+
+def test_failed_run_reports_the_error_file_message(
+    database: WorkerDb, doorbell: Doorbell, fake_trainer: Callable[[str], None]
+) -> None:
+    fake_trainer("error_file")
+    job_id = database.add_job()
+    run_job(job_id)
+    job = database.job(job_id)
+    assert (job.status, job.status_reason) == (JobStatus.FAILED, "exit_code")
+    assert job.message == "ValueError: bad batch"
+
+
+def test_failed_run_without_error_file_reports_the_log_tail(
+    database: WorkerDb, doorbell: Doorbell, fake_trainer: Callable[[str], None]
+) -> None:
+    fake_trainer("crash")
+    job_id = database.add_job()
+    run_job(job_id)
+    job = database.job(job_id)
+    assert (job.status, job.status_reason) == (JobStatus.FAILED, "exit_code")
+    assert (job.message or "").startswith("exit code 1; last lines of logs/launcher.log:\n")
+    assert (job.message or "").endswith("RuntimeError: out of cheese")

@@ -3,7 +3,10 @@ per test, a helper to add and read job rows, and a doorbell that records rings i
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import sys
+import textwrap
+import threading
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -13,8 +16,9 @@ from app.core import db
 from app.core.config import get_settings
 from app.core.db import get_engine, session_scope
 from app.models import Base, Job
-from trainers.spec import JobSpec, resolve_plan
-from worker import celery_app
+from trainers.spec import JobSpec, Plan, resolve_plan
+from worker import celery_app, launch, runner
+from worker.launch import Launch
 
 
 def _clear_caches() -> None:
@@ -87,3 +91,46 @@ def doorbell(monkeypatch: pytest.MonkeyPatch) -> Doorbell:
     bell = Doorbell()
     monkeypatch.setattr(celery_app, "get_celery", lambda: bell)
     return bell
+
+
+# Stands in for torchrun + trainers.run: writes a few events to the run directory given as argv[1], then
+# behaves as argv[2] says. Starts in milliseconds, where torch takes seconds.
+FAKE_TRAINER = textwrap.dedent(
+    """
+    import json, pathlib, sys, time
+    run_dir, mode = pathlib.Path(sys.argv[1]), sys.argv[2]
+
+    def emit(event):
+        with (run_dir / "events.jsonl").open("a") as f:
+            f.write(json.dumps(event) + "\\n")
+
+    emit({"kind": "phase", "phase": "running"})
+    emit({"kind": "metrics", "step": 5, "total_steps": 10, "epoch": 0, "values": {"loss": 0.5}})
+    if mode == "hang":
+        time.sleep(120)
+    if mode == "error_file":
+        error = {"message": {"message": "ValueError: bad batch", "extraInfo": {"py_callstack": "..."}}}
+        (run_dir / "error.json").write_text(json.dumps(error))
+    if mode == "crash":
+        print("Traceback (most recent call last):\\nRuntimeError: out of cheese", file=sys.stderr)
+    emit({"kind": "done", "step": 10})
+    sys.exit(0 if mode == "ok" else 1)
+    """
+)
+
+
+@pytest.fixture
+def fake_trainer(monkeypatch: pytest.MonkeyPatch) -> Callable[[str], None]:
+    """Call with a mode (ok, hang, error_file, crash) to make the runner start FAKE_TRAINER instead."""
+    monkeypatch.setenv("TRAINYARD_CANCEL_GRACE_S", "2")
+    get_settings.cache_clear()
+    monkeypatch.setattr(runner, "SHUTDOWN", threading.Event())
+
+    def use(mode: str) -> None:
+        def build(plan: Plan, **kwargs: Any) -> Launch:
+            real = launch.build_launch(plan, **kwargs)
+            return Launch([sys.executable, "-c", FAKE_TRAINER, str(kwargs["run_dir"]), mode], real.env)
+
+        monkeypatch.setattr(runner, "build_launch", build)
+
+    return use
