@@ -16,7 +16,7 @@ from bench.runtime import Rank, device_name
 @dataclass(frozen=True)
 class Measurement:
     images_per_s: float  # global: every rank's images
-    peak_mem_mb: float | None  # the largest rank's peak over the timed steps; None on the CPU
+    peak_mem_mb: float | None  # the largest rank's peak since the process started; None on the CPU
     seconds: float
 
 
@@ -43,14 +43,12 @@ def measure(
     """Run `warmup` untimed steps, then `steps` timed ones.
 
     perf_counter between synchronisations times what a user waits for, host-bound loops included, and is the
-    same code on the CPU. The peak is reset after warm-up so cudnn's autotuning workspaces and torch.compile
-    do not count: the number is the steady state's.
+    same code on the CPU. The memory peak covers the whole run, warm-up included, because that is what the
+    Trainyard trainer reports as peak_mem_mb: the rows of the table stay comparable.
     """
     for _ in range(warmup):
         step()
     _settle(rank)
-    if rank.device.type == "cuda":
-        torch.cuda.reset_peak_memory_stats(rank.device)
     start = time.perf_counter()
     for _ in range(steps):
         step()
