@@ -274,6 +274,11 @@ def resolve_plan(spec: JobSpec) -> Plan:
         )
     if parallel.sync_batchnorm and strategy is not Strategy.DDP:
         raise ValueError("parallel.sync_batchnorm needs parallel.strategy=ddp; drop it or switch to ddp")
+    if parallel.sync_batchnorm and device == "cpu":
+        raise ValueError(
+            "parallel.sync_batchnorm runs on GPUs only (torch's SyncBatchNorm has no CPU kernel); "
+            "drop it or ask for parallel.gpus"
+        )
     if device == "cpu" and spec.precision is Precision.FP16:
         raise ValueError("precision fp16 needs a GPU; on CPU use bf16 or fp32, or ask for parallel.gpus")
     train = spec.train

@@ -33,6 +33,12 @@ BAD_SPECS: list[tuple[str, dict[str, Any], str, str]] = [
         "use strategy ddp",
     ),
     ("fp16 on CPU", job_body(precision="fp16"), "precision", "use bf16 or fp32"),
+    (
+        "SyncBatchNorm on CPU",
+        job_body(parallel={"strategy": "ddp", "nproc_per_node": 2, "sync_batchnorm": True}),
+        "parallel.sync_batchnorm",
+        "GPUs only",
+    ),
     ("unknown top-level field", job_body(colour="blue"), "colour", "remove it"),
     ("unknown nested field", job_body(train={"learning_rate": 0.1}), "train.learning_rate", "lr"),
     (
