@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import os
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -18,8 +17,6 @@ from app.services.transitions import move
 from app.states import JobStatus
 from trainers.spec import Plan
 from worker.celery_app import enqueue_job
-
-log = logging.getLogger(__name__)
 
 WAITING_FOR_GPUS = "waiting_for_gpus"
 CLAIM_TRIES = 3

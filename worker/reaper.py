@@ -10,7 +10,7 @@ import threading
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from sqlalchemy import func, or_, select, update
+from sqlalchemy import ColumnElement, and_, func, or_, select, update
 
 from app.core.config import get_settings
 from app.core.db import session_scope
@@ -42,20 +42,21 @@ def beat() -> None:
         session.merge(Worker(id=worker_id(), host=settings.hostname, gpus=gpus, heartbeat_at=utcnow()))
 
 
+def _expired(cutoff: datetime) -> ColumnElement[bool]:
+    return and_(Job.status.in_(OWNED), or_(Job.heartbeat_at < cutoff, Job.heartbeat_at.is_(None)))
+
+
 def _recover(job_id: int, cutoff: datetime) -> JobStatus | None:
     """Requeue (or finish cancelling) one job whose heartbeat expired; the status it moved to, if it did."""
     with session_scope() as session:
         # Re-check the expiry with a write, which holds the row: a worker that was only slow and heartbeats
         # now keeps its job.
         still_expired = session.execute(
-            update(Job)
-            .where(Job.id == job_id, Job.status.in_(OWNED), Job.heartbeat_at < cutoff)
-            .values(heartbeat_at=Job.heartbeat_at)
+            update(Job).where(Job.id == job_id, _expired(cutoff)).values(heartbeat_at=Job.heartbeat_at)
         )
         if still_expired.rowcount != 1:  # type: ignore[attr-defined]
             return None
-        job = session.get(Job, job_id, populate_existing=True)
-        assert job is not None
+        job = session.get_one(Job, job_id, populate_existing=True)
         lost = f"worker {job.worker_id} stopped heartbeating"
         if job.status == JobStatus.CANCELLING:
             move(
@@ -84,13 +85,7 @@ def _recover(job_id: int, cutoff: datetime) -> JobStatus | None:
 def recover_lost_jobs(now: datetime, report: ReapReport) -> None:
     cutoff = now - timedelta(seconds=get_settings().lease_timeout_s)
     with session_scope() as session:
-        expired = list(
-            session.scalars(
-                select(Job.id).where(
-                    Job.status.in_(OWNED), or_(Job.heartbeat_at < cutoff, Job.heartbeat_at.is_(None))
-                )
-            )
-        )
+        expired = list(session.scalars(select(Job.id).where(_expired(cutoff))))
     for job_id in expired:
         status = _recover(job_id, cutoff)
         if status is JobStatus.QUEUED:

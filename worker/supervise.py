@@ -40,7 +40,7 @@ class Outcome:
 
 
 CANCELLED = Outcome(JobStatus.CANCELLED, "cancelled", "cancelled on request; its processes were stopped")
-SHUTDOWN = Outcome(JobStatus.QUEUED, "worker_shutdown", "its worker shut down; requeued to resume elsewhere")
+REQUEUED = Outcome(JobStatus.QUEUED, "worker_shutdown", "its worker shut down; requeued to resume elsewhere")
 
 
 @dataclass
@@ -128,8 +128,7 @@ class Supervisor:
                 self.stop.wait(TICK_S)
         except BaseException:
             # Never leave training running unsupervised; the reaper requeues the job once its heartbeat ages.
-            kill_job(self.job.mark, self.settings.cancel_grace_s, group=self.job.process.pid)
-            self.job.process.wait()
+            self._stop_processes()
             raise
 
     def _tick(self) -> bool:
@@ -143,19 +142,19 @@ class Supervisor:
                 self._stop_processes()
                 return True
             if self.stop.is_set():
-                return self._end(SHUTDOWN)
+                return self._end(REQUEUED)
             if status is JobStatus.CANCELLING:
                 return self._end(CANCELLED)
-            if self.job.deadline is not None and utcnow() >= self.job.deadline:
-                limit = f"ran past limits.max_runtime_s={self.job.max_runtime_s}"
+            if job.deadline is not None and utcnow() >= job.deadline:
+                limit = f"ran past limits.max_runtime_s={job.max_runtime_s}"
                 return self._end(Outcome(JobStatus.TIMED_OUT, "max_runtime", limit))
-            code = self.job.process.poll()
+            code = job.process.poll()
             if code is not None:
-                return self._end(exit_outcome(self.job.mark.run_dir, code))
+                return self._end(exit_outcome(job.mark.run_dir, code))
             self._heartbeat()
         except SQLAlchemyError:
             # A locked or unreachable database: keep the job running and try again next tick.
-            log.exception("job %s: database error while supervising", self.job.job_id)
+            log.exception("job %s: database error while supervising", job.job_id)
         return False
 
     def _pump(self, *, drain: bool = False) -> None:
