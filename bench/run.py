@@ -16,6 +16,7 @@ import shlex
 import signal
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from importlib.metadata import version
@@ -29,6 +30,7 @@ from bench.workload import ARCHS, Workload, preset, workload_argv
 RESULTS_MD = Path(__file__).with_name("RESULTS.md")
 # The device tool allows a command 10 minutes; one variant must leave room for the others.
 CHILD_TIMEOUT_S = 540
+STOP_GRACE_S = 15
 
 
 @dataclass(frozen=True)
@@ -62,18 +64,18 @@ def children(workload: Workload, gpus: int, compile_model: bool, seed_amp: bool)
 def run_child(child: Child) -> Result:
     """Run one variant; its stderr streams through so progress and tracebacks stay visible."""
     print(f"\n>>> {child.name}: {shlex.join(child.argv)}", file=sys.stderr, flush=True)
-    # A session of its own, so the whole tree (torchrun's ranks, the stack's servers) can be stopped at once.
+    # A session of its own, so the whole tree (torchrun, the stack's servers) can be signalled at once.
     proc = subprocess.Popen(child.argv, stdout=subprocess.PIPE, text=True, start_new_session=True)
     try:
         stdout, _ = proc.communicate(timeout=CHILD_TIMEOUT_S)
     except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
+        stop_group(proc.pid)
         proc.communicate()
         return Result(
             variant=child.name, images_per_s=None, peak_mem_mb=None, error=f"over {CHILD_TIMEOUT_S}s"
         )
-    finally:
-        _stop_leftovers(proc.pid)
+    # A child that died early can leave processes behind (a rank, a server): none may outlive it.
+    stop_group(proc.pid)
     found = result.parse(stdout)
     if proc.returncode or found is None:
         error = f"exit {proc.returncode}, no result" if found is None else f"exit {proc.returncode}"
@@ -81,9 +83,16 @@ def run_child(child: Child) -> Result:
     return found
 
 
-def _stop_leftovers(group: int) -> None:
-    """A child that died early can leave its own children behind (a rank, a server); none may outlive it."""
-    with contextlib.suppress(ProcessLookupError):
+def stop_group(group: int) -> None:
+    """SIGTERM first, SIGKILL after a grace. A group kill does not reach torchrun's ranks (torchrun starts
+    each in a session of its own) nor a job the worker started, but torchrun and the worker stop those
+    themselves on SIGTERM, given the time."""
+    with contextlib.suppress(ProcessLookupError):  # raised once no process of the group is left
+        os.killpg(group, signal.SIGTERM)
+        deadline = time.monotonic() + STOP_GRACE_S
+        while time.monotonic() < deadline:
+            os.killpg(group, 0)
+            time.sleep(0.2)
         os.killpg(group, signal.SIGKILL)
 
 
