@@ -8,7 +8,7 @@ from typing import Annotated, Any
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from app.states import JobStatus
-from trainers.spec import Plan
+from trainers.plan import Plan
 
 
 def as_utc(value: datetime) -> datetime:

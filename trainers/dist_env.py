@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-from trainers.spec import Plan
+from trainers.plan import Plan
 
 
 @dataclass(frozen=True)

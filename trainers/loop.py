@@ -30,9 +30,10 @@ from trainers.dist_env import DistEnv
 from trainers.events import DoneEvent, MetricsEvent, PhaseEvent
 from trainers.metrics import EventLog, TrainMetrics
 from trainers.models import build_model, get_arch
+from trainers.plan import Plan, RunConfig
 from trainers.precision import MixedPrecision
 from trainers.schedule import LrSchedule, build_optimizer, lr_at, set_lr
-from trainers.spec import CheckpointSpec, JobSpec, Plan, RunConfig, TrainSpec
+from trainers.spec import CheckpointSpec, JobSpec, TrainSpec
 from trainers.strategies import ParallelStrategy, Reduce, build_strategy
 
 

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from trainers.events import LOG_DIR, SPEC_FILE, rank_log_name
-from trainers.spec import RunConfig
+from trainers.plan import RunConfig
 
 
 def redirect_output(run_dir: Path, rank: int) -> None:
@@ -49,6 +49,12 @@ def main(argv: list[str] | None = None) -> None:
 
     # record writes any exception to TORCHELASTIC_ERROR_FILE, where torchrun and the worker find it.
     record(train_rank)(args.run_dir)
+    # Training is over and every event and checkpoint is fsynced. Skip interpreter finalization: gloo's
+    # worker threads can still hold tensors then, and tearing them down aborts the process now and again
+    # (pytorch/pytorch#179291), which would turn a finished job into a failed one.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from enum import StrEnum
-from typing import Annotated, Any
+from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -20,13 +20,29 @@ class Section(BaseModel):
 class Strategy(StrEnum):
     AUTO = "auto"
     SINGLE = "single"
+    DP = "dp"
     DDP = "ddp"
+    FSDP = "fsdp"
+    MODEL_PARALLEL = "model_parallel"
+    PIPELINE = "pipeline"
+    HOGWILD = "hogwild"
 
 
 class Precision(StrEnum):
     FP32 = "fp32"
     BF16 = "bf16"
     FP16 = "fp16"
+
+
+# apex's opt levels, accepted for users coming from apex.amp. O1 and O2 both mean fp16 compute with loss
+# scaling (native autocast + GradScaler covers what apex did by patching ops or casting weights); O3 is
+# pure low precision without loss scaling, which is only safe in bf16's range.
+APEX_LEVELS: dict[str, Precision] = {
+    "O0": Precision.FP32,
+    "O1": Precision.FP16,
+    "O2": Precision.FP16,
+    "O3": Precision.BF16,
+}
 
 
 class Optimizer(StrEnum):
@@ -39,6 +55,8 @@ class Schedule(StrEnum):
     CONSTANT = "constant"
     COSINE = "cosine"
     STEP = "step"
+    PLATEAU = "plateau"
+    ONECYCLE = "onecycle"
 
 
 class LrScaling(StrEnum):
@@ -61,7 +79,12 @@ MODEL_KWARGS: dict[str, dict[str, tuple[type, float, float]]] = {
     "alexnet": {"dropout": (float, 0.0, 0.9)},
     "resnet18": {},
     "resnet50": {},
+    "vgg11": {"dropout": (float, 0.0, 0.9)},
+    "embedding_bag": {"embedding_dim": (int, 1, 4096)},
 }
+
+DATASETS = ("synthetic", "digits", "synthetic_bags", "cifar10", "mnist", "image_folder")
+DATASETS_ON_DISK = ("cifar10", "mnist", "image_folder")
 
 PositiveFloat = Annotated[float, Field(gt=0, le=1e4)]
 
@@ -99,7 +122,12 @@ class ModelSpec(Section):
 
 
 class DataSpec(Section):
-    dataset: str = Field(description="synthetic (seeded, learnable) or digits (scikit-learn's 8x8 digits)")
+    dataset: str = Field(description="one of " + ", ".join(DATASETS))
+    root: str | None = Field(
+        None,
+        max_length=1024,
+        description="cifar10, mnist, image_folder: a directory relative to TRAINYARD_DATA_DIR",
+    )
     num_samples: int = Field(4096, ge=16, le=10_000_000, description="synthetic only: training samples")
     num_classes: int = Field(10, ge=2, le=1000, description="synthetic only: classes")
     channels: int = Field(3, ge=1, le=4, description="synthetic only: image channels")
@@ -108,13 +136,38 @@ class DataSpec(Section):
     )
     val_fraction: float = Field(0.1, ge=0.0, le=0.5, description="share held out for evaluation")
     placement: DataPlacement = Field(DataPlacement.AUTO, description="where batches live: auto, gpu, cpu")
+    vocab_size: int = Field(10_000, ge=2, le=20_000_000, description="synthetic_bags: distinct token ids")
+    bag_size: int = Field(16, ge=1, le=1024, description="synthetic_bags: tokens per sample")
+    loader_workers: int = Field(0, ge=0, le=64, description="on-disk data: DataLoader worker processes")
 
     @field_validator("dataset")
     @classmethod
     def known_dataset(cls, dataset: str) -> str:
-        if dataset not in ("synthetic", "digits"):
-            raise ValueError(f"unknown data.dataset {dataset!r}; choose synthetic or digits")
+        if dataset not in DATASETS:
+            raise ValueError(f"unknown data.dataset {dataset!r}; choose one of {', '.join(DATASETS)}")
         return dataset
+
+    @field_validator("root")
+    @classmethod
+    def relative_root(cls, root: str | None) -> str | None:
+        if root is None:
+            return None
+        parts = root.replace("\\", "/").split("/")
+        if root.startswith(("/", "~")) or ".." in parts or "\x00" in root:
+            raise ValueError(
+                f"data.root {root!r} must be a path inside TRAINYARD_DATA_DIR, like 'cifar10'; "
+                "no absolute paths or '..'"
+            )
+        return root
+
+    @model_validator(mode="after")
+    def root_when_on_disk(self) -> DataSpec:
+        if self.dataset in DATASETS_ON_DISK and not self.root:
+            raise ValueError(
+                f"data.dataset {self.dataset} is read from disk: set data.root to its directory under "
+                "TRAINYARD_DATA_DIR (nothing is downloaded)"
+            )
+        return self
 
 
 class TrainSpec(Section):
@@ -127,7 +180,9 @@ class TrainSpec(Section):
     weight_decay: float = Field(0.0, ge=0.0, le=1.0)
     schedule: Schedule = Schedule.CONSTANT
     step_size_epochs: int = Field(30, ge=1, le=100_000, description="schedule=step: decay period")
-    gamma: float = Field(0.1, gt=0.0, le=1.0, description="schedule=step: decay factor")
+    gamma: float = Field(0.1, gt=0.0, le=1.0, description="schedule=step and plateau: decay factor")
+    plateau_patience: int = Field(2, ge=0, le=1000, description="schedule=plateau: evals without gain")
+    onecycle_pct_start: float = Field(0.3, gt=0.0, lt=1.0, description="schedule=onecycle: share rising")
     warmup_steps: int = Field(0, ge=0, le=1_000_000)
     lr_scaling: LrScaling = Field(LrScaling.NONE, description="scale lr by global batch / base_batch_size")
     base_batch_size: int = Field(256, ge=1, le=1_048_576)
@@ -148,6 +203,11 @@ class TrainSpec(Section):
         return self
 
 
+class DevicePlacement(StrEnum):
+    CPU = "cpu"
+    GPU = "gpu"
+
+
 class ParallelSpec(Section):
     strategy: Strategy = Strategy.AUTO
     gpus: list[Annotated[int, Field(ge=0, le=255)]] | None = Field(
@@ -158,6 +218,17 @@ class ParallelSpec(Section):
         None, ge=1, le=64, description="processes; on CPU the gloo world size, on GPU one per GPU"
     )
     sync_batchnorm: bool = Field(False, description="ddp only: convert BatchNorm to SyncBatchNorm")
+    split_at: list[Annotated[str, Field(min_length=1, max_length=128)]] | None = Field(
+        None,
+        max_length=63,
+        description="model_parallel, pipeline: module names where a new stage begins; default per model",
+    )
+    microbatches: int | None = Field(None, ge=1, le=1024, description="pipeline: micro-batches per batch")
+    placement: dict[Annotated[str, Field(min_length=1, max_length=128)], DevicePlacement] | None = Field(
+        None,
+        max_length=64,
+        description="hybrid: module name -> cpu or gpu; the rest of the model goes to the GPU",
+    )
 
     @model_validator(mode="after")
     def consistent_devices(self) -> ParallelSpec:
@@ -172,6 +243,8 @@ class ParallelSpec(Section):
 class PerformanceSpec(Section):
     channels_last: bool = False
     compile: bool = Field(False, description="torch.compile the model")
+    activation_checkpointing: bool = Field(False, description="recompute activations in backward")
+    cudnn_benchmark: bool = Field(True, description="let cuDNN pick the fastest kernels for fixed shapes")
 
 
 class CheckpointSpec(Section):
@@ -184,11 +257,19 @@ class CheckpointSpec(Section):
 
 class MetricsSpec(Section):
     every_n_steps: int = Field(10, ge=1, le=100_000, description="all-reduce and report every N steps")
+    tensorboard: bool = Field(False, description="rank 0 also writes TensorBoard event files")
+
+
+class ProfileSpec(Section):
+    steps: int = Field(0, ge=0, le=200, description="torch.profiler on rank 0 for this many steps; 0: off")
+    skip_first: int = Field(5, ge=0, le=10_000, description="steps to run before profiling (warm-up)")
 
 
 class LimitsSpec(Section):
     max_runtime_s: int | None = Field(None, ge=1, le=30 * 86400)
     max_pending_s: int | None = Field(None, ge=1, le=30 * 86400)
+    max_restarts: int = Field(0, ge=0, le=100, description="retryable failures restart from a checkpoint")
+    collective_timeout_s: int = Field(600, ge=10, le=86400, description="a hung collective fails after this")
 
 
 class JobSpec(Section):
@@ -197,117 +278,24 @@ class JobSpec(Section):
     data: DataSpec
     train: TrainSpec = Field(default_factory=TrainSpec)
     parallel: ParallelSpec = Field(default_factory=ParallelSpec)
-    precision: Precision = Precision.FP32
+    precision: Precision = Field(Precision.FP32, description="fp32, bf16, fp16; apex O0-O3 are aliases")
     performance: PerformanceSpec = Field(default_factory=PerformanceSpec)
     checkpoint: CheckpointSpec = Field(default_factory=CheckpointSpec)
     metrics: MetricsSpec = Field(default_factory=MetricsSpec)
     limits: LimitsSpec = Field(default_factory=LimitsSpec)
+    profile: ProfileSpec = Field(default_factory=ProfileSpec)
     priority: int = Field(0, ge=-100, le=100)
+
+    @field_validator("precision", mode="before")
+    @classmethod
+    def apex_alias(cls, value: object) -> object:
+        if isinstance(value, str) and value.upper() in APEX_LEVELS:
+            return APEX_LEVELS[value.upper()]
+        return value
 
     @model_validator(mode="after")
     def coherent(self) -> JobSpec:
+        from trainers.plan import resolve_plan  # the plan module builds on this one
+
         resolve_plan(self)
         return self
-
-
-class Plan(BaseModel):
-    """What will run: derived from the spec alone, so a dry run shows exactly what a submission would do."""
-
-    strategy: Strategy
-    strategy_reason: str
-    device: str  # "cpu" or "cuda"
-    backend: str  # torch.distributed backend
-    world_size: int
-    nproc_per_node: int
-    gpus: list[int] | None  # physical ids when the spec names them; leased ids fill in at start
-    num_gpus: int
-    per_rank_batch: int  # samples per rank per optimizer step
-    micro_batch: int  # samples per rank per forward/backward
-    precision: Precision
-    lr: float  # after the lr scaling rule
-    argv: list[str] = Field(default_factory=list)
-    resume_path: str | None = None
-
-    def public(self) -> dict[str, Any]:
-        return self.model_dump(mode="json")
-
-
-def _gpu_count(parallel: ParallelSpec) -> int:
-    if parallel.gpus is not None:
-        return len(parallel.gpus)
-    return parallel.num_gpus or 0
-
-
-def _pick_strategy(parallel: ParallelSpec, world: int) -> tuple[Strategy, str]:
-    if parallel.strategy is not Strategy.AUTO:
-        return parallel.strategy, "chosen in the spec"
-    if world > 1:
-        return Strategy.DDP, f"{world} processes: DDP keeps one model replica per process"
-    return Strategy.SINGLE, "one process: no parallel wrapper needed"
-
-
-def scaled_lr(train: TrainSpec) -> float:
-    ratio = train.batch_size / train.base_batch_size
-    if train.lr_scaling is LrScaling.LINEAR:
-        return train.lr * ratio
-    if train.lr_scaling is LrScaling.SQRT:
-        return train.lr * math.sqrt(ratio)
-    return train.lr
-
-
-def resolve_plan(spec: JobSpec) -> Plan:
-    """Validate how the sections fit together and derive the plan; raises ValueError naming the fix."""
-    parallel = spec.parallel
-    gpus = _gpu_count(parallel)
-    device = "cuda" if gpus else "cpu"
-    if gpus and parallel.nproc_per_node not in (None, gpus):
-        raise ValueError(
-            f"parallel.nproc_per_node={parallel.nproc_per_node} must equal the {gpus} GPUs asked for "
-            "(one process per GPU); leave it out"
-        )
-    world = gpus or parallel.nproc_per_node or 1
-    strategy, reason = _pick_strategy(parallel, world)
-    if strategy is Strategy.SINGLE and world > 1:
-        raise ValueError(
-            f"parallel.strategy=single runs one process but {world} were asked for; "
-            "use strategy ddp or ask for one GPU/process"
-        )
-    if parallel.sync_batchnorm and strategy is not Strategy.DDP:
-        raise ValueError("parallel.sync_batchnorm needs parallel.strategy=ddp; drop it or switch to ddp")
-    if parallel.sync_batchnorm and device == "cpu":
-        raise ValueError(
-            "parallel.sync_batchnorm runs on GPUs only (torch's SyncBatchNorm has no CPU kernel); "
-            "drop it or ask for parallel.gpus"
-        )
-    if device == "cpu" and spec.precision is Precision.FP16:
-        raise ValueError("precision fp16 needs a GPU; on CPU use bf16 or fp32, or ask for parallel.gpus")
-    train = spec.train
-    shards = world * train.grad_accum_steps
-    if train.batch_size % shards:
-        raise ValueError(
-            f"train.batch_size={train.batch_size} must divide evenly over {world} ranks x "
-            f"{train.grad_accum_steps} accumulation steps; use a multiple of {shards}"
-        )
-    return Plan(
-        strategy=strategy,
-        strategy_reason=reason,
-        device=device,
-        backend="nccl" if device == "cuda" else "gloo",
-        world_size=world,
-        nproc_per_node=world,
-        gpus=parallel.gpus,
-        num_gpus=gpus,
-        per_rank_batch=train.batch_size // world,
-        micro_batch=train.batch_size // shards,
-        precision=spec.precision,
-        lr=scaled_lr(train),
-    )
-
-
-class RunConfig(BaseModel):
-    """Written by the worker to runs/<job>/spec.json and read by every rank of the trainer."""
-
-    job_id: int
-    attempt: int
-    spec: JobSpec
-    plan: Plan

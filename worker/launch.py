@@ -6,7 +6,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from trainers.spec import Plan
+from trainers.plan import Plan
 
 JOB_TOKEN_ENV = "TRAINYARD_JOB_TOKEN"
 

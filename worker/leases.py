@@ -15,7 +15,7 @@ from app.core.db import session_scope
 from app.models import GpuLease, Job, utcnow
 from app.services.transitions import move
 from app.states import JobStatus
-from trainers.spec import Plan
+from trainers.plan import Plan
 from worker.celery_app import enqueue_job
 
 WAITING_FOR_GPUS = "waiting_for_gpus"

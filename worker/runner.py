@@ -16,7 +16,8 @@ from app.core.db import session_scope
 from app.models import Checkpoint, Job, utcnow
 from app.states import JobStatus
 from trainers.events import EVENTS_FILE, LAUNCHER_LOG, LOG_DIR, SPEC_FILE, PhaseEvent
-from trainers.spec import JobSpec, Plan, RunConfig
+from trainers.plan import Plan, RunConfig
+from trainers.spec import JobSpec
 from worker.failure import ERROR_FILE
 from worker.gpus import host_gpus
 from worker.kill import JobMark, kill_job, mark_for

@@ -18,7 +18,8 @@ from app.services.gpus import check_gpus_exist
 from app.services.jobs import get_job
 from app.services.runs import run_dir
 from app.states import JobStatus
-from trainers.spec import JobSpec, Plan, resolve_plan
+from trainers.plan import Plan, resolve_plan
+from trainers.spec import JobSpec
 from worker.celery_app import enqueue_job
 from worker.launch import torchrun_argv
 

@@ -26,8 +26,8 @@ def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Redis]:
 
 
 @pytest.fixture(scope="session")
-def postgres_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Postgres]:
-    server = Postgres.start(tmp_path_factory.mktemp("postgres"))
+def postgres_server() -> Iterator[Postgres]:
+    server = Postgres.start()
     yield server
     server.stop()
 

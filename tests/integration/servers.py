@@ -8,6 +8,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -82,14 +83,18 @@ class Redis:
 class Postgres:
     """A throwaway cluster; its server refuses to run as root, so it runs as the postgres user."""
 
+    workdir: Path
     datadir: Path
     port: int
     counter: int = 0
 
     @classmethod
-    def start(cls, workdir: Path) -> Postgres:
-        workdir.mkdir(parents=True, exist_ok=True)
-        shutil.chown(workdir, "postgres")
+    def start(cls) -> Postgres:
+        # Not under pytest's tmp dir: that is root-only, and the server runs as postgres.
+        workdir = Path(tempfile.mkdtemp(prefix="trainyard-pg-"))
+        workdir.chmod(0o755)
+        if os.geteuid() == 0:
+            shutil.chown(workdir, "postgres")
         datadir = workdir / "data"
         as_pg = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
         subprocess.run(
@@ -115,7 +120,7 @@ class Postgres:
             check=True,
             capture_output=True,
         )
-        return cls(datadir, port)
+        return cls(workdir, datadir, port)
 
     def new_database(self) -> str:
         import psycopg
@@ -132,6 +137,7 @@ class Postgres:
             [*as_pg, str(PG_BIN / "pg_ctl"), "-D", str(self.datadir), "-m", "fast", "stop"],
             capture_output=True,
         )
+        shutil.rmtree(self.workdir, ignore_errors=True)
 
 
 @dataclass

@@ -20,7 +20,8 @@ from trainers.events import (
     parse_event,
     rank_log_name,
 )
-from trainers.spec import JobSpec, RunConfig, resolve_plan
+from trainers.plan import RunConfig, resolve_plan
+from trainers.spec import JobSpec
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from trainers.spec import JobSpec, Plan, resolve_plan
+from trainers.plan import Plan, resolve_plan
+from trainers.spec import JobSpec
 from worker.launch import JOB_TOKEN_ENV, build_launch
 
 RUN_DIR = Path("/runs/7")

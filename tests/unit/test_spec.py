@@ -15,7 +15,7 @@ from tests.unit.conftest import enqueued, job_body
 
 BAD_SPECS: list[tuple[str, dict[str, Any], str, str]] = [
     ("unknown model", job_body(model={"arch": "gpt5"}), "model.arch", "choose one of mlp"),
-    ("unknown dataset", job_body(data={"dataset": "imagenet"}), "data.dataset", "choose synthetic or digits"),
+    ("unknown dataset", job_body(data={"dataset": "imagenet"}), "data.dataset", "choose one of synthetic"),
     ("unknown strategy", job_body(parallel={"strategy": "zero3"}), "parallel.strategy", "'ddp'"),
     ("zero lr", job_body(train={"lr": 0}), "train.lr", "greater than 0"),
     ("negative lr", job_body(train={"lr": -0.1}), "train.lr", "greater than 0"),

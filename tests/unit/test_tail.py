@@ -19,7 +19,7 @@ from trainers.events import (
     PhaseEvent,
     append_event,
 )
-from trainers.spec import RunConfig
+from trainers.plan import RunConfig
 from worker.leases import WAITING_FOR_GPUS, claim_job
 from worker.runner import run_job
 from worker.tail import EventTail, apply_events

@@ -16,7 +16,8 @@ from app.core import db
 from app.core.config import get_settings
 from app.core.db import get_engine, session_scope
 from app.models import Base, Job
-from trainers.spec import JobSpec, Plan, resolve_plan
+from trainers.plan import Plan, resolve_plan
+from trainers.spec import JobSpec
 from worker import celery_app, launch, runner
 from worker.launch import Launch
 

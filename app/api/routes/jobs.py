@@ -12,7 +12,8 @@ from app.models import Job
 from app.schemas import JobEventPublic, JobEventsPublic, JobPublic, JobsPublic, JobSubmitted
 from app.services import jobs, submit
 from app.states import JobStatus
-from trainers.spec import JobSpec, Plan
+from trainers.plan import Plan
+from trainers.spec import JobSpec
 
 router = APIRouter(prefix="/jobs", tags=["jobs"])
 
