@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from fastapi import FastAPI
+from fastapi import Depends, FastAPI
 
+from app.api.deps import get_caller
 from app.api.errors import install_error_handlers
 from app.api.routes import checkpoints, gpus, health, jobs, logs, metrics
 
@@ -18,7 +19,9 @@ def create_app() -> FastAPI:
     )
     install_error_handlers(app)
     for module in (jobs, metrics, checkpoints, logs, gpus):
-        app.include_router(module.router, prefix=API_PREFIX)
+        # Auth once for every /v1 route, those added later included; a route that needs to know who is
+        # asking takes CallerDep, which FastAPI resolves once per request.
+        app.include_router(module.router, prefix=API_PREFIX, dependencies=[Depends(get_caller)])
     app.include_router(health.router)
     return app
 

@@ -5,11 +5,15 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Annotated
 
-from fastapi import Depends, Path
+from fastapi import Depends, Path, Security
+from fastapi.security import HTTPAuthorizationCredentials
 from sqlalchemy.orm import Session
 
+from app.api.auth import authenticate, bearer
 from app.core.config import Settings, get_settings
 from app.core.db import new_session
+from app.services.jobs import get_owned_job
+from app.services.keys import Caller
 
 
 def get_db() -> Iterator[Session]:
@@ -22,3 +26,26 @@ SettingsDep = Annotated[Settings, Depends(get_settings)]
 # Ids and steps are 32-bit INTEGER columns on PostgreSQL; larger values could only miss anyway.
 DB_INT_MAX = 2**31 - 1
 JobId = Annotated[int, Path(ge=1, le=DB_INT_MAX, description="job id")]
+
+
+def get_caller(
+    session: SessionDep,
+    settings: SettingsDep,
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Security(bearer)],
+) -> Caller:
+    return authenticate(session, settings, credentials)
+
+
+# Every /v1 router depends on get_caller (app/main.py); routes that need to know who is asking name it again,
+# and FastAPI runs it once per request.
+CallerDep = Annotated[Caller, Depends(get_caller)]
+
+
+def owned_job_id(job_id: JobId, session: SessionDep, caller: CallerDep) -> int:
+    """The path's job id once it is known to be the caller's: another user's job is a 404, like a missing one,
+    so ids cannot be probed."""
+    get_owned_job(session, job_id, caller)
+    return job_id
+
+
+OwnedJobId = Annotated[int, Depends(owned_job_id)]

@@ -24,6 +24,7 @@ from app.services.errors import (
     InvalidSpec,
     JobNotFound,
     JobStateConflict,
+    QuotaExceeded,
 )
 from app.services.transitions import InvalidTransition
 from trainers.spec import JobSpec
@@ -37,6 +38,7 @@ STATUS_OF: dict[type[Exception], int] = {
     JobStateConflict: 409,
     IdempotencyConflict: 409,
     InvalidTransition: 409,
+    QuotaExceeded: 429,
 }
 
 _SOURCES = ("body", "query", "path", "header", "cookie")
@@ -121,9 +123,12 @@ async def _domain_error(_request: Request, exc: Exception) -> JSONResponse:
     status = next(code for kind, code in STATUS_OF.items() if isinstance(exc, kind))
     field = exc.field if isinstance(exc, DomainError) else None
     errors = [FieldError(field=field, message=str(exc))] if field else None
-    return problem_response(
+    response = problem_response(
         status, _detail(errors) if errors else str(exc), kind=_kebab(type(exc).__name__), errors=errors
     )
+    if isinstance(exc, QuotaExceeded):
+        response.headers["Retry-After"] = str(exc.retry_after_s)
+    return response
 
 
 async def _http_error(request: Request, exc: Exception) -> JSONResponse:

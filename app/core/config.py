@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+from enum import StrEnum
 from functools import lru_cache
 from pathlib import Path
 
@@ -10,6 +11,11 @@ from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 VAR_DIR = Path("var")
+
+
+class AuthMode(StrEnum):
+    ON = "on"
+    OFF = "off"
 
 
 class Settings(BaseSettings):
@@ -27,6 +33,12 @@ class Settings(BaseSettings):
     lease_timeout_s: float = Field(30.0, gt=0, le=3600, description="older heartbeat: reaped")
     requeue_after_s: float = Field(10.0, gt=0, le=3600, description="re-ring the doorbell for queued jobs")
     cancel_grace_s: float = Field(10.0, ge=0, le=300, description="SIGTERM to SIGKILL")
+    auth: AuthMode = Field(
+        AuthMode.OFF, description="on: every route but /healthz needs a bearer API key (docker-compose)"
+    )
+    quota_max_jobs: int = Field(32, ge=1, le=100_000, description="a user's queued and active jobs")
+    quota_max_gpus: int = Field(64, ge=0, le=100_000, description="GPUs a user's unfinished jobs ask for")
+    quota_retry_after_s: int = Field(30, ge=1, le=86400, description="Retry-After of a 429 over quota")
     gpu_inventory: str | None = Field(
         None, description="test only: comma-separated fake GPU ids that replace NVML discovery"
     )

@@ -10,6 +10,7 @@ from sqlalchemy.orm import Session
 from app.models import Checkpoint, Metric
 from app.services.errors import CheckpointNotFound
 from app.services.jobs import get_job
+from app.services.keys import Caller
 
 
 def list_metrics(
@@ -39,12 +40,18 @@ def list_checkpoints(session: Session, job_id: int) -> list[Checkpoint]:
     return list(session.scalars(query))
 
 
-def checkpoint_file(session: Session, checkpoint_id: int) -> tuple[Checkpoint, Path]:
+def owned_checkpoint(session: Session, checkpoint_id: int, caller: Caller) -> Checkpoint:
+    """Another user's checkpoint is reported missing, exactly like an absent one."""
     checkpoint = session.get(Checkpoint, checkpoint_id)
-    if checkpoint is None:
+    if checkpoint is None or not caller.may_see(get_job(session, checkpoint.job_id).owner):
         raise CheckpointNotFound(
             f"checkpoint {checkpoint_id} does not exist; list a job's with GET /v1/jobs/{{id}}/checkpoints"
         )
+    return checkpoint
+
+
+def checkpoint_file(session: Session, checkpoint_id: int, caller: Caller) -> tuple[Checkpoint, Path]:
+    checkpoint = owned_checkpoint(session, checkpoint_id, caller)
     path = Path(checkpoint.path)
     if not path.is_file():
         raise CheckpointNotFound(

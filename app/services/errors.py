@@ -43,3 +43,11 @@ class IdempotencyConflict(DomainError):
             "send a new key for a new job",
             "Idempotency-Key",
         )
+
+
+class QuotaExceeded(DomainError):
+    """The user is at a quota; `retry_after_s` is when trying again is worth it."""
+
+    def __init__(self, message: str, retry_after_s: int) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s

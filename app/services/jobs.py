@@ -12,6 +12,7 @@ from app.core.config import Settings
 from app.models import Job, JobEvent, utcnow
 from app.schemas import JobProgress, JobPublic, as_utc
 from app.services.errors import JobNotFound, JobStateConflict
+from app.services.keys import Caller
 from app.services.runs import remove_run_dir
 from app.services.transitions import move, move_from_any
 from app.states import JobStatus
@@ -28,11 +29,22 @@ def get_job(session: Session, job_id: int) -> Job:
     return job
 
 
+def get_owned_job(session: Session, job_id: int, caller: Caller) -> Job:
+    """The job if the caller may see it; another user's job is reported missing, like an absent one."""
+    job = get_job(session, job_id)
+    if not caller.may_see(job.owner):
+        raise JobNotFound(job_id)
+    return job
+
+
 def list_jobs(
-    session: Session, status: JobStatus | None, cursor: int | None, limit: int
+    session: Session, caller: Caller, status: JobStatus | None, cursor: int | None, limit: int
 ) -> tuple[list[Job], int | None]:
-    """Newest first; the cursor is the last id of the previous page, so new submissions never shift pages."""
+    """Newest first; the cursor is the last id of the previous page, so new submissions never shift pages.
+    Only the caller's own jobs, unless the caller is an admin."""
     query = select(Job).order_by(Job.id.desc()).limit(limit + 1)
+    if not caller.is_admin:
+        query = query.where(Job.owner == caller.user)
     if status is not None:
         query = query.where(Job.status == status)
     if cursor is not None:

@@ -12,10 +12,14 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from app.core.config import Settings
-from app.models import Checkpoint, Job, JobEvent
-from app.services.errors import IdempotencyConflict, InvalidSpec, JobStateConflict
+from app.models import Job, JobEvent
+from app.services.artifacts import owned_checkpoint
+from app.services.confine import check_checkpoint_path, check_data_root
+from app.services.errors import CheckpointNotFound, IdempotencyConflict, InvalidSpec, JobStateConflict
 from app.services.gpus import check_gpus_exist
-from app.services.jobs import get_job
+from app.services.jobs import get_owned_job
+from app.services.keys import Caller
+from app.services.quotas import check_quota
 from app.services.runs import run_dir
 from app.states import JobStatus
 from trainers.plan import Plan, resolve_plan
@@ -25,29 +29,31 @@ from worker.launch import torchrun_argv
 
 log = logging.getLogger(__name__)
 
-OWNER = "local"  # one owner until auth exists; idempotency keys are scoped per owner
 DRY_RUN_ID = "<job-id>"
 RETRYABLE = frozenset({JobStatus.FAILED, JobStatus.TIMED_OUT, JobStatus.CANCELLED})
 
 
-def _resume_path(session: Session, checkpoint_id: int | None) -> str | None:
+def _resume_path(
+    session: Session, settings: Settings, checkpoint_id: int | None, caller: Caller
+) -> str | None:
+    """Only the caller's own checkpoints (any, for an admin), and only files under the runs directory."""
     if checkpoint_id is None:
         return None
-    checkpoint = session.get(Checkpoint, checkpoint_id)
-    if checkpoint is None:
-        raise InvalidSpec(
-            "checkpoint.resume_from",
-            f"checkpoint {checkpoint_id} does not exist; "
-            "list a job's checkpoints with GET /v1/jobs/{id}/checkpoints and use one of their ids",
-        )
+    try:
+        checkpoint = owned_checkpoint(session, checkpoint_id, caller)
+    except CheckpointNotFound as exc:
+        raise InvalidSpec("checkpoint.resume_from", f"{exc}, and use one of their ids") from exc
+    check_checkpoint_path(settings, "checkpoint.resume_from", checkpoint.path)
     return checkpoint.path
 
 
-def _plan(session: Session, settings: Settings, spec: JobSpec) -> Plan:
-    """The spec's own checks already passed; these need the database: GPUs that exist, a checkpoint."""
+def _plan(session: Session, settings: Settings, spec: JobSpec, caller: Caller) -> Plan:
+    """The spec's own checks already passed; these need the database or the disk: GPUs that exist, a
+    checkpoint the caller owns, a data root that stays inside the data directory."""
     check_gpus_exist(session, settings, spec.parallel)
+    check_data_root(settings, spec.data.root)
     plan = resolve_plan(spec)
-    plan.resume_path = _resume_path(session, spec.checkpoint.resume_from)
+    plan.resume_path = _resume_path(session, settings, spec.checkpoint.resume_from, caller)
     return plan
 
 
@@ -56,13 +62,14 @@ def _with_argv(plan: Plan, settings: Settings, run_id: int | str) -> Plan:
     return plan
 
 
-def dry_run(session: Session, settings: Settings, spec: JobSpec) -> Plan:
+def dry_run(session: Session, settings: Settings, spec: JobSpec, caller: Caller) -> Plan:
     """The plan a submission would store, with a placeholder for the id it does not have yet."""
-    return _with_argv(_plan(session, settings, spec), settings, DRY_RUN_ID)
+    return _with_argv(_plan(session, settings, spec, caller), settings, DRY_RUN_ID)
 
 
-def _by_key(session: Session, key: str) -> Job | None:
-    return session.scalar(select(Job).where(Job.owner == OWNER, Job.idempotency_key == key))
+def _by_key(session: Session, owner: str, key: str) -> Job | None:
+    # Keys are scoped per owner: one user's key never reveals or replays another user's job.
+    return session.scalar(select(Job).where(Job.owner == owner, Job.idempotency_key == key))
 
 
 def _replay(job: Job, spec: JobSpec, key: str) -> Job:
@@ -83,17 +90,19 @@ def submit_job(
     session: Session,
     settings: Settings,
     spec: JobSpec,
+    caller: Caller,
     *,
     idempotency_key: str | None = None,
     message: str | None = None,
 ) -> tuple[Job, bool]:
     """Returns the job and whether this call created it (False: an earlier request with the same key did)."""
-    if idempotency_key and (earlier := _by_key(session, idempotency_key)):
+    if idempotency_key and (earlier := _by_key(session, caller.user, idempotency_key)):
         return _replay(earlier, spec, idempotency_key), False
-    plan = _plan(session, settings, spec)
+    plan = _plan(session, settings, spec, caller)
+    check_quota(session, settings, caller.user, plan)
     job = Job(
         name=spec.name,
-        owner=OWNER,
+        owner=caller.user,
         status=JobStatus.QUEUED,
         spec=spec.model_dump(mode="json"),
         plan={},
@@ -109,16 +118,16 @@ def submit_job(
     except IntegrityError:
         # A concurrent request with the same key committed first; answer as its replay.
         session.rollback()
-        if idempotency_key and (earlier := _by_key(session, idempotency_key)):
+        if idempotency_key and (earlier := _by_key(session, caller.user, idempotency_key)):
             return _replay(earlier, spec, idempotency_key), False
         raise
     _ring(job.id)
     return job, True
 
 
-def retry_job(session: Session, settings: Settings, job_id: int) -> Job:
-    """A new job with the same spec; the old one stays as it ended, for the record."""
-    old = get_job(session, job_id)
+def retry_job(session: Session, settings: Settings, job_id: int, caller: Caller) -> Job:
+    """A new job with the same spec, owned by the caller; the old one stays as it ended, for the record."""
+    old = get_owned_job(session, job_id, caller)
     status = JobStatus(old.status)
     if status not in RETRYABLE:
         fix = (
@@ -133,5 +142,5 @@ def retry_job(session: Session, settings: Settings, job_id: int) -> Job:
         raise InvalidSpec(
             "spec", f"job {job_id}'s spec no longer validates ({exc}); submit a fixed one"
         ) from exc
-    job, _ = submit_job(session, settings, spec, message=f"retry of job {job_id}")
+    job, _ = submit_job(session, settings, spec, caller, message=f"retry of job {job_id}")
     return job

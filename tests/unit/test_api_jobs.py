@@ -43,14 +43,17 @@ def test_dry_run_returns_the_plan_and_stores_nothing(
     assert enqueued(settings) == []
 
 
-def test_resume_from_puts_the_checkpoint_path_in_the_plan(client: TestClient, session: Session) -> None:
+def test_resume_from_puts_the_checkpoint_path_in_the_plan(
+    client: TestClient, session: Session, settings: Settings
+) -> None:
     source = submit(client)
-    session.add(Checkpoint(job_id=source["id"], step=4, epoch=0, path="/ckpt/step4.pt", size_bytes=10))
+    path = str(settings.runs_dir / str(source["id"]) / "checkpoints" / "step4.pt")
+    session.add(Checkpoint(job_id=source["id"], step=4, epoch=0, path=path, size_bytes=10))
     session.commit()
     checkpoint_id = session.scalar(select(Checkpoint.id))
     response = client.post("/v1/jobs", json=job_body(checkpoint={"resume_from": checkpoint_id}))
     assert response.status_code == 201, response.text
-    assert response.json()["plan"]["resume_path"] == "/ckpt/step4.pt"
+    assert response.json()["plan"]["resume_path"] == path
 
 
 def test_get_unknown_job_is_a_404_problem(client: TestClient) -> None:
@@ -158,7 +161,9 @@ def test_idempotency_key_race_answers_as_a_replay(
     first = client.post("/v1/jobs", json=job_body(), headers={"Idempotency-Key": "k"}).json()["job"]
     real_lookup = submit_service._by_key
     misses = iter([None])
-    monkeypatch.setattr(submit_service, "_by_key", lambda s, key: next(misses, real_lookup(s, key)))
+    monkeypatch.setattr(
+        submit_service, "_by_key", lambda s, owner, key: next(misses, real_lookup(s, owner, key))
+    )
     again = client.post("/v1/jobs", json=job_body(), headers={"Idempotency-Key": "k"})
     assert again.status_code == 200, again.text
     assert again.json()["job"]["id"] == first["id"]

@@ -7,7 +7,7 @@ from typing import Annotated
 from fastapi import APIRouter, Path, Request
 from fastapi.responses import FileResponse
 
-from app.api.deps import DB_INT_MAX, JobId, SessionDep
+from app.api.deps import DB_INT_MAX, CallerDep, OwnedJobId, SessionDep
 from app.schemas import CheckpointPublic, CheckpointsPublic
 from app.services.artifacts import checkpoint_file, list_checkpoints
 
@@ -15,7 +15,7 @@ router = APIRouter(tags=["checkpoints"])
 
 
 @router.get("/jobs/{job_id}/checkpoints")
-def get_checkpoints(job_id: JobId, session: SessionDep, request: Request) -> CheckpointsPublic:
+def get_checkpoints(job_id: OwnedJobId, session: SessionDep, request: Request) -> CheckpointsPublic:
     return CheckpointsPublic(
         data=[
             CheckpointPublic(
@@ -38,9 +38,9 @@ def get_checkpoints(job_id: JobId, session: SessionDep, request: Request) -> Che
     responses={200: {"content": {"application/octet-stream": {}}}},
 )
 def download_checkpoint(
-    checkpoint_id: Annotated[int, Path(ge=1, le=DB_INT_MAX)], session: SessionDep
+    checkpoint_id: Annotated[int, Path(ge=1, le=DB_INT_MAX)], session: SessionDep, caller: CallerDep
 ) -> FileResponse:
-    checkpoint, path = checkpoint_file(session, checkpoint_id)
+    checkpoint, path = checkpoint_file(session, checkpoint_id, caller)
     return FileResponse(
         path,
         media_type="application/octet-stream",

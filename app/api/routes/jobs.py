@@ -7,7 +7,7 @@ from typing import Annotated
 from fastapi import APIRouter, Header, Query, Response, status
 from sqlalchemy.orm import Session
 
-from app.api.deps import DB_INT_MAX, JobId, SessionDep, SettingsDep
+from app.api.deps import DB_INT_MAX, CallerDep, OwnedJobId, SessionDep, SettingsDep
 from app.models import Job
 from app.schemas import JobEventPublic, JobEventsPublic, JobPublic, JobsPublic, JobSubmitted
 from app.services import jobs, submit
@@ -36,14 +36,15 @@ def create_job(
     spec: JobSpec,
     session: SessionDep,
     settings: SettingsDep,
+    caller: CallerDep,
     response: Response,
     dry_run: bool = False,
     idempotency_key: Annotated[str | None, Header(min_length=1, max_length=128)] = None,
 ) -> JobSubmitted:
     if dry_run:
         response.status_code = status.HTTP_200_OK
-        return JobSubmitted(job=None, plan=submit.dry_run(session, settings, spec))
-    job, created = submit.submit_job(session, settings, spec, idempotency_key=idempotency_key)
+        return JobSubmitted(job=None, plan=submit.dry_run(session, settings, spec, caller))
+    job, created = submit.submit_job(session, settings, spec, caller, idempotency_key=idempotency_key)
     if not created:
         response.status_code = status.HTTP_200_OK
     return _submitted(session, job)
@@ -52,18 +53,19 @@ def create_job(
 @router.get("")
 def list_jobs(
     session: SessionDep,
+    caller: CallerDep,
     status_filter: Annotated[JobStatus | None, Query(alias="status")] = None,
     cursor: Annotated[
         int | None, Query(ge=1, le=DB_INT_MAX, description="the next_cursor of the previous page")
     ] = None,
     limit: Annotated[int, Query(ge=1, le=200)] = 50,
 ) -> JobsPublic:
-    page, next_cursor = jobs.list_jobs(session, status_filter, cursor, limit)
+    page, next_cursor = jobs.list_jobs(session, caller, status_filter, cursor, limit)
     return JobsPublic(data=jobs.describe(session, page), next_cursor=next_cursor)
 
 
 @router.get("/{job_id}")
-def get_job(job_id: JobId, session: SessionDep) -> JobPublic:
+def get_job(job_id: OwnedJobId, session: SessionDep) -> JobPublic:
     return _public(session, jobs.get_job(session, job_id))
 
 
@@ -71,7 +73,7 @@ def get_job(job_id: JobId, session: SessionDep) -> JobPublic:
     "/{job_id}/cancel",
     responses={202: {"description": "the job is running: its worker stops it (status cancelling)"}},
 )
-def cancel_job(job_id: JobId, session: SessionDep, response: Response) -> JobPublic:
+def cancel_job(job_id: OwnedJobId, session: SessionDep, response: Response) -> JobPublic:
     job = jobs.cancel_job(session, job_id)
     if job.status == JobStatus.CANCELLING:
         response.status_code = status.HTTP_202_ACCEPTED
@@ -79,16 +81,18 @@ def cancel_job(job_id: JobId, session: SessionDep, response: Response) -> JobPub
 
 
 @router.post("/{job_id}/retry", status_code=status.HTTP_201_CREATED)
-def retry_job(job_id: JobId, session: SessionDep, settings: SettingsDep) -> JobSubmitted:
-    return _submitted(session, submit.retry_job(session, settings, job_id))
+def retry_job(
+    job_id: OwnedJobId, session: SessionDep, settings: SettingsDep, caller: CallerDep
+) -> JobSubmitted:
+    return _submitted(session, submit.retry_job(session, settings, job_id, caller))
 
 
 @router.delete("/{job_id}", status_code=status.HTTP_204_NO_CONTENT)
-def delete_job(job_id: JobId, session: SessionDep, settings: SettingsDep) -> None:
+def delete_job(job_id: OwnedJobId, session: SessionDep, settings: SettingsDep) -> None:
     jobs.delete_job(session, settings, job_id)
 
 
 @router.get("/{job_id}/events")
-def list_events(job_id: JobId, session: SessionDep) -> JobEventsPublic:
+def list_events(job_id: OwnedJobId, session: SessionDep) -> JobEventsPublic:
     events = jobs.list_events(session, job_id)
     return JobEventsPublic(data=[JobEventPublic.model_validate(event) for event in events])

@@ -6,7 +6,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query
 
-from app.api.deps import JobId, SessionDep, SettingsDep
+from app.api.deps import OwnedJobId, SessionDep, SettingsDep
 from app.schemas import LogChunk
 from app.services.jobs import get_job
 from app.services.runs import read_log
@@ -18,7 +18,7 @@ MAX_LOG_CHUNK = 1 << 20
 
 @router.get("/{job_id}/logs")
 def get_logs(
-    job_id: JobId,
+    job_id: OwnedJobId,
     session: SessionDep,
     settings: SettingsDep,
     rank: Annotated[int | None, Query(ge=0, le=4095, description="omit for the launcher's log")] = None,

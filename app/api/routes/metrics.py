@@ -6,7 +6,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query
 
-from app.api.deps import DB_INT_MAX, JobId, SessionDep
+from app.api.deps import DB_INT_MAX, OwnedJobId, SessionDep
 from app.schemas import MetricPublic, MetricsPublic
 from app.services.artifacts import list_metrics
 
@@ -15,7 +15,7 @@ router = APIRouter(prefix="/jobs", tags=["metrics"])
 
 @router.get("/{job_id}/metrics")
 def get_metrics(
-    job_id: JobId,
+    job_id: OwnedJobId,
     session: SessionDep,
     name: Annotated[
         str | None, Query(min_length=1, max_length=64, description="one series, e.g. loss")

@@ -1,0 +1,66 @@
+"""/metrics for Prometheus (at the root, not under /v1): cluster gauges and the API's request latency."""
+
+from __future__ import annotations
+
+import time
+
+from fastapi import APIRouter, FastAPI, Request, Response
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Histogram, generate_latest
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from app.services.telemetry import ClusterCollector
+
+router = APIRouter(tags=["metrics"])
+
+
+class RequestLatency:
+    """Observes the time to the response's first byte: a metrics stream stays open for hours, and that is
+    not latency. Routes are labelled by their template (/v1/jobs/{job_id}), never the raw path, so the
+    label set stays small."""
+
+    def __init__(self, app: ASGIApp, histogram: Histogram) -> None:
+        self.app = app
+        self.histogram = histogram
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        start = time.perf_counter()
+        observed = False
+
+        def observe(status: int) -> None:
+            nonlocal observed
+            observed = True
+            template = getattr(scope.get("route"), "path", "unmatched")
+            self.histogram.labels(scope["method"], template, str(status)).observe(time.perf_counter() - start)
+
+        async def timed_send(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                observe(message["status"])
+            await send(message)
+
+        try:
+            await self.app(scope, receive, timed_send)
+        finally:
+            if not observed:  # the app raised before answering; the server turns that into a 500
+                observe(500)
+
+
+def install_prometheus(app: FastAPI) -> None:
+    """A registry per app, so apps built in tests never share (or double-register) a series."""
+    registry = CollectorRegistry()
+    registry.register(ClusterCollector())
+    latency = Histogram(
+        "trainyard_http_request_duration_seconds",
+        "API request latency to the first response byte",
+        ["method", "route", "status"],
+        registry=registry,
+    )
+    app.state.prometheus_registry = registry
+    app.add_middleware(RequestLatency, histogram=latency)
+    app.include_router(router)
+
+
+@router.get("/metrics", response_class=Response, responses={200: {"content": {CONTENT_TYPE_LATEST: {}}}})
+def prometheus_metrics(request: Request) -> Response:
+    return Response(generate_latest(request.app.state.prometheus_registry), media_type=CONTENT_TYPE_LATEST)

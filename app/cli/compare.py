@@ -1,0 +1,75 @@
+"""`trainyard compare`: jobs side by side, the table one builds by hand to weigh strategies and precisions."""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+
+import click
+from rich.table import Table
+
+from app.cli.render import between, console, devices, duration, number
+from app.client import TrainyardClient
+from app.schemas import JobPublic, MetricPublic
+
+
+@dataclass(frozen=True)
+class Summary:
+    job_id: int
+    name: str
+    status: str
+    strategy: str
+    precision: str
+    devices: str
+    wall_s: float | None  # running -> finished: start-up and queueing are not training
+    samples_per_s: float | None  # the median, so warm-up and eval pauses do not pull it around
+    final_loss: float | None
+    final_eval_accuracy: float | None
+    peak_mem_mb: float | None
+
+
+def _series(rows: list[MetricPublic], name: str) -> list[float]:
+    return [row.value for row in sorted(rows, key=lambda row: row.step) if row.name == name]
+
+
+def summarize(job: JobPublic, rows: list[MetricPublic]) -> Summary:
+    throughput = _series(rows, "samples_per_s")
+    loss = _series(rows, "loss")
+    accuracy = _series(rows, "eval_accuracy")
+    memory = _series(rows, "peak_mem_mb")
+    return Summary(
+        job_id=job.id,
+        name=job.name,
+        status=str(job.status),
+        strategy=str(job.plan.get("strategy", "-")),
+        precision=str(job.plan.get("precision", "-")),
+        devices=devices(job),
+        wall_s=between(job.running_at, job.finished_at),
+        samples_per_s=statistics.median(throughput) if throughput else None,
+        final_loss=loss[-1] if loss else None,
+        final_eval_accuracy=accuracy[-1] if accuracy else None,
+        peak_mem_mb=max(memory) if memory else None,
+    )
+
+
+def summary_table(summaries: list[Summary]) -> Table:
+    table = Table(
+        "job", "name", "status", "strategy", "precision", "devices", "wall", "samples/s", "final loss",
+        "eval acc", "peak MB",
+    )
+    for s in summaries:
+        table.add_row(
+            str(s.job_id), s.name, s.status, s.strategy, s.precision, s.devices, duration(s.wall_s),
+            number(s.samples_per_s), number(s.final_loss), number(s.final_eval_accuracy),
+            number(s.peak_mem_mb),
+        )
+    return table
+
+
+@click.command()
+@click.argument("job_ids", nargs=-1, required=True, type=int)
+@click.pass_obj
+def compare(client: TrainyardClient, job_ids: tuple[int, ...]) -> None:
+    """Compare jobs: strategy, precision, devices, wall time, throughput, final loss and accuracy, memory."""
+    summaries = [summarize(client.get_job(job_id), client.all_metrics(job_id)) for job_id in job_ids]
+    console.print(summary_table(summaries))

@@ -1,0 +1,123 @@
+"""Commands on jobs: submit, ls, status, cancel, retry, priority."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.table import Table
+
+from app.cli.follow import follow_job, outcome_line
+from app.cli.render import console, devices, duration, number, progress_text, waiting_or_message
+from app.client import TrainyardClient
+from app.schemas import JobPublic
+from app.states import JobStatus
+
+
+def read_spec(path: Path) -> dict[str, Any]:
+    try:
+        spec = json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise click.ClickException(f"{path} is not valid JSON ({exc}); fix the file and try again") from exc
+    if not isinstance(spec, dict):
+        raise click.ClickException(f"{path} holds a JSON {type(spec).__name__}; a spec is a JSON object")
+    return spec
+
+
+def exit_with_outcome(job: JobPublic) -> None:
+    """Scripts chain on the exit status: anything but success is a failure."""
+    if job.status is not JobStatus.SUCCEEDED:
+        raise SystemExit(1)
+
+
+@click.command()
+@click.argument(
+    "spec_file", metavar="SPEC.json", type=click.Path(exists=True, dir_okay=False, path_type=Path)
+)
+@click.option("--follow", "-f", is_flag=True, help="show live progress; exit non-zero unless it succeeds")
+@click.option("--dry-run", is_flag=True, help="print the plan the job would run, store nothing")
+@click.pass_obj
+def submit(client: TrainyardClient, spec_file: Path, follow: bool, dry_run: bool) -> None:
+    """Submit a job spec."""
+    submitted = client.submit(read_spec(spec_file), dry_run=dry_run)
+    if submitted.job is None:
+        console.print_json(submitted.plan.model_dump_json())
+        return
+    job = submitted.job
+    plan = submitted.plan
+    console.print(
+        f"job {job.id} ({job.name}) {job.status}: {plan.strategy} x{plan.world_size} on {plan.device}, "
+        f"{plan.precision}"
+    )
+    if follow:
+        exit_with_outcome(follow_job(client, job.id))
+
+
+@click.command("ls")
+@click.option("--status", "status", type=click.Choice([s.value for s in JobStatus]), help="only this state")
+@click.option("--limit", default=50, show_default=True, type=click.IntRange(1, 200))
+@click.pass_obj
+def list_jobs(client: TrainyardClient, status: str | None, limit: int) -> None:
+    """List jobs, newest first."""
+    jobs = client.list_jobs(JobStatus(status) if status else None, limit=limit).data
+    table = Table("id", "name", "status", "progress", "devices", "created", "note")
+    for job in jobs:
+        created = job.created_at.astimezone().strftime("%Y-%m-%d %H:%M:%S")
+        table.add_row(
+            str(job.id), job.name, str(job.status), progress_text(job), devices(job), created,
+            waiting_or_message(job),
+        )
+    console.print(table)
+
+
+@click.command()
+@click.argument("job_id", type=int)
+@click.option("--follow", "-f", is_flag=True, help="show live progress until the job ends")
+@click.pass_obj
+def status(client: TrainyardClient, job_id: int, follow: bool) -> None:
+    """Show one job: state, plan, progress, latest metrics."""
+    if follow:
+        exit_with_outcome(follow_job(client, job_id))
+        return
+    job = client.get_job(job_id)
+    plan = job.plan
+    console.print(f"job {job.id} ({job.name}): {job.status}, attempt {job.attempt}, priority {job.priority}")
+    if job.status_reason or job.message:
+        console.print(f"  reason:   {job.status_reason or '-'}: {waiting_or_message(job)}")
+    console.print(
+        f"  plan:     {plan.get('strategy')} x{plan.get('world_size')} on {devices(job)}, "
+        f"{plan.get('precision')}, per-rank batch {plan.get('per_rank_batch')}"
+    )
+    console.print(f"  progress: {progress_text(job)}, ETA {duration(job.progress.eta_s)}")
+    latest = ", ".join(f"{name} {number(value)}" for name, value in sorted(job.latest_metrics.items()))
+    console.print(f"  latest:   {latest or '-'}")
+
+
+@click.command()
+@click.argument("job_id", type=int)
+@click.pass_obj
+def cancel(client: TrainyardClient, job_id: int) -> None:
+    """Cancel a job: a queued one at once, a running one after its worker stops it."""
+    console.print(outcome_line(client.cancel(job_id)))
+
+
+@click.command()
+@click.argument("job_id", type=int)
+@click.pass_obj
+def retry(client: TrainyardClient, job_id: int) -> None:
+    """Run a failed, timed-out or cancelled job's spec again as a new job."""
+    job = client.retry(job_id).job
+    assert job is not None  # a retry is never a dry run
+    console.print(f"job {job.id} ({job.name}) {job.status}: a retry of job {job_id}")
+
+
+@click.command()
+@click.argument("job_id", type=int)
+@click.argument("value", type=click.IntRange(-100, 100))
+@click.pass_obj
+def priority(client: TrainyardClient, job_id: int, value: int) -> None:
+    """Change a queued job's priority (higher starts first)."""
+    job = client.set_priority(job_id, value)
+    console.print(f"job {job.id} priority {job.priority}: {waiting_or_message(job)}")

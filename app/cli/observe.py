@@ -1,0 +1,66 @@
+"""Watching what a job produces: its logs and its metric series, once or live."""
+
+from __future__ import annotations
+
+import sys
+import time
+
+import click
+from rich.table import Table
+
+from app.cli.follow import outcome_line
+from app.cli.render import console, number
+from app.client import StreamEnd, TrainyardClient
+from app.schemas import MetricPublic
+
+LOG_POLL_S = 1.0
+
+
+@click.command()
+@click.argument("job_id", type=int)
+@click.option("--rank", type=click.IntRange(0, 4095), help="one rank's output; default: the launcher's log")
+@click.option("--follow", "-f", is_flag=True, help="keep printing until the job ends")
+@click.pass_obj
+def logs(client: TrainyardClient, job_id: int, rank: int | None, follow: bool) -> None:
+    """Print a job's log."""
+    offset = 0
+    while True:
+        chunk = client.logs(job_id, rank, offset)
+        sys.stdout.write(chunk.text)
+        sys.stdout.flush()
+        offset = chunk.next_offset
+        if chunk.eof or (not follow and chunk.next_offset == chunk.offset):
+            return
+        if chunk.next_offset == chunk.offset:
+            time.sleep(LOG_POLL_S)
+
+
+def metric_line(row: MetricPublic) -> str:
+    return f"step {row.step:>7}  epoch {row.epoch:>3}  {row.name:<16} {number(row.value, 6)}"
+
+
+@click.command()
+@click.argument("job_id", type=int)
+@click.option("--name", help="one series, e.g. loss")
+@click.option("--follow", "-f", is_flag=True, help="print new rows as the job reports them, until it ends")
+@click.option("--max-points", type=click.IntRange(2, 10_000), help="shorten each series to this many points")
+@click.pass_obj
+def metrics(
+    client: TrainyardClient, job_id: int, name: str | None, follow: bool, max_points: int | None
+) -> None:
+    """Print a job's metrics."""
+    if follow:
+        for event in client.stream_metrics(job_id, name):
+            if isinstance(event, StreamEnd):
+                console.print(outcome_line(client.get_job(job_id)))
+            else:
+                console.print(metric_line(event))
+        return
+    if max_points is not None:
+        rows = client.metrics(job_id, name, max_points=max_points).data
+    else:
+        rows = client.all_metrics(job_id, name)
+    table = Table("step", "epoch", "name", "value")
+    for row in rows:
+        table.add_row(str(row.step), str(row.epoch), row.name, number(row.value, 6))
+    console.print(table)

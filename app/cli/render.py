@@ -1,0 +1,48 @@
+"""How the CLI shows things: one console, and the few formats every command shares."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from rich.console import Console
+
+from app.schemas import JobPublic
+
+# Markup off: job names and worker messages ("GPUs [1]") are shown as written, never read as styles.
+console = Console(highlight=False, markup=False)
+
+
+def number(value: float | None, digits: int = 4) -> str:
+    if value is None:
+        return "-"
+    return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.{digits}g}"
+
+
+def duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    minutes, secs = divmod(round(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
+
+
+def between(start: datetime | None, end: datetime | None) -> float | None:
+    return (end - start).total_seconds() if start and end else None
+
+
+def progress_text(job: JobPublic) -> str:
+    total = job.progress.total
+    return f"{job.progress.step}/{total}" if total else str(job.progress.step or "-")
+
+
+def devices(job: JobPublic) -> str:
+    """'2 GPU [0, 1]' once GPUs are leased, else what the plan runs on: 'cpu x2'."""
+    if job.gpu_ids:
+        return f"{len(job.gpu_ids)} GPU [{', '.join(map(str, job.gpu_ids))}]"
+    return f"{job.plan.get('device', 'cpu')} x{job.plan.get('world_size', 1)}"
+
+
+def waiting_or_message(job: JobPublic) -> str:
+    if job.queue_position is not None:
+        return f"#{job.queue_position} in queue" + (f": {job.message}" if job.message else "")
+    return job.message or ""

@@ -1,0 +1,179 @@
+"""A Python client for the Trainyard API: one method per REST call, answers parsed into the API's schemas."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any
+
+import httpx
+
+from app.schemas import (
+    HostsPublic,
+    JobEventsPublic,
+    JobPublic,
+    JobsPublic,
+    JobSubmitted,
+    LogChunk,
+    MetricPublic,
+    MetricsPublic,
+    QueuePublic,
+)
+from app.states import JobStatus
+
+DEFAULT_URL = "http://127.0.0.1:8000"
+
+
+class ApiError(Exception):
+    """The API refused a request; `detail` is its problem+json detail, which names the fix."""
+
+    def __init__(self, status: int, detail: str) -> None:
+        super().__init__(f"{status}: {detail}")
+        self.status = status
+        self.detail = detail
+
+
+@dataclass(frozen=True)
+class StreamEnd:
+    status: JobStatus
+    message: str | None
+
+
+def _raise_for_problem(response: httpx.Response) -> None:
+    if response.is_success:
+        return
+    response.read()
+    try:
+        detail = str(response.json()["detail"])
+    except (ValueError, KeyError, TypeError):
+        detail = response.text or response.reason_phrase
+    raise ApiError(response.status_code, detail)
+
+
+def _present(params: dict[str, Any]) -> dict[str, Any]:
+    """None means "leave it to the server's default", so it is not sent."""
+    return {key: value for key, value in params.items() if value is not None}
+
+
+def _sse_events(lines: Iterator[str]) -> Iterator[tuple[str, str]]:
+    """(event, data) per Server-Sent Event; comments (keepalives) and ids are skipped."""
+    event = "message"
+    data: list[str] = []
+    for line in lines:
+        if not line:
+            if data:
+                yield event, "\n".join(data)
+            event, data = "message", []
+        elif line.startswith("event:"):
+            event = line[6:].strip()
+        elif line.startswith("data:"):
+            data.append(line[5:].removeprefix(" "))
+
+
+class TrainyardClient:
+    def __init__(self, base_url: str = DEFAULT_URL, token: str | None = None, timeout: float = 30.0) -> None:
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self._http = httpx.Client(base_url=base_url, headers=headers, timeout=timeout)
+
+    def __enter__(self) -> TrainyardClient:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._http.close()
+
+    def _call(self, method: str, path: str, **kwargs: Any) -> Any:
+        if "params" in kwargs:
+            kwargs["params"] = _present(kwargs["params"])
+        response = self._http.request(method, path, **kwargs)
+        _raise_for_problem(response)
+        return response.json() if response.content else None
+
+    def submit(
+        self, spec: dict[str, Any], *, dry_run: bool = False, idempotency_key: str | None = None
+    ) -> JobSubmitted:
+        headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
+        body = self._call("POST", "/v1/jobs", json=spec, params={"dry_run": dry_run or None}, headers=headers)
+        return JobSubmitted.model_validate(body)
+
+    def list_jobs(
+        self, status: JobStatus | None = None, cursor: int | None = None, limit: int | None = None
+    ) -> JobsPublic:
+        params = {"status": status, "cursor": cursor, "limit": limit}
+        return JobsPublic.model_validate(self._call("GET", "/v1/jobs", params=params))
+
+    def get_job(self, job_id: int) -> JobPublic:
+        return JobPublic.model_validate(self._call("GET", f"/v1/jobs/{job_id}"))
+
+    def set_priority(self, job_id: int, priority: int) -> JobPublic:
+        body = self._call("PATCH", f"/v1/jobs/{job_id}", json={"priority": priority})
+        return JobPublic.model_validate(body)
+
+    def cancel(self, job_id: int) -> JobPublic:
+        return JobPublic.model_validate(self._call("POST", f"/v1/jobs/{job_id}/cancel"))
+
+    def retry(self, job_id: int) -> JobSubmitted:
+        return JobSubmitted.model_validate(self._call("POST", f"/v1/jobs/{job_id}/retry"))
+
+    def delete(self, job_id: int) -> None:
+        self._call("DELETE", f"/v1/jobs/{job_id}")
+
+    def events(self, job_id: int) -> JobEventsPublic:
+        return JobEventsPublic.model_validate(self._call("GET", f"/v1/jobs/{job_id}/events"))
+
+    def metrics(
+        self,
+        job_id: int,
+        name: str | None = None,
+        after_step: int | None = None,
+        limit: int | None = None,
+        max_points: int | None = None,
+    ) -> MetricsPublic:
+        params = {"name": name, "after_step": after_step, "limit": limit, "max_points": max_points}
+        return MetricsPublic.model_validate(self._call("GET", f"/v1/jobs/{job_id}/metrics", params=params))
+
+    def all_metrics(self, job_id: int, name: str | None = None) -> list[MetricPublic]:
+        """Every row, page after page."""
+        rows: list[MetricPublic] = []
+        after_step: int | None = None
+        while True:
+            page = self.metrics(job_id, name, after_step, limit=10_000)
+            rows += page.data
+            if page.next_after_step is None:
+                return rows
+            after_step = page.next_after_step
+
+    def stream_metrics(
+        self, job_id: int, name: str | None = None, after_step: int | None = None
+    ) -> Iterator[MetricPublic | StreamEnd]:
+        """Metric rows as the job reports them, then one StreamEnd with its terminal status."""
+        params = _present({"name": name, "after_step": after_step})
+        # No read timeout: a job between reports sends only keepalives, minutes apart if it must.
+        timeout = httpx.Timeout(self._http.timeout.connect, read=None)
+        with self._http.stream(
+            "GET", f"/v1/jobs/{job_id}/metrics/stream", params=params, timeout=timeout
+        ) as response:
+            _raise_for_problem(response)
+            for event, data in _sse_events(response.iter_lines()):
+                if event == "metric":
+                    yield MetricPublic.model_validate_json(data)
+                elif event == "end":
+                    end = json.loads(data)
+                    yield StreamEnd(JobStatus(end["status"]), end.get("message"))
+                    return
+
+    def logs(self, job_id: int, rank: int | None = None, offset: int = 0) -> LogChunk:
+        params = {"rank": rank, "offset": offset}
+        return LogChunk.model_validate(self._call("GET", f"/v1/jobs/{job_id}/logs", params=params))
+
+    def gpus(self) -> HostsPublic:
+        return HostsPublic.model_validate(self._call("GET", "/v1/gpus"))
+
+    def queue(self) -> QueuePublic:
+        return QueuePublic.model_validate(self._call("GET", "/v1/queue"))

@@ -1,0 +1,49 @@
+"""The queue: queued jobs in the order workers start them, and why each one is still waiting."""
+
+from __future__ import annotations
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from app.models import Job
+from app.schemas import QueueEntry, QueuePublic
+from app.states import JobStatus
+
+# Workers start the highest priority first and, within a priority, the oldest: every view of the queue
+# (positions, this listing, the worker's ring order) sorts by this.
+START_ORDER = (Job.priority.desc(), Job.id.asc())
+NOT_YET_SEEN = "waiting for a worker to take it"
+
+
+def wanted_devices(plan: dict[str, object]) -> str:
+    """What the job waits for, as a person would say it: 'GPUs [1, 2]', '2 GPUs' or '2 processes on CPU'."""
+    gpus = plan.get("gpus")
+    if isinstance(gpus, list) and gpus:
+        return "GPUs [" + ", ".join(str(gpu) for gpu in gpus) + "]"
+    num_gpus = plan.get("num_gpus")
+    if isinstance(num_gpus, int) and num_gpus:
+        return f"{num_gpus} GPU" + ("s" if num_gpus > 1 else "")
+    world = plan.get("world_size", 1)
+    return f"{world} process{'es' if world != 1 else ''} on CPU"
+
+
+def list_queue(session: Session, owner: str | None = None) -> QueuePublic:
+    """Positions count every queued job, so a caller who sees only their own still learns how many are
+    ahead; `owner` None lists all."""
+    jobs = session.scalars(select(Job).where(Job.status == JobStatus.QUEUED).order_by(*START_ORDER))
+    entries = [
+        QueueEntry(
+            position=position,
+            job_id=job.id,
+            name=job.name,
+            owner=job.owner,
+            priority=job.priority,
+            wants=wanted_devices(job.plan),
+            status_reason=job.status_reason,
+            reason=job.message or NOT_YET_SEEN,
+            created_at=job.created_at,
+        )
+        for position, job in enumerate(jobs, start=1)
+        if owner is None or job.owner == owner
+    ]
+    return QueuePublic(data=entries)

@@ -1,0 +1,84 @@
+"""API keys: hashed at rest, sent as a bearer token, scoping every job route to its owner."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from fastapi.testclient import TestClient
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from app.core.config import Settings, get_settings
+from app.main import create_app
+from app.models import ApiKey
+from app.services.keys import caller_for_token, create_key, hash_token
+from tests.unit.conftest import job_body
+
+
+@pytest.fixture
+def auth_on(settings: Settings, monkeypatch: pytest.MonkeyPatch) -> Iterator[Settings]:
+    monkeypatch.setenv("TRAINYARD_AUTH", "on")
+    get_settings.cache_clear()
+    yield get_settings()
+    get_settings.cache_clear()
+
+
+def bearer(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+def test_keys_are_stored_as_hashes_only(session: Session) -> None:
+    token = create_key(session, "alice", admin=False)
+    [key] = session.scalars(select(ApiKey)).all()
+    assert token not in (key.key_hash, key.user)
+    assert key.key_hash == hash_token(token)
+    caller = caller_for_token(session, token)
+    assert caller is not None and (caller.user, caller.is_admin) == ("alice", False)
+    assert caller_for_token(session, token + "x") is None
+
+
+def test_user_names_are_plain_words(session: Session) -> None:
+    with pytest.raises(ValueError, match="not a valid name"):
+        create_key(session, "../root", admin=True)
+
+
+def test_no_or_bad_token_is_401_with_a_challenge(auth_on: Settings) -> None:
+    client = TestClient(create_app())
+    for headers in ({}, bearer("ty_nonsense"), {"Authorization": "Basic YTpi"}):
+        response = client.get("/v1/jobs", headers=headers)
+        assert response.status_code == 401, response.text
+        assert response.headers["www-authenticate"] == "Bearer"
+    assert client.get("/healthz").status_code == 200
+
+
+def test_jobs_are_scoped_to_their_owner_and_admins_see_all(auth_on: Settings, session: Session) -> None:
+    alice, bob, admin = (create_key(session, u, admin=u == "root") for u in ("alice", "bob", "root"))
+    client = TestClient(create_app())
+    job = client.post("/v1/jobs", json=job_body(), headers=bearer(alice)).json()["job"]
+    assert job["id"]
+    assert client.get(f"/v1/jobs/{job['id']}", headers=bearer(bob)).status_code == 404
+    assert client.post(f"/v1/jobs/{job['id']}/cancel", headers=bearer(bob)).status_code == 404
+    assert client.get("/v1/jobs", headers=bearer(bob)).json()["data"] == []
+    assert [j["id"] for j in client.get("/v1/jobs", headers=bearer(alice)).json()["data"]] == [job["id"]]
+    assert [j["id"] for j in client.get("/v1/jobs", headers=bearer(admin)).json()["data"]] == [job["id"]]
+    assert client.get(f"/v1/jobs/{job['id']}", headers=bearer(admin)).status_code == 200
+
+
+def test_idempotency_keys_belong_to_one_user(auth_on: Settings, session: Session) -> None:
+    alice, bob = (create_key(session, u, admin=False) for u in ("alice", "bob"))
+    client = TestClient(create_app())
+    key = {"Idempotency-Key": "same"}
+    first = client.post("/v1/jobs", json=job_body(), headers={**bearer(alice), **key})
+    assert first.status_code == 201
+    # Bob's request with Alice's key is a new job of his, not a replay that would reveal hers.
+    other = client.post("/v1/jobs", json=job_body(), headers={**bearer(bob), **key})
+    assert other.status_code == 201 and other.json()["job"]["id"] != first.json()["job"]["id"]
+    replay = client.post("/v1/jobs", json=job_body(), headers={**bearer(alice), **key})
+    assert replay.status_code == 200 and replay.json()["job"]["id"] == first.json()["job"]["id"]
+    changed = client.post("/v1/jobs", json=job_body(name="other"), headers={**bearer(alice), **key})
+    assert changed.status_code == 409
+
+
+def test_auth_off_acts_as_the_local_admin(client: TestClient) -> None:
+    assert client.get("/v1/jobs").status_code == 200
