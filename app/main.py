@@ -6,7 +6,7 @@ from fastapi import Depends, FastAPI
 
 from app.api.deps import get_caller
 from app.api.errors import install_error_handlers
-from app.api.routes import checkpoints, gpus, health, jobs, logs, metrics
+from app.api.routes import checkpoints, gpus, health, jobs, logs, metrics, web
 
 API_PREFIX = "/v1"
 
@@ -23,6 +23,7 @@ def create_app() -> FastAPI:
         # asking takes CallerDep, which FastAPI resolves once per request.
         app.include_router(module.router, prefix=API_PREFIX, dependencies=[Depends(get_caller)])
     app.include_router(health.router)
+    app.include_router(web.router)
     return app
 
 
