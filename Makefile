@@ -28,10 +28,12 @@ run: migrate
 	wait -n; exit 0
 
 # Servers the integration tests start on loopback: redis-server from apt when missing; PostgreSQL's
-# binaries are used from /usr/lib/postgresql/15/bin.
+# binaries are used from /usr/lib/postgresql/15/bin. Debian's chromium is the browser of the dashboard test
+# (Playwright drives it and never downloads its own).
 servers:
 	@command -v redis-server >/dev/null || (apt-get update -qq && apt-get install -y -qq redis-server >/dev/null)
 	@test -x /usr/lib/postgresql/15/bin/initdb || (apt-get update -qq && apt-get install -y -qq postgresql-15 >/dev/null)
+	@test -x /usr/bin/chromium || (apt-get update -qq && apt-get install -y -qq chromium >/dev/null)
 
 test: install servers
 	$(VENV)/bin/pytest -q -p no:cacheprovider

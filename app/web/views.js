@@ -1,0 +1,118 @@
+"use strict";
+// The overview pages: jobs, queue, GPUs, and loss curves of several jobs overlaid.
+
+const STATUSES = ["queued", "starting", "running", "restarting", "cancelling", "succeeded", "failed",
+  "timed_out", "cancelled"];
+
+function jobsView(root, signal) {
+  const selected = new Set();
+  const compare = h("button", { disabled: true, onclick: () => { location.hash = `#/compare?ids=${[...selected]}`; } },
+    "Compare loss");
+  const filter = h("select", { onchange: () => refresh() },
+    h("option", { value: "" }, "all statuses"), STATUSES.map((s) => h("option", { value: s }, s)));
+  const body = h("div");
+  root.append(h("div", { class: "toolbar" }, h("h2", {}, "Jobs"), filter, compare), body);
+
+  const pick = (id, checked) => {
+    if (checked) selected.add(id);
+    else selected.delete(id);
+    compare.disabled = selected.size === 0;
+  };
+  const row = (job) => h("tr", { "data-job": job.id },
+    h("td", {}, h("input", { type: "checkbox", checked: selected.has(job.id), title: "select to compare",
+      onchange: (e) => pick(job.id, e.target.checked) })),
+    h("td", {}, jobLink(job.id)),
+    h("td", {}, jobLink(job.id, job.name)),
+    h("td", {}, statusBadge(job.status), job.queue_position ? ` #${job.queue_position} in queue` : ""),
+    h("td", { class: "wide" }, progressBar(job.progress)),
+    h("td", { class: "num" }, formatNumber(job.latest_metrics.loss)),
+    h("td", {}, formatTime(job.created_at)));
+  const refresh = async () => {
+    const status = filter.value ? `&status=${filter.value}` : "";
+    const page = await api.get(`/v1/jobs?limit=100${status}`, signal);
+    body.replaceChildren(table(["", "id", "name", "status", "progress", "loss", "submitted"],
+      page.data.map(row), "No jobs yet: POST a spec to /v1/jobs."));
+  };
+  every(POLL_MS, signal, refresh);
+}
+
+/** The server's /v1/queue, or on a server without one, queued jobs in queue order. */
+async function queueEntries(signal) {
+  const queue = await api.optional("/v1/queue", signal);
+  if (queue) return queue.data;
+  const page = await api.get("/v1/jobs?status=queued&limit=200", signal);
+  return page.data
+    .map((job) => ({ position: job.queue_position, job_id: job.id, name: job.name, priority: job.priority,
+      wants: "", reason: job.message || job.status_reason || "", created_at: job.created_at }))
+    .sort((a, b) => a.position - b.position);
+}
+
+function queueView(root, signal) {
+  const body = h("div");
+  root.append(h("h2", {}, "Queue"), body);
+  every(POLL_MS, signal, async () => {
+    const rows = (await queueEntries(signal)).map((e) => h("tr", { "data-job": e.job_id },
+      h("td", { class: "num" }, String(e.position ?? "")),
+      h("td", {}, jobLink(e.job_id)),
+      h("td", {}, e.name),
+      h("td", { class: "num" }, String(e.priority)),
+      h("td", {}, e.wants || ""),
+      h("td", {}, e.reason || ""),
+      h("td", {}, formatTime(e.created_at))));
+    body.replaceChildren(table(["position", "job", "name", "priority", "wants", "waiting because", "submitted"],
+      rows, "Nothing is waiting."));
+  });
+}
+
+function gpusView(root, signal) {
+  const body = h("div");
+  root.append(h("h2", {}, "GPUs"), body);
+  const known = new Set(["index", "name", "memory_total_mb", "job_id"]);
+  const gpuRow = (gpu) => h("tr", {},
+    h("td", { class: "num" }, String(gpu.index)),
+    h("td", {}, gpu.name || ""),
+    h("td", { class: "num" }, gpu.memory_total_mb ? formatBytes(gpu.memory_total_mb * 2 ** 20) : ""),
+    // Workers may report more (utilisation, memory used): shown as they come.
+    h("td", {}, Object.entries(gpu).filter(([k]) => !known.has(k)).map(([k, v]) => `${k} ${v}`).join(" · ")),
+    h("td", {}, gpu.job_id ? jobLink(gpu.job_id) : h("span", { class: "free" }, "free")));
+  every(POLL_MS * 2, signal, async () => {
+    const hosts = (await api.get("/v1/gpus", signal)).data;
+    body.replaceChildren(...(hosts.length ? hosts.map((host) => h("section", { class: "card", "data-host": host.host },
+      h("h3", {}, host.host, h("small", {}, ` worker ${host.worker_id} · seen ${formatTime(host.heartbeat_at)}`)),
+      table(["gpu", "model", "memory", "reported", "held by"], host.gpus.map(gpuRow),
+        "No GPUs on this host: it runs CPU jobs."))) : [h("p", { class: "empty" }, "No worker is running.")]));
+  });
+}
+
+/** Every loss point of a job, shortened by the server to a plottable number where it can. */
+async function lossSeries(jobId, signal) {
+  const series = new Map();
+  let after = -1;
+  while (after !== null) {
+    const page = await api.get(`/v1/jobs/${jobId}/metrics?name=loss&max_points=2000&after_step=${after}`, signal);
+    page.data.forEach((r) => series.set(r.step, r.value));
+    after = page.next_after_step;
+  }
+  return series;
+}
+
+function compareView(root, signal, ids) {
+  const input = h("input", { value: ids.join(","), placeholder: "job ids, e.g. 3,4,7", size: 24 });
+  const form = h("form", { class: "toolbar", onsubmit: (e) => {
+    e.preventDefault();
+    location.hash = `#/compare?ids=${idsOf(input.value.replace(/\s+/g, ","))}`;
+  } }, h("h2", {}, "Compare loss"), input, h("button", { type: "submit" }, "Show"));
+  root.append(form);
+  if (!ids.length) {
+    root.append(h("p", { class: "empty" }, "Pick jobs on the Jobs page, or type their ids."));
+    return;
+  }
+  const holder = h("div", { class: "chart", "data-metric": "loss" });
+  root.append(holder);
+  const chart = new StepChart(holder, "loss", ids.map((id) => `#${id}`));
+  signal.addEventListener("abort", () => chart.destroy());
+  every(POLL_MS * 2.5, signal, async () => {
+    const all = await Promise.all(ids.map((id) => lossSeries(id, signal)));
+    all.forEach((series, i) => chart.replace(i, series));
+  });
+}
