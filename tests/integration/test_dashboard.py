@@ -81,20 +81,32 @@ def test_follow_a_running_job_and_cancel_it(embedded_stack: Stack, page: Page, s
         job = submit(client, spec)
         job_id = job["id"]
 
+        streams: list[str] = []
+        page.on("request", lambda request: streams.append(request.url) if "/stream" in request.url else None)
         page.goto(embedded_stack.url + "/")
         row = page.locator(f'tr[data-job="{job_id}"]')
         expect(row).to_contain_text("dashboard-watch")
         row.get_by_role("link", name=f"#{job_id}").click()
         expect(page).to_have_url(f"{embedded_stack.url}/#/jobs/{job_id}")
 
-        # The curve grows while the page is open: points arrive after the first ones were drawn.
-        first = wait_for_more_points(page, "loss", 0)
-        grown = wait_for_more_points(page, "loss", first)
-        assert grown > first
+        # A second page plays a server from before the SSE endpoint: it must fall back to polling.
+        polling = page.context.new_page()
+        polling.route("**/metrics/stream*", lambda route: route.fulfill(status=404))
+        polling.goto(f"{embedded_stack.url}/#/jobs/{job_id}")
+
+        # The curves grow while the pages are open: points arrive after the first ones were drawn.
+        for watcher in (page, polling):
+            first = wait_for_more_points(watcher, "loss", 0)
+            wait_for_more_points(watcher, "loss", first)
+        assert any(f"/v1/jobs/{job_id}/metrics/stream" in url for url in streams)
+        polling.close()
+
         expect(page.locator(".card .status").first).to_have_text("running")
         expect(page.get_by_role("link", name="download").first).to_be_visible(timeout=60_000)
         expect(page.locator("pre.log")).not_to_be_empty(timeout=30_000)
-
+        # Rank 0 prints a line per reported step; the launcher's log does not.
+        page.get_by_label("show").select_option("rank 0")
+        expect(page.locator("pre.log")).to_contain_text("loss=", timeout=30_000)
         page.screenshot(path=shots / "job.png", full_page=True)
 
         page.get_by_role("button", name="Cancel").click()
