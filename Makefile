@@ -1,4 +1,5 @@
 # Quick start: `make run` (API + worker on the embedded SQLite broker) and `make test` (the whole suite).
+SHELL := /bin/bash
 VENV ?= .venv
 PY := $(VENV)/bin/python
 HOST ?= 127.0.0.1
