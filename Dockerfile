@@ -1,0 +1,30 @@
+# Trainyard for a GPU box: the API and the worker run from this one image (docker-compose.yml says which).
+# The base brings CUDA, cuDNN and a matching torch + torchvision; pip must keep those, not replace them with
+# a different multi-GB build, so they are pinned to what the image has.
+FROM pytorch/pytorch:2.7.1-cuda12.8-cudnn9-runtime
+
+ENV PYTHONUNBUFFERED=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    TRAINYARD_RUNS_DIR=/var/lib/trainyard/runs \
+    TRAINYARD_DATA_DIR=/var/lib/trainyard/data
+
+WORKDIR /opt/trainyard
+
+# Dependencies first, from pyproject.toml alone, so editing the code does not reinstall them.
+COPY pyproject.toml ./
+RUN python -c "import torch, torchvision; print(f'torch=={torch.__version__}'); print(f'torchvision=={torchvision.__version__}')" \
+        > /opt/torch-pins.txt \
+    && python -c "import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies']))" \
+        > /tmp/requirements.txt \
+    && pip install --no-cache-dir -c /opt/torch-pins.txt -r /tmp/requirements.txt
+
+COPY . .
+RUN pip install --no-cache-dir --no-deps . \
+    && useradd --create-home --uid 1000 trainyard \
+    && mkdir -p /var/lib/trainyard/runs /var/lib/trainyard/data \
+    && chown -R trainyard /var/lib/trainyard
+
+# Jobs run as this user too: a spec can name a model and data, never anything that should run as root.
+USER trainyard
+EXPOSE 8000
+CMD ["uvicorn", "app.main:app", "--host", "0.0.0.0", "--port", "8000"]

@@ -1,0 +1,161 @@
+"""docker-compose.yml and the Dockerfile, checked without a Docker engine: every command they run exists in
+this repository, every TRAINYARD_* variable is a real setting, and the services wait for what they need.
+
+The commands themselves (alembic upgrade, uvicorn app.main:app, python -m worker) are what
+tests/integration/servers.py's Stack runs for every integration test, on SQLite and on PostgreSQL + Redis.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import importlib
+import importlib.util
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from app.core.config import AuthMode, Settings
+from app.main import app
+
+ROOT = Path(__file__).resolve().parents[2]
+PREFIX = "TRAINYARD_"
+# ${NAME}, ${NAME:-default} and ${NAME:?error}: what compose substitutes from the shell or .env.
+INTERPOLATION = re.compile(r"\$\{([A-Z_][A-Z0-9_]*)(?::?([-?])([^}]*))?\}")
+
+
+@pytest.fixture(scope="module")
+def compose() -> dict[str, Any]:
+    loaded: dict[str, Any] = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+    return loaded
+
+
+@pytest.fixture(scope="module")
+def services(compose: dict[str, Any]) -> dict[str, Any]:
+    found: dict[str, Any] = compose["services"]
+    return found
+
+
+def interpolate(value: str, variables: dict[str, str] | None = None) -> str:
+    """As compose would with `variables` set and nothing else: defaults apply, a required one stays <NAME>."""
+
+    def substitute(match: re.Match[str]) -> str:
+        name, operator, default = match.groups()
+        if variables and name in variables:
+            return variables[name]
+        return default if operator == "-" else f"<{name}>"
+
+    return INTERPOLATION.sub(substitute, value)
+
+
+def assert_runnable(argv: list[str]) -> None:
+    """The command names something this project installs: its own module, or a dependency's script."""
+    program, *args = argv
+    if program == "python":
+        assert args[0] == "-m"
+        assert importlib.util.find_spec(f"{args[1]}.__main__") is not None, argv
+    elif program == "uvicorn":
+        module, _, attr = args[0].partition(":")
+        assert getattr(importlib.import_module(module), attr) is app, argv
+    elif program == "alembic":
+        assert args[:2] == ["-c", "migrations/alembic.ini"] and args[2:] == ["upgrade", "head"], argv
+        assert (ROOT / args[1]).is_file()
+        assert importlib.util.find_spec("alembic") is not None
+    else:
+        raise AssertionError(f"unexpected program in {argv}")
+
+
+def test_services_and_their_order(services: dict[str, Any]) -> None:
+    assert set(services) == {"postgres", "redis", "migrate", "api", "worker"}
+    assert services["migrate"]["restart"] == "no"
+    for name in ("api", "worker"):
+        needs = services[name]["depends_on"]
+        assert needs["migrate"] == {"condition": "service_completed_successfully"}
+        assert needs["redis"] == {"condition": "service_healthy"}
+    assert services["migrate"]["depends_on"]["postgres"] == {"condition": "service_healthy"}
+
+
+def test_commands_exist(services: dict[str, Any]) -> None:
+    assert services["migrate"]["command"] == ["alembic", "-c", "migrations/alembic.ini", "upgrade", "head"]
+    assert services["api"]["command"][:2] == ["uvicorn", "app.main:app"]
+    assert services["worker"]["command"] == ["python", "-m", "worker"]
+    for name in ("migrate", "api", "worker"):
+        assert services[name]["image"] == "trainyard:latest" and services[name]["build"] == "."
+        assert_runnable(services[name]["command"])
+
+
+def test_api_port_and_healthcheck(services: dict[str, Any]) -> None:
+    api = services["api"]
+    command = api["command"]
+    port = command[command.index("--port") + 1]
+    assert command[command.index("--host") + 1] == "0.0.0.0"
+    assert [interpolate(p).split(":")[1:] for p in api["ports"]] == [[port, port]]
+    probe = " ".join(api["healthcheck"]["test"])
+    assert f"http://127.0.0.1:{port}/healthz" in probe
+    assert "/healthz" in app.openapi()["paths"]
+
+
+def test_environment_names_are_settings(services: dict[str, Any]) -> None:
+    fields = set(Settings.model_fields)
+    for name, service in services.items():
+        for variable, value in service.get("environment", {}).items():
+            if variable.startswith(PREFIX):
+                assert variable[len(PREFIX) :].lower() in fields, f"{name}: {variable} is no setting"
+                assert isinstance(value, str), f"{name}: quote {variable} so YAML keeps it a string"
+    assert AuthMode(services["api"]["environment"]["TRAINYARD_AUTH"]) is AuthMode.ON
+
+
+def test_urls_reach_the_postgres_and_redis_services(services: dict[str, Any]) -> None:
+    secrets = {"POSTGRES_PASSWORD": "pw1", "REDIS_PASSWORD": "pw2"}
+    env = {k: interpolate(v, secrets) for k, v in services["worker"]["environment"].items()}
+    postgres = {k: interpolate(v, secrets) for k, v in services["postgres"]["environment"].items()}
+    user, db = postgres["POSTGRES_USER"], postgres["POSTGRES_DB"]
+    assert env["TRAINYARD_DATABASE_URL"] == f"postgresql+psycopg://{user}:pw1@postgres:5432/{db}"
+    assert env["TRAINYARD_BROKER_URL"] == "redis://:pw2@redis:6379/0"
+    settings = Settings(**{k[len(PREFIX) :].lower(): v for k, v in env.items()})
+    assert not settings.is_sqlite and settings.auth is AuthMode.ON
+
+
+def test_healthchecks_and_volumes(compose: dict[str, Any], services: dict[str, Any]) -> None:
+    assert services["postgres"]["healthcheck"]["test"][:2] == ["CMD", "pg_isready"]
+    assert "pgdata:/var/lib/postgresql/data" in services["postgres"]["volumes"]
+    assert "ping" in " ".join(services["redis"]["healthcheck"]["test"])
+    settings_dirs = {services["worker"]["environment"][f"{PREFIX}{d}"] for d in ("RUNS_DIR", "DATA_DIR")}
+    for name in ("api", "worker"):
+        mounted = {interpolate(volume).split(":")[1] for volume in services[name]["volumes"]}
+        assert settings_dirs <= mounted, f"{name} must see the runs and data the settings name"
+    assert {"pgdata", "runs", "data"} <= set(compose["volumes"])
+
+
+def test_worker_reserves_every_gpu(services: dict[str, Any]) -> None:
+    devices = services["worker"]["deploy"]["resources"]["reservations"]["devices"]
+    assert devices == [{"driver": "nvidia", "count": "all", "capabilities": ["gpu"]}]
+    assert services["worker"]["ipc"] == "host"
+
+
+def dockerfile_instructions() -> list[tuple[str, str]]:
+    text = (ROOT / "Dockerfile").read_text().replace("\\\n", " ")
+    lines = [line.strip() for line in text.splitlines() if line.strip()[:1] not in ("", "#")]
+    return [(kind.upper(), rest.strip()) for kind, _, rest in (line.partition(" ") for line in lines)]
+
+
+def test_dockerfile_runs_the_api_and_ships_what_compose_runs() -> None:
+    instructions = dockerfile_instructions()
+    base = next(rest for kind, rest in instructions if kind == "FROM")
+    assert re.fullmatch(r"pytorch/pytorch:2\.\d+\.\d+-cuda12\.\d+-cudnn9-runtime", base)
+    commands = [json.loads(rest) for kind, rest in instructions if kind in ("CMD", "ENTRYPOINT")]
+    assert commands and all(isinstance(c, list) for c in commands), "exec form, so signals reach the process"
+    for command in commands:
+        assert_runnable(command)
+    ignored = [
+        line for line in (ROOT / ".dockerignore").read_text().splitlines() if line[:1] not in ("", "#")
+    ]
+    shipped = ("pyproject.toml", "app/main.py", "app/web/index.html", "worker/__main__.py", "trainers/run.py")
+    for needed in (*shipped, "migrations/alembic.ini", "migrations/env.py"):
+        assert (ROOT / needed).exists()
+        assert not any(fnmatch.fnmatch(needed, p) or needed.startswith(f"{p}/") for p in ignored), needed
+    for unwanted in (".venv", ".git", "var"):
+        assert unwanted in ignored
