@@ -73,9 +73,17 @@ def _sse_events(lines: Iterator[str]) -> Iterator[tuple[str, str]]:
 
 
 class TrainyardClient:
-    def __init__(self, base_url: str = DEFAULT_URL, token: str | None = None, timeout: float = 30.0) -> None:
-        headers = {"Authorization": f"Bearer {token}"} if token else {}
-        self._http = httpx.Client(base_url=base_url, headers=headers, timeout=timeout)
+    def __init__(
+        self,
+        base_url: str = DEFAULT_URL,
+        token: str | None = None,
+        timeout: float = 30.0,
+        http: httpx.Client | None = None,
+    ) -> None:
+        """`http` replaces the connection pool, e.g. with a TestClient that calls the app in-process."""
+        self._http = http or httpx.Client(base_url=base_url, timeout=timeout)
+        if token:
+            self._http.headers["Authorization"] = f"Bearer {token}"
 
     def __enter__(self) -> TrainyardClient:
         return self
@@ -138,12 +146,14 @@ class TrainyardClient:
         params = {"name": name, "after_step": after_step, "limit": limit, "max_points": max_points}
         return MetricsPublic.model_validate(self._call("GET", f"/v1/jobs/{job_id}/metrics", params=params))
 
-    def all_metrics(self, job_id: int, name: str | None = None) -> list[MetricPublic]:
+    def all_metrics(
+        self, job_id: int, name: str | None = None, page_size: int = 10_000
+    ) -> list[MetricPublic]:
         """Every row, page after page."""
         rows: list[MetricPublic] = []
         after_step: int | None = None
         while True:
-            page = self.metrics(job_id, name, after_step, limit=10_000)
+            page = self.metrics(job_id, name, after_step, limit=page_size)
             rows += page.data
             if page.next_after_step is None:
                 return rows

@@ -151,3 +151,27 @@ class HostsPublic(BaseModel):
 class Health(BaseModel):
     status: str
     database: str
+
+
+class JobUpdate(BaseModel):
+    """PATCH /v1/jobs/{id}: what may change while the job waits in the queue."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    priority: int = Field(ge=-100, le=100, description="higher starts first; same bounds as spec.priority")
+
+
+class QueueEntry(BaseModel):
+    position: int = Field(description="1 = next to start")
+    job_id: int
+    name: str
+    owner: str
+    priority: int
+    wants: str = Field(description="the GPUs or processes the job waits for")
+    status_reason: str | None
+    reason: str = Field(description="why it waits, as the worker last wrote it")
+    created_at: UtcDatetime
+
+
+class QueuePublic(BaseModel):
+    data: list[QueueEntry] = Field(description="queued jobs in the order workers start them")

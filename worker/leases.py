@@ -76,6 +76,27 @@ def _held_gpus(session: Session, host: str) -> dict[int, int]:
     return {gpu: job for gpu, job in rows}
 
 
+def _with_higher_priority_reservations(
+    session: Session, job: Job, host: str, host_gpu_ids: list[int], held: dict[int, int]
+) -> dict[int, int]:
+    """`held` plus the GPUs that queued jobs of higher priority, which this host can run, would take: a job
+    that starts first must not be one that lets a lower priority slip onto the GPUs a higher one waits for."""
+    taken = dict(held)
+    ahead = session.scalars(
+        select(Job)
+        .where(Job.status == JobStatus.QUEUED, Job.priority > job.priority)
+        .order_by(Job.priority.desc(), Job.id)
+    )
+    for other in ahead:
+        plan = Plan.model_validate(other.plan)
+        if not (plan.gpus or plan.num_gpus) or infeasibility(plan, host_gpu_ids, host) is not None:
+            continue
+        free = [gpu for gpu in sorted(host_gpu_ids) if gpu not in taken]
+        wanted = plan.gpus if plan.gpus is not None else free[: plan.num_gpus]
+        taken.update({gpu: other.id for gpu in wanted if gpu not in taken})
+    return taken
+
+
 def _set_waiting(job_id: int, message: str) -> None:
     # Not a transition, so no job_events row; guarded so it never overwrites a job that moved on.
     with session_scope() as session:
@@ -112,7 +133,12 @@ def _try_claim(job_id: int, host_gpu_ids: list[int]) -> Claim:
                 session, job_id, JobStatus.QUEUED, JobStatus.FAILED, reason="infeasible", message=reason
             )
             return Claim(job_id, ClaimOutcome.INFEASIBLE if moved else ClaimOutcome.NOT_QUEUED)
-        gpu_ids, wait = pick_gpus(plan, host_gpu_ids, _held_gpus(session, host))
+        held = _held_gpus(session, host)
+        taken = _with_higher_priority_reservations(session, job, host, host_gpu_ids, held)
+        gpu_ids, wait = pick_gpus(plan, host_gpu_ids, taken)
+        if wait is not None and taken.keys() - held.keys():
+            ahead = sorted(set(taken.values()) - set(held.values()))
+            wait += f" (queued jobs {_format_ids(ahead)} have a higher priority and start first)"
     if wait is not None:
         _set_waiting(job_id, wait)
         return Claim(job_id, ClaimOutcome.WAITING)

@@ -43,8 +43,14 @@ def queue(client: TrainyardClient) -> None:
     for entry in entries:
         waited = duration((now - entry.created_at).total_seconds())
         table.add_row(
-            str(entry.position), str(entry.job_id), entry.name, entry.owner, str(entry.priority),
-            entry.wants, waited, entry.reason,
+            str(entry.position),
+            str(entry.job_id),
+            entry.name,
+            entry.owner,
+            str(entry.priority),
+            entry.wants,
+            waited,
+            entry.reason,
         )
     console.print(table)
 

@@ -54,13 +54,30 @@ def summarize(job: JobPublic, rows: list[MetricPublic]) -> Summary:
 
 def summary_table(summaries: list[Summary]) -> Table:
     table = Table(
-        "job", "name", "status", "strategy", "precision", "devices", "wall", "samples/s", "final loss",
-        "eval acc", "peak MB",
+        "job",
+        "name",
+        "status",
+        "strategy",
+        "precision",
+        "devices",
+        "wall",
+        "samples/s",
+        "final loss",
+        "eval acc",
+        "peak MB",
     )
     for s in summaries:
         table.add_row(
-            str(s.job_id), s.name, s.status, s.strategy, s.precision, s.devices, duration(s.wall_s),
-            number(s.samples_per_s), number(s.final_loss), number(s.final_eval_accuracy),
+            str(s.job_id),
+            s.name,
+            s.status,
+            s.strategy,
+            s.precision,
+            s.devices,
+            duration(s.wall_s),
+            number(s.samples_per_s),
+            number(s.final_loss),
+            number(s.final_eval_accuracy),
             number(s.peak_mem_mb),
         )
     return table

@@ -66,7 +66,12 @@ def list_jobs(client: TrainyardClient, status: str | None, limit: int) -> None:
     for job in jobs:
         created = job.created_at.astimezone().strftime("%Y-%m-%d %H:%M:%S")
         table.add_row(
-            str(job.id), job.name, str(job.status), progress_text(job), devices(job), created,
+            str(job.id),
+            job.name,
+            str(job.status),
+            progress_text(job),
+            devices(job),
+            created,
             waiting_or_message(job),
         )
     console.print(table)
@@ -87,7 +92,7 @@ def status(client: TrainyardClient, job_id: int, follow: bool) -> None:
     if job.status_reason or job.message:
         console.print(f"  reason:   {job.status_reason or '-'}: {waiting_or_message(job)}")
     console.print(
-        f"  plan:     {plan.get('strategy')} x{plan.get('world_size')} on {devices(job)}, "
+        f"  plan:     {plan.get('strategy')} on {devices(job)}, "
         f"{plan.get('precision')}, per-rank batch {plan.get('per_rank_batch')}"
     )
     console.print(f"  progress: {progress_text(job)}, ETA {duration(job.progress.eta_s)}")

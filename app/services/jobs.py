@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
-from sqlalchemy import func, select
+from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
 from app.core.config import Settings
@@ -13,6 +13,7 @@ from app.models import Job, JobEvent, utcnow
 from app.schemas import JobProgress, JobPublic, as_utc
 from app.services.errors import JobNotFound, JobStateConflict
 from app.services.keys import Caller
+from app.services.queue import START_ORDER
 from app.services.runs import remove_run_dir
 from app.services.transitions import move, move_from_any
 from app.states import JobStatus
@@ -57,7 +58,7 @@ def list_jobs(
 
 def queue_positions(session: Session, job_ids: Sequence[int]) -> dict[int, int]:
     """1 = next to start: queued jobs in the order the workers take them (priority desc, then id asc)."""
-    order = func.row_number().over(order_by=(Job.priority.desc(), Job.id.asc()))
+    order = func.row_number().over(order_by=START_ORDER)
     ranked = select(Job.id, order.label("position")).where(Job.status == JobStatus.QUEUED).subquery()
     rows = session.execute(select(ranked.c.id, ranked.c.position).where(ranked.c.id.in_(job_ids)))
     return {job_id: position for job_id, position in rows}
@@ -128,6 +129,21 @@ def cancel_job(session: Session, job_id: int) -> Job:
             session.commit()
             return get_job(session, job_id)
     raise JobStateConflict(job_id, status, "it kept changing state while being cancelled; try again")
+
+
+def set_priority(session: Session, job_id: int, priority: int) -> Job:
+    """Only while queued, as a compare-and-set: a job a worker claims meanwhile has started, and its
+    priority no longer means anything."""
+    get_job(session, job_id)
+    changed = session.execute(
+        update(Job).where(Job.id == job_id, Job.status == JobStatus.QUEUED).values(priority=priority)
+    )
+    if changed.rowcount != 1:  # type: ignore[attr-defined]
+        session.rollback()
+        status = JobStatus(get_job(session, job_id).status)
+        raise JobStateConflict(job_id, status, "priority can only change while a job is queued")
+    session.commit()
+    return get_job(session, job_id)
 
 
 def delete_job(session: Session, settings: Settings, job_id: int) -> None:

@@ -9,7 +9,7 @@ from sqlalchemy.orm import Session
 
 from app.api.deps import DB_INT_MAX, CallerDep, OwnedJobId, SessionDep, SettingsDep
 from app.models import Job
-from app.schemas import JobEventPublic, JobEventsPublic, JobPublic, JobsPublic, JobSubmitted
+from app.schemas import JobEventPublic, JobEventsPublic, JobPublic, JobsPublic, JobSubmitted, JobUpdate
 from app.services import jobs, submit
 from app.states import JobStatus
 from trainers.plan import Plan
@@ -67,6 +67,11 @@ def list_jobs(
 @router.get("/{job_id}")
 def get_job(job_id: OwnedJobId, session: SessionDep) -> JobPublic:
     return _public(session, jobs.get_job(session, job_id))
+
+
+@router.patch("/{job_id}", responses={409: {"description": "the job is no longer queued"}})
+def update_job(job_id: OwnedJobId, update: JobUpdate, session: SessionDep) -> JobPublic:
+    return _public(session, jobs.set_priority(session, job_id, update.priority))
 
 
 @router.post(

@@ -9,8 +9,12 @@ from fastapi import APIRouter, Query
 from app.api.deps import DB_INT_MAX, OwnedJobId, SessionDep
 from app.schemas import MetricPublic, MetricsPublic
 from app.services.artifacts import list_metrics
+from app.services.series import downsample_by_name
 
 router = APIRouter(prefix="/jobs", tags=["metrics"])
+
+# With max_points the whole history is read to be shortened; past this many rows it comes in pages still.
+MAX_DOWNSAMPLED_ROWS = 200_000
 
 
 @router.get("/{job_id}/metrics")
@@ -25,8 +29,20 @@ def get_metrics(
         Query(ge=-1, le=DB_INT_MAX, description="only steps after this one: the next_after_step of a page"),
     ] = None,
     limit: Annotated[int, Query(ge=1, le=10_000)] = 1000,
+    max_points: Annotated[
+        int | None,
+        Query(
+            ge=2,
+            le=10_000,
+            description="at most this many points per metric name over the whole history (limit is then "
+            "ignored): first and last kept, each bucket between keeps its min and max",
+        ),
+    ] = None,
 ) -> MetricsPublic:
-    rows, next_after_step = list_metrics(session, job_id, name, after_step, limit)
+    scan = limit if max_points is None else MAX_DOWNSAMPLED_ROWS
+    rows, next_after_step = list_metrics(session, job_id, name, after_step, scan)
+    if max_points is not None:
+        rows = downsample_by_name(rows, max_points)
     return MetricsPublic(
         data=[MetricPublic.model_validate(row) for row in rows], next_after_step=next_after_step
     )

@@ -13,6 +13,15 @@ from app.services.telemetry import ClusterCollector
 router = APIRouter(tags=["metrics"])
 
 
+def route_template(scope: Scope) -> str:
+    """/v1/jobs/7/logs -> /v1/jobs/{job_id}/logs, from the path parameters routing found: what matched is
+    known from the scope alone, however routers were nested."""
+    if "endpoint" not in scope:
+        return "unmatched"
+    values = {str(value): f"{{{name}}}" for name, value in scope.get("path_params", {}).items()}
+    return "/".join(values.get(segment, segment) for segment in scope["path"].split("/"))
+
+
 class RequestLatency:
     """Observes the time to the response's first byte: a metrics stream stays open for hours, and that is
     not latency. Routes are labelled by their template (/v1/jobs/{job_id}), never the raw path, so the
@@ -31,8 +40,9 @@ class RequestLatency:
         def observe(status: int) -> None:
             nonlocal observed
             observed = True
-            template = getattr(scope.get("route"), "path", "unmatched")
-            self.histogram.labels(scope["method"], template, str(status)).observe(time.perf_counter() - start)
+            self.histogram.labels(scope["method"], route_template(scope), str(status)).observe(
+                time.perf_counter() - start
+            )
 
         async def timed_send(message: Message) -> None:
             if message["type"] == "http.response.start":

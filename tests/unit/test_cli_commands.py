@@ -1,0 +1,174 @@
+"""The `trainyard` commands against the real app in-process (only the HTTP connection is swapped)."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner, Result
+from fastapi.testclient import TestClient
+from sqlalchemy import update
+
+import app.cli
+from app.cli import cli, follow
+from app.cli.render import console
+from app.client import TrainyardClient
+from app.core.config import Settings
+from app.core.db import new_session, session_scope
+from app.models import Job, Metric, utcnow
+from app.services.keys import caller_for_token
+from app.services.runs import log_path
+from app.states import JobStatus
+from tests.unit.conftest import job_body, submit
+
+
+@pytest.fixture
+def run(client: TestClient, monkeypatch: pytest.MonkeyPatch) -> CliRunnerCall:
+    # Each command closes its client when it ends, so each gets a fresh in-process connection to the app.
+    monkeypatch.setattr(
+        app.cli,
+        "TrainyardClient",
+        lambda url, token: TrainyardClient(token=token, http=TestClient(client.app)),
+    )
+    monkeypatch.setattr(console, "width", 200)
+    monkeypatch.setattr(follow, "POLL_S", 0.05)
+    return CliRunnerCall()
+
+
+class CliRunnerCall:
+    def __call__(self, *args: str) -> Result:
+        return CliRunner().invoke(cli, [str(arg) for arg in args], catch_exceptions=False)
+
+
+def spec_file(tmp_path: Path, **sections: object) -> Path:
+    path = tmp_path / "spec.json"
+    path.write_text(json.dumps(job_body(**sections)))
+    return path
+
+
+def set_job(job_id: int, **values: object) -> None:
+    with session_scope() as session:
+        session.execute(update(Job).where(Job.id == job_id).values(**values))
+
+
+def test_submit_ls_status_priority_queue_cancel_retry(run: CliRunnerCall, tmp_path: Path) -> None:
+    dry = run("submit", spec_file(tmp_path), "--dry-run")
+    assert dry.exit_code == 0 and json.loads(dry.output)["world_size"] == 1
+    submitted = run("submit", spec_file(tmp_path, name="mnist-mlp"))
+    assert submitted.exit_code == 0, submitted.output
+    assert submitted.output.startswith("job 1 (mnist-mlp) queued: single x1 on cpu, fp32")
+    assert "mnist-mlp" in run("ls").output
+    assert "mnist-mlp" in run("ls", "--status", "queued").output
+    assert "mnist-mlp" not in run("ls", "--status", "running").output
+    status = run("status", 1).output
+    assert "job 1 (mnist-mlp): queued, attempt 0, priority 0" in status and "progress: -, ETA -" in status
+    assert "plan:     single on cpu x1, fp32, per-rank batch 8" in status
+    assert run("priority", 1, 9).output.startswith("job 1 priority 9: #1 in queue")
+    queue = run("queue").output
+    assert "mnist-mlp" in queue and "waiting for a worker to take it" in queue
+    assert run("cancel", 1).output.startswith("job 1 cancelled (cancelled_by_user)")
+    assert run("queue").output.strip() == "the queue is empty"
+    assert run("retry", 1).output.startswith("job 2 (mnist-mlp) queued: a retry of job 1")
+
+
+def test_api_refusals_print_the_detail_without_a_traceback(run: CliRunnerCall, tmp_path: Path) -> None:
+    missing = run("status", 77)
+    assert missing.exit_code == 1
+    assert missing.output.startswith("Error: job 77 does not exist") and "Traceback" not in missing.output
+    bad = run("submit", spec_file(tmp_path, train={"lr": -1, "max_steps": 5}))
+    assert bad.exit_code == 1 and "train.lr" in bad.output and "(HTTP 422)" in bad.output
+    (tmp_path / "broken.json").write_text("{nope")
+    broken = run("submit", tmp_path / "broken.json")
+    assert broken.exit_code == 1 and "is not valid JSON" in broken.output
+
+
+def test_unreachable_api_names_the_url() -> None:
+    result = CliRunner().invoke(cli, ["--url", "http://127.0.0.1:9", "ls"])
+    assert result.exit_code == 1
+    assert "cannot reach the API at http://127.0.0.1:9" in result.output
+
+
+def _train(job_id: int, final: JobStatus) -> None:
+    time.sleep(0.2)
+    set_job(job_id, status=JobStatus.RUNNING, running_at=utcnow(), progress_total=100)
+    for step in (20, 60, 100):
+        time.sleep(0.1)
+        set_job(job_id, progress_step=step, latest_metrics={"loss": 1 / step, "samples_per_s": 1234.5})
+    set_job(job_id, status=final, finished_at=utcnow(), message="the end")
+
+
+@pytest.mark.parametrize(("final", "exit_code"), [(JobStatus.SUCCEEDED, 0), (JobStatus.FAILED, 1)])
+def test_submit_follow_ends_with_the_status_and_its_exit_code(
+    run: CliRunnerCall, tmp_path: Path, final: JobStatus, exit_code: int
+) -> None:
+    trainer = threading.Thread(target=_train, args=(1, final))
+    trainer.start()
+    result = run("submit", spec_file(tmp_path), "--follow")
+    trainer.join()
+    assert result.exit_code == exit_code
+    assert "100/100" in result.output
+    assert result.output.rstrip().endswith(f"job 1 {final}: the end")
+
+
+def test_metrics_table_stream_and_compare(run: CliRunnerCall, client: TestClient) -> None:
+    fast, slow = submit(client, name="ddp-bf16")["id"], submit(client, name="single-fp32")["id"]
+    start = utcnow()
+    with session_scope() as session:
+        for job_id, speed, seconds in ((fast, 4000.0, 30), (slow, 1000.0, 95)):
+            for step, loss in ((10, 0.9), (20, 0.5), (30, 0.25)):
+                session.add(Metric(job_id=job_id, name="loss", step=step, value=loss))
+                session.add(Metric(job_id=job_id, name="samples_per_s", step=step, value=speed + step))
+            session.add(Metric(job_id=job_id, name="eval_accuracy", step=30, value=0.93))
+            finished_at = start + timedelta(seconds=seconds)
+            session.execute(
+                update(Job)
+                .where(Job.id == job_id)
+                .values(status=JobStatus.SUCCEEDED, running_at=start, finished_at=finished_at)
+            )
+    table = run("metrics", fast, "--name", "loss").output
+    rows = [[cell.strip() for cell in line.split("│")[1:-1]] for line in table.splitlines() if "loss" in line]
+    assert rows == [["10", "0", "loss", "0.9"], ["20", "0", "loss", "0.5"], ["30", "0", "loss", "0.25"]]
+    live = run("metrics", fast, "-f", "--name", "loss").output.splitlines()
+    assert [line.split()[1] for line in live[:-1]] == ["10", "20", "30"]
+    assert live[-1] == f"job {fast} succeeded"
+    compared = run("compare", fast, slow).output
+    fast_row = next(line for line in compared.splitlines() if "ddp-bf16" in line)
+    cells = [cell.strip() for cell in fast_row.split("│")[1:-1]]
+    assert "1:35" in next(line for line in compared.splitlines() if "single-fp32" in line)
+    assert cells == [
+        str(fast),
+        "ddp-bf16",
+        "succeeded",
+        "single",
+        "fp32",
+        "cpu x1",
+        "0:30",
+        "4,020",
+        "0.25",
+        "0.93",
+        "-",
+    ]
+
+
+def test_logs_print_a_rank_log(run: CliRunnerCall, client: TestClient, settings: Settings) -> None:
+    job_id = submit(client)["id"]
+    path = log_path(settings, job_id, 1)
+    path.parent.mkdir(parents=True)
+    path.write_text("rank 1 says hello\n" * 3)
+    set_job(job_id, status=JobStatus.SUCCEEDED)
+    assert run("logs", job_id, "--rank", 1).output == "rank 1 says hello\n" * 3
+    assert run("logs", job_id, "-f", "--rank", 1).output == "rank 1 says hello\n" * 3
+
+
+def test_keys_create_prints_a_working_key(settings: Settings) -> None:
+    result = CliRunner().invoke(cli, ["keys", "create", "--user", "grace", "--admin"])
+    assert result.exit_code == 0, result.output
+    with new_session() as session:
+        caller = caller_for_token(session, result.output.strip())
+    assert caller is not None and (caller.user, caller.is_admin) == ("grace", True)
+    refused = CliRunner().invoke(cli, ["keys", "create", "--user", "no spaces"])
+    assert refused.exit_code == 1 and "is not a valid name" in refused.output

@@ -1,0 +1,87 @@
+"""The queue: start order, the reasons the worker writes, PATCH priority, and priority in GPU claims."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from fastapi.testclient import TestClient
+from sqlalchemy import update
+from sqlalchemy.orm import Session
+
+from app.models import Job
+from app.states import JobStatus
+from tests.unit.conftest import submit
+from worker.leases import ClaimOutcome, claim_job
+
+if TYPE_CHECKING:
+    from tests.unit.worker_fixtures import WorkerDb
+
+pytest_plugins = ["tests.unit.worker_fixtures"]
+
+
+def test_queue_lists_waiting_jobs_in_start_order_with_reasons(client: TestClient, session: Session) -> None:
+    low = submit(client, name="low")["id"]
+    high = submit(client, name="high", priority=5)["id"]
+    running = submit(client, name="running")["id"]
+    session.execute(update(Job).where(Job.id == running).values(status=JobStatus.RUNNING))
+    session.execute(
+        update(Job)
+        .where(Job.id == low)
+        .values(status_reason="waiting_for_gpus", message="waiting for GPU 1, held by job 7")
+    )
+    session.commit()
+    entries = client.get("/v1/queue").json()["data"]
+    assert [(e["position"], e["job_id"], e["priority"]) for e in entries] == [(1, high, 5), (2, low, 0)]
+    assert entries[0]["reason"] == "waiting for a worker to take it"
+    assert entries[1]["reason"] == "waiting for GPU 1, held by job 7"
+    assert entries[1]["status_reason"] == "waiting_for_gpus"
+    assert entries[0]["wants"] == "1 process on CPU"
+
+
+def test_patch_priority_reorders_the_queue(client: TestClient) -> None:
+    first = submit(client)["id"]
+    second = submit(client)["id"]
+    response = client.patch(f"/v1/jobs/{second}", json={"priority": 10})
+    assert response.status_code == 200, response.text
+    assert (response.json()["priority"], response.json()["queue_position"]) == (10, 1)
+    assert [e["job_id"] for e in client.get("/v1/queue").json()["data"]] == [second, first]
+    assert client.get(f"/v1/jobs/{first}").json()["queue_position"] == 2
+
+
+def test_patch_priority_refused_once_the_job_left_the_queue(client: TestClient) -> None:
+    job_id = submit(client)["id"]
+    assert client.post(f"/v1/jobs/{job_id}/cancel").status_code == 200
+    response = client.patch(f"/v1/jobs/{job_id}", json={"priority": 3})
+    assert response.status_code == 409
+    assert "cancelled" in response.json()["detail"] and "queued" in response.json()["detail"]
+
+
+def test_patch_priority_validates_the_body(client: TestClient) -> None:
+    job_id = submit(client)["id"]
+    assert client.patch(f"/v1/jobs/{job_id}", json={"priority": 101}).status_code == 422
+    assert client.patch(f"/v1/jobs/{job_id}", json={"name": "x", "priority": 1}).status_code == 422
+    assert client.patch("/v1/jobs/999", json={"priority": 1}).status_code == 404
+
+
+def test_lower_priority_job_does_not_take_gpus_a_higher_one_waits_for(database: WorkerDb) -> None:
+    holder = database.add_job(database.spec(gpus=[0]))
+    assert claim_job(holder, database.gpus).outcome is ClaimOutcome.CLAIMED
+    urgent = database.add_job(database.spec(gpus=[0, 1]), priority=5)
+    assert claim_job(urgent, database.gpus).outcome is ClaimOutcome.WAITING
+    # GPU 1 is free, but the urgent job needs it as soon as GPU 0 frees up.
+    later = database.add_job(database.spec(gpus=[1]))
+    assert claim_job(later, database.gpus).outcome is ClaimOutcome.WAITING
+    assert f"queued jobs {urgent} have a higher priority" in (database.job(later).message or "")
+    # A job that needs none of the reserved GPUs still starts.
+    other = database.add_job(database.spec(num_gpus=2))
+    claim = claim_job(other, database.gpus)
+    assert (claim.outcome, claim.gpu_ids) == (ClaimOutcome.CLAIMED, [2, 3])
+
+
+def test_equal_priority_jobs_do_not_reserve(database: WorkerDb) -> None:
+    holder = database.add_job(database.spec(gpus=[0]))
+    assert claim_job(holder, database.gpus).outcome is ClaimOutcome.CLAIMED
+    waiting = database.add_job(database.spec(gpus=[0, 1]))
+    assert claim_job(waiting, database.gpus).outcome is ClaimOutcome.WAITING
+    later = database.add_job(database.spec(gpus=[1]))
+    assert claim_job(later, database.gpus).outcome is ClaimOutcome.CLAIMED
