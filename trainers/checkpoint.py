@@ -67,6 +67,12 @@ def write_atomically(state: dict[str, Any], path: Path) -> None:
     _fsync_dir(path.parent)
 
 
+def remove_temp_files(directory: Path) -> None:
+    """A writer killed mid-write leaves its temp file behind; rank 0 is the only writer, so any is stale."""
+    for stale in directory.glob("*.tmp"):
+        stale.unlink(missing_ok=True)
+
+
 def prune(directory: Path, keep_last: int) -> list[Path]:
     """Delete all but the newest keep_last checkpoints (names sort by step); returns what was deleted."""
     stale = sorted(directory.glob("step-*.pt"))[:-keep_last]
@@ -108,6 +114,7 @@ class Checkpointer:
             "name": self.name,
         }
         self.directory.mkdir(parents=True, exist_ok=True)
+        remove_temp_files(self.directory)
         path = self.directory / checkpoint_name(step)
         write_atomically(state, path)
         self.events.append(

@@ -3,14 +3,47 @@
 from __future__ import annotations
 
 import os
+import signal
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from datetime import timedelta
+from types import FrameType
 
 import torch
 import torch.distributed as dist
 
 from trainers.plan import Plan
+
+
+class StopRequest:
+    """SIGTERM asks training to stop after a final checkpoint (max_runtime, cancel, worker shutdown).
+
+    Ranks receive the signal at slightly different steps, so none acts on its own flag: they agree through a
+    collective at a step every rank reaches (`agreed`), and all stop at that same step.
+    """
+
+    def __init__(self) -> None:
+        self.requested = False
+        self._pid = os.getpid()
+
+    def _on_sigterm(self, _signum: int, _frame: FrameType | None) -> None:
+        # Forked data-loader workers inherit this handler: they keep serving batches so that their rank
+        # reaches the checkpoint, and end with it.
+        if os.getpid() == self._pid:
+            self.requested = True
+
+    def listen(self) -> None:
+        self._pid = os.getpid()
+        signal.signal(signal.SIGTERM, self._on_sigterm)
+
+    def agreed(self, device: torch.device) -> bool:
+        """True on every rank once any rank was asked to stop; a collective, so every rank must call it."""
+        if not (dist.is_available() and dist.is_initialized()):
+            return self.requested
+        flag = torch.tensor([float(self.requested)], device=device)
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        return bool(flag.item())
 
 
 @dataclass(frozen=True)
@@ -19,6 +52,7 @@ class DistEnv:
     local_rank: int
     world_size: int
     device: torch.device
+    stop: StopRequest = field(default_factory=StopRequest, compare=False)
 
     @property
     def is_main(self) -> bool:
@@ -44,14 +78,19 @@ def read_dist_env(plan: Plan) -> DistEnv:
 
 
 @contextmanager
-def distributed(plan: Plan) -> Iterator[DistEnv]:
-    """Join the process group for the duration of training, and leave it even when training fails."""
+def distributed(plan: Plan, collective_timeout_s: int) -> Iterator[DistEnv]:
+    """Join the process group for the duration of training, and leave it even when training fails.
+
+    A collective that waits past `collective_timeout_s` (a rank hung or gone) raises, so the job fails with a
+    communication error the worker may restart from, instead of hanging until its max_runtime.
+    """
     env = read_dist_env(plan)
+    env.stop.listen()
     if env.device.type == "cuda":
         torch.cuda.set_device(env.device)
     joined = env.world_size > 1
     if joined:
-        dist.init_process_group(backend=plan.backend)
+        dist.init_process_group(backend=plan.backend, timeout=timedelta(seconds=collective_timeout_s))
     try:
         yield env
     finally:

@@ -140,7 +140,8 @@ def resume(plan: Plan, run_dir: Path, c: Components) -> int:
     return done
 
 
-def train(config: RunConfig, run_dir: Path, env: DistEnv) -> None:
+def train(config: RunConfig, run_dir: Path, env: DistEnv) -> bool:
+    """True when training ran to the end; False when a SIGTERM stopped it after a final checkpoint."""
     spec, plan = config.spec, config.plan
     c = build(spec, plan, env)
     done = resume(plan, run_dir, c)
@@ -153,6 +154,7 @@ def train(config: RunConfig, run_dir: Path, env: DistEnv) -> None:
     metrics = TrainMetrics(c.strategy, env.device, start_step=done)
 
     events.append(PhaseEvent(phase="running"))
+    stopping = False
     for step, micro_batches in zip(range(done + 1, total + 1), c.batches.from_step(done), strict=False):
         lr = lr_at(step - 1, schedule)
         set_lr(c.optimizer, lr)
@@ -182,12 +184,18 @@ def train(config: RunConfig, run_dir: Path, env: DistEnv) -> None:
             shard = eval_batches(c.val_feed, env, c.batches.per_rank_batch)
             values = evaluate(c.strategy.unwrap(), shard, c.precision, c.strategy)
             events.append(MetricsEvent(step=step, total_steps=total, epoch=at.epoch, values=values))
-        if checkpoint_due(spec.checkpoint, at):
+        # A SIGTERM (max_runtime, cancel) stops every rank at the same report step, after a final checkpoint.
+        stopping = step % spec.metrics.every_n_steps == 0 and not at.last and env.stop.agreed(env.device)
+        if checkpoint_due(spec.checkpoint, at) or stopping:
             if env.is_main:
                 checkpointer.save(c.strategy.unwrap(), c.optimizer, c.precision, step, at.epoch)
             # Others wait, so a checkpoint event means every rank got this far and the file is complete.
             c.strategy.barrier()
-    events.append(DoneEvent(step=total))
+        if stopping:
+            break
+    if not stopping:
+        events.append(DoneEvent(step=total))
 
     print(f"param_checksum={param_checksum(c.strategy.unwrap())!r}")
     c.strategy.teardown()
+    return not stopping

@@ -10,6 +10,11 @@ from pathlib import Path
 
 from trainers.events import LOG_DIR, SPEC_FILE, rank_log_name
 from trainers.plan import RunConfig
+from trainers.spec import Strategy
+
+# The exit status of a rank that stopped early on request (SIGTERM) after its final checkpoint: not a success,
+# so a run stopped from outside is never mistaken for a finished one.
+STOPPED_EXIT = 128 + 15
 
 
 def redirect_output(run_dir: Path, rank: int) -> None:
@@ -30,13 +35,17 @@ def read_config(run_dir: Path) -> RunConfig:
     return RunConfig.model_validate_json((run_dir / SPEC_FILE).read_text(encoding="utf-8"))
 
 
-def train_rank(run_dir: Path) -> None:
+def train_rank(run_dir: Path) -> bool:
+    """True when training ran to its end, False when a SIGTERM stopped it after a final checkpoint."""
     from trainers.dist_env import distributed
     from trainers.loop import train
 
     config = read_config(run_dir)
-    with distributed(config.plan) as env:
-        train(config, run_dir, env)
+    if config.plan.strategy is Strategy.HOGWILD:
+        # One torchrun rank that drives its own worker processes instead of running the loop itself.
+        from trainers.hogwild import train_hogwild as train
+    with distributed(config.plan, config.spec.limits.collective_timeout_s) as env:
+        return train(config, run_dir, env)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -48,13 +57,13 @@ def main(argv: list[str] | None = None) -> None:
     from torch.distributed.elastic.multiprocessing.errors import record
 
     # record writes any exception to TORCHELASTIC_ERROR_FILE, where torchrun and the worker find it.
-    record(train_rank)(args.run_dir)
+    finished = record(train_rank)(args.run_dir)
     # Training is over and every event and checkpoint is fsynced. Skip interpreter finalization: gloo's
     # worker threads can still hold tensors then, and tearing them down aborts the process now and again
     # (pytorch/pytorch#179291), which would turn a finished job into a failed one.
     sys.stdout.flush()
     sys.stderr.flush()
-    os._exit(0)
+    os._exit(0 if finished else STOPPED_EXIT)
 
 
 if __name__ == "__main__":

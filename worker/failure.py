@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 import signal
+from enum import StrEnum
 from pathlib import Path
 
 from trainers.events import LAUNCHER_LOG, LOG_DIR
@@ -13,6 +14,24 @@ from trainers.events import LAUNCHER_LOG, LOG_DIR
 ERROR_FILE = "error.json"
 TAIL_LINES = 20
 _RANK_LOG = re.compile(r"rank(\d+)\.log")
+# What gloo, NCCL and c10d raise when a peer is gone or a collective waited past its timeout: the job's own
+# code and data are not at fault, so a restart may well succeed.
+_COMMUNICATION = re.compile(
+    r"DistBackendError|DistNetworkError|DistStoreError|ProcessGroup(Gloo|NCCL)|NCCL (error|communicator)|"
+    r"gloo/transport|Connection (closed|reset) by peer|Broken pipe|Timed out waiting|[Ww]atchdog caught",
+)
+
+
+class FailureKind(StrEnum):
+    """Why a run ended badly, as far as a restart is concerned."""
+
+    CRASH = "crash"  # killed by a signal, or exited non-zero with no exception recorded
+    COMMUNICATION = "communication_error"  # a collective failed or timed out
+    EXCEPTION = "exception"  # the spec's model, data or memory: the same error would come back
+
+    @property
+    def retryable(self) -> bool:
+        return self is not FailureKind.EXCEPTION
 
 
 def describe_exit(code: int) -> str:
@@ -66,6 +85,16 @@ def log_excerpt(run_dir: Path) -> str:
         path, lines = excerpts[-1]
         return f"last lines of {LOG_DIR}/{path.name}:\n" + "\n".join(lines)
     return "no log output"
+
+
+def classify_failure(run_dir: Path, code: int) -> FailureKind:
+    """A non-zero exit: by signal, or with no exception recorded (a rank killed by a signal leaves no error
+    file), is retryable; a recorded exception is deterministic unless it is a communication error. Out of
+    memory is an exception like any other: the same batch would run out again."""
+    message = error_file_message(run_dir / ERROR_FILE)
+    if code < 0 or message is None:
+        return FailureKind.CRASH
+    return FailureKind.COMMUNICATION if _COMMUNICATION.search(message) else FailureKind.EXCEPTION
 
 
 def root_cause(run_dir: Path, code: int) -> str:

@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import threading
+from dataclasses import replace
 from pathlib import Path
 
 from sqlalchemy import select, update
@@ -15,6 +16,7 @@ from app.core.config import Settings, get_settings
 from app.core.db import session_scope
 from app.models import Checkpoint, Job, utcnow
 from app.states import JobStatus
+from trainers.datadir import DATA_DIR_ENV
 from trainers.events import EVENTS_FILE, LAUNCHER_LOG, LOG_DIR, SPEC_FILE, PhaseEvent
 from trainers.plan import Plan, RunConfig
 from trainers.spec import JobSpec
@@ -43,6 +45,17 @@ def run_job(job_id: int) -> None:
     log.info("job %s: %s", job_id, claim.outcome)
     if claim.outcome is not ClaimOutcome.CLAIMED:
         return
+    # Each pass is one attempt; a retryable failure hands back the next one, on the same leased GPUs.
+    while (running := launch_or_finish(claim, settings)) is not None:
+        next_attempt = Supervisor(running, SHUTDOWN).run()
+        if next_attempt is None:
+            return
+        claim = replace(claim, attempt=next_attempt)
+
+
+def launch_or_finish(claim: Claim, settings: Settings) -> RunningJob | None:
+    """Start the claimed attempt; when it cannot start, record how the job ended and return None."""
+    job_id = claim.job_id
     mark = mark_for(job_id, claim.attempt, settings.hostname, settings.runs_dir)
     try:
         running = launch(mark, claim, settings)
@@ -52,12 +65,11 @@ def run_job(job_id: int) -> None:
         kill_job(mark, settings.cancel_grace_s)
         finish(job_id, claim.attempt, settings.hostname, Outcome(JobStatus.FAILED, "launch_error", str(exc)))
         ring_others()
-        return
+        return None
     if running is None:  # cancelled while being dispatched: training never starts
         finish(job_id, claim.attempt, settings.hostname, CANCELLED)
         ring_others()
-        return
-    Supervisor(running, SHUTDOWN).run()
+    return running
 
 
 def _catch_up(job_id: int, run_dir: Path) -> EventTail:
@@ -151,7 +163,8 @@ def launch(mark: JobMark, claim: Claim, settings: Settings) -> RunningJob | None
         run_dir=mark.run_dir,
         gpu_ids=claim.gpu_ids,
         python=sys.executable,
-        base_env={**os.environ, **mark.env()},
+        # The data dir the API checked data.root against, resolved here: the trainer runs from another cwd.
+        base_env={**os.environ, **mark.env(), DATA_DIR_ENV: str(settings.data_dir)},
     )
     plan = plan.model_copy(update={"argv": command.argv})
     _prepare_run_dir(mark.run_dir, RunConfig(job_id=job.id, attempt=claim.attempt, spec=spec, plan=plan))
@@ -167,4 +180,5 @@ def launch(mark: JobMark, claim: Claim, settings: Settings) -> RunningJob | None
         tail=tail,
         deadline=runtime_deadline(job.started_at, spec.limits.max_runtime_s),
         max_runtime_s=spec.limits.max_runtime_s,
+        max_restarts=spec.limits.max_restarts,
     )

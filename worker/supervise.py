@@ -6,21 +6,21 @@ import logging
 import subprocess
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from sqlalchemy import select, update
+from sqlalchemy import func, select, update
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
 from app.core.config import get_settings
 from app.core.db import session_scope
-from app.models import Job, utcnow
+from app.models import Job, JobEvent, utcnow
 from app.services.transitions import move, move_from_any
 from app.states import JobStatus
 from worker.celery_app import enqueue_job
-from worker.failure import root_cause
+from worker.failure import classify_failure, root_cause
 from worker.kill import JobMark, kill_job
 from worker.leases import release_leases, ring_waiting_jobs
 from worker.tail import EventTail, apply_events
@@ -37,6 +37,7 @@ class Outcome:
     status: JobStatus
     reason: str
     message: str
+    retryable: bool = False  # a failure a restart from the latest checkpoint may get past
 
 
 CANCELLED = Outcome(JobStatus.CANCELLED, "cancelled", "cancelled on request; its processes were stopped")
@@ -52,12 +53,14 @@ class RunningJob:
     tail: EventTail
     deadline: datetime | None  # from spec.limits.max_runtime_s
     max_runtime_s: int | None
+    max_restarts: int = 0
 
 
 def exit_outcome(run_dir: Path, code: int) -> Outcome:
     if code == 0:
         return Outcome(JobStatus.SUCCEEDED, "completed", "training finished")
-    return Outcome(JobStatus.FAILED, "exit_code", root_cause(run_dir, code))
+    kind = classify_failure(run_dir, code)
+    return Outcome(JobStatus.FAILED, kind, root_cause(run_dir, code), retryable=kind.retryable)
 
 
 def as_utc(moment: datetime) -> datetime:
@@ -108,6 +111,44 @@ def finish(job_id: int, attempt: int, host: str, outcome: Outcome) -> bool:
     return True
 
 
+def restarts_used(session: Session, job_id: int) -> int:
+    query = select(func.count()).where(JobEvent.job_id == job_id, JobEvent.to_status == JobStatus.RESTARTING)
+    return session.scalar(query) or 0
+
+
+def begin_restart(job: RunningJob, outcome: Outcome) -> int | None:
+    """running -> restarting -> starting as the next attempt, keeping the GPU leases, in one transaction;
+    the new attempt, or None when no restart is left (or the job is no longer this attempt's)."""
+    with session_scope() as session:
+        if not own(session, job.job_id, job.attempt):
+            return None
+        used = restarts_used(session, job.job_id)
+        if used >= job.max_restarts:
+            return None
+        restart = f"restart {used + 1} of limits.max_restarts={job.max_restarts}"
+        if not move(
+            session,
+            job.job_id,
+            JobStatus.RUNNING,
+            JobStatus.RESTARTING,
+            reason=outcome.reason,
+            message=f"{restart} after: {outcome.message}",
+        ):
+            return None
+        move(
+            session,
+            job.job_id,
+            JobStatus.RESTARTING,
+            JobStatus.STARTING,
+            reason="restart",
+            message=f"{restart}: resuming from the latest checkpoint",
+            attempt=job.attempt + 1,
+            heartbeat_at=utcnow(),
+            running_at=None,
+        )
+    return job.attempt + 1
+
+
 def ring_others() -> None:
     try:
         ring_waiting_jobs()
@@ -121,11 +162,14 @@ class Supervisor:
         self.stop = stop
         self.settings = get_settings()
         self.next_heartbeat = 0.0
+        self.next_attempt: int | None = None
 
-    def run(self) -> None:
+    def run(self) -> int | None:
+        """Supervise until the attempt ends; the attempt to launch next when it ended in a restart."""
         try:
             while not self._tick():
                 self.stop.wait(TICK_S)
+            return self.next_attempt
         except BaseException:
             # Never leave training running unsupervised; the reaper requeues the job once its heartbeat ages.
             self._stop_processes()
@@ -193,7 +237,15 @@ class Supervisor:
         """Stop what is left, catch the last events, record the outcome; retried next tick if the DB fails."""
         job = self.job
         self._stop_processes()
-        self._pump(drain=True)
+        self._pump(drain=True)  # the checkpoints written up to the end, which a restart resumes from
+        if outcome.retryable:
+            self.next_attempt = begin_restart(job, outcome)
+            if self.next_attempt is not None:
+                log.info("job %s attempt %s: restarting (%s)", job.job_id, job.attempt, outcome.reason)
+                return True
+            if job.max_restarts:
+                used_up = f"all {job.max_restarts} restarts used"
+                outcome = replace(outcome, message=f"{outcome.message} ({used_up})")
         if not finish(job.job_id, job.attempt, self.settings.hostname, outcome):
             return True
         log.info("job %s attempt %s: %s (%s)", job.job_id, job.attempt, outcome.status, outcome.reason)

@@ -152,7 +152,7 @@ def test_failed_run_reports_the_error_file_message(
     job_id = database.add_job()
     run_job(job_id)
     job = database.job(job_id)
-    assert (job.status, job.status_reason) == (JobStatus.FAILED, "exit_code")
+    assert (job.status, job.status_reason) == (JobStatus.FAILED, "exception")
     assert job.message == "ValueError: bad batch"
 
 
@@ -163,6 +163,6 @@ def test_failed_run_without_error_file_reports_the_log_tail(
     job_id = database.add_job()
     run_job(job_id)
     job = database.job(job_id)
-    assert (job.status, job.status_reason) == (JobStatus.FAILED, "exit_code")
+    assert (job.status, job.status_reason) == (JobStatus.FAILED, "crash")
     assert (job.message or "").startswith("exit code 1; last lines of logs/launcher.log:\n")
     assert (job.message or "").endswith("RuntimeError: out of cheese")
