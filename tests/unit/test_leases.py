@@ -108,9 +108,11 @@ def test_racing_claims_never_share_a_gpu(database: WorkerDb) -> None:
 
 def test_ring_waiting_jobs_highest_priority_first(database: WorkerDb, doorbell: Doorbell) -> None:
     holder = database.add_job(database.spec(gpus=[0]))
+    # Claimed before the others exist: a queued job of higher priority keeps its GPUs from lower ones.
+    claim_job(holder, database.gpus)
     low = database.add_job(database.spec(gpus=[0]), priority=0)
     high = database.add_job(database.spec(gpus=[0]), priority=5)
-    for job_id in (holder, low, high):
+    for job_id in (low, high):
         claim_job(job_id, database.gpus)
     database.add_job()  # queued but not waiting for GPUs: its own message is still in the broker
     assert ring_waiting_jobs() == [high, low]
