@@ -71,6 +71,8 @@ class DataPlacement(StrEnum):
     CPU = "cpu"
 
 
+RESNET_MODULES = ("conv1", "bn1", "relu", "maxpool", "layer1", "layer2", "layer3", "layer4", "avgpool", "fc")
+
 # Allowed model kwargs per architecture: name -> (type, low, high). Anything else is refused, so a spec can
 # never pass arbitrary keyword arguments into a constructor.
 MODEL_KWARGS: dict[str, dict[str, tuple[type, float, float]]] = {
@@ -82,6 +84,25 @@ MODEL_KWARGS: dict[str, dict[str, tuple[type, float, float]]] = {
     "vgg11": {"dropout": (float, 0.0, 0.9)},
     "embedding_bag": {"embedding_dim": (int, 1, 4096)},
 }
+
+# Each architecture's top-level modules as named_children() lists them (forward order): the names
+# parallel.split_at and parallel.placement may use. mlp's depth changes its count: see module_names.
+MODULE_NAMES: dict[str, tuple[str, ...]] = {
+    "mlp": tuple(str(i) for i in range(6)),  # Flatten, then (Linear, ReLU) x depth 2, then Linear
+    "small_cnn": tuple(str(i) for i in range(8)),
+    "alexnet": ("features", "avgpool", "classifier"),
+    "resnet18": RESNET_MODULES,
+    "resnet50": RESNET_MODULES,
+    "vgg11": ("features", "avgpool", "classifier"),
+    "embedding_bag": ("embedding", "classifier"),
+}
+
+
+def module_names(model: ModelSpec) -> tuple[str, ...]:
+    if model.arch == "mlp":
+        return tuple(str(i) for i in range(2 * int(model.kwargs.get("depth", 2)) + 2))
+    return MODULE_NAMES[model.arch]
+
 
 DATASETS = ("synthetic", "digits", "synthetic_bags", "cifar10", "mnist", "image_folder")
 DATASETS_ON_DISK = ("cifar10", "mnist", "image_folder")
@@ -298,4 +319,34 @@ class JobSpec(Section):
         from trainers.plan import resolve_plan  # the plan module builds on this one
 
         resolve_plan(self)
+        return self
+
+    @model_validator(mode="after")
+    def known_modules(self) -> JobSpec:
+        """parallel.placement and parallel.split_at name modules this model has, and the stages fit it."""
+        from trainers.plan import resolve_plan
+        from trainers.stages import max_stages, split_at_problem
+
+        names = module_names(self.model)
+        valid = ", ".join(names)
+        for name in self.parallel.placement or {}:
+            if name not in names:
+                raise ValueError(
+                    f"parallel.placement names {name!r}, which {self.model.arch} does not have; use {valid}"
+                )
+        problem = split_at_problem(names, self.parallel.split_at or [])
+        if problem is not None:
+            raise ValueError(f"parallel.split_at {problem}")
+        stages = resolve_plan(self).stages
+        if stages > 1 and not self.parallel.split_at and stages > max_stages(self.model.arch, names):
+            raise ValueError(
+                f"parallel.strategy={self.parallel.strategy} needs {stages} stages but {self.model.arch} "
+                f"splits into at most {max_stages(self.model.arch, names)} by default; ask for fewer "
+                "GPUs/processes or give parallel.split_at"
+            )
+        if self.parallel.strategy is Strategy.PIPELINE and self.model.arch == "embedding_bag":
+            raise ValueError(
+                "parallel.strategy=pipeline cannot split embedding_bag (its sparse table and dense head "
+                "train with different optimizers); use strategy single with parallel.placement"
+            )
         return self

@@ -9,7 +9,7 @@ from torch import nn
 
 from trainers.models.mlp import build_mlp
 from trainers.models.small_cnn import build_small_cnn
-from trainers.models.vision import build_alexnet, build_resnet18, build_resnet50
+from trainers.models.vision import build_alexnet, build_resnet18, build_resnet50, build_vgg11
 
 Builder = Callable[..., nn.Module]
 
@@ -47,6 +47,8 @@ ARCHS: dict[str, Arch] = {
     "alexnet": Arch(build_alexnet, min_image_size=63, rgb=True, convolutional=True),
     "resnet18": Arch(build_resnet18, min_image_size=32, rgb=True, convolutional=True),
     "resnet50": Arch(build_resnet50, min_image_size=32, rgb=True, convolutional=True),
+    # Five 2x max-pools before an adaptive pool: 32 px reach the pool as 1x1 (the pool then copies it 7x7).
+    "vgg11": Arch(build_vgg11, min_image_size=32, rgb=True, convolutional=True),
 }
 
 

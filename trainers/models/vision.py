@@ -25,3 +25,9 @@ def build_resnet50(in_channels: int, num_classes: int, image_size: int) -> nn.Mo
     from torchvision.models import resnet50
 
     return resnet50(weights=None, num_classes=num_classes)
+
+
+def build_vgg11(in_channels: int, num_classes: int, image_size: int, dropout: float = 0.5) -> nn.Module:
+    from torchvision.models import vgg11
+
+    return vgg11(weights=None, num_classes=num_classes, dropout=dropout)

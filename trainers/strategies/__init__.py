@@ -8,10 +8,19 @@ from trainers.dist_env import DistEnv
 from trainers.spec import ParallelSpec, Strategy
 from trainers.strategies.base import ParallelStrategy, Reduce
 from trainers.strategies.ddp import DDPStrategy
+from trainers.strategies.dp import DataParallelStrategy
+from trainers.strategies.model_parallel import ModelParallelStrategy
+from trainers.strategies.pipeline import PipelineStrategy
 from trainers.strategies.single import SingleDeviceStrategy
 
 _STRATEGIES: dict[Strategy, Callable[[DistEnv, ParallelSpec], ParallelStrategy]] = {
-    Strategy.SINGLE: lambda env, parallel: SingleDeviceStrategy(env),
+    Strategy.SINGLE: lambda env, parallel: SingleDeviceStrategy(env, parallel.placement),
+    Strategy.DP: lambda env, parallel: DataParallelStrategy(env),
+    # The loop fills in split_at (per-arch defaults) and microbatches from the plan before building these.
+    Strategy.MODEL_PARALLEL: lambda env, parallel: ModelParallelStrategy(env, parallel.split_at or []),
+    Strategy.PIPELINE: lambda env, parallel: PipelineStrategy(
+        env, parallel.split_at or [], parallel.microbatches or 1
+    ),
     Strategy.DDP: lambda env, parallel: DDPStrategy(env, sync_batchnorm=parallel.sync_batchnorm),
 }
 

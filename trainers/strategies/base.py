@@ -1,19 +1,35 @@
 """The one interface every parallel strategy implements, in the spirit of Lightning Fabric's Strategy.
 
 The loop only talks to this interface, so a new way of splitting work (dp, fsdp, pipeline, ...) is a new
-file here and an entry in the registry, never an edit to the loop.
+file here and an entry in the registry, never an edit to the loop. The defaults serve every strategy that
+runs the whole model's forward in one process; pipeline overrides what it runs differently.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from contextlib import AbstractContextManager
 from enum import StrEnum
+from typing import Any
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from trainers.dist_env import DistEnv
+from trainers.placement import place
+from trainers.precision import MixedPrecision
+
+Forward = Callable[[torch.Tensor], torch.Tensor]
+
+
+def batch_sums(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """Summed loss, correct predictions and samples of a batch, in float64 on the logits' device."""
+    y = y.to(logits.device)
+    loss = F.cross_entropy(logits.float(), y, reduction="sum")
+    correct = (logits.argmax(1) == y).sum()
+    return torch.stack([loss.double(), correct.double(), loss.new_tensor(len(y), dtype=torch.float64)])
 
 
 class Reduce(StrEnum):
@@ -25,11 +41,23 @@ class ParallelStrategy(ABC):
     def __init__(self, env: DistEnv) -> None:
         self.env = env
         self._module: nn.Module | None = None
+        self.input_device = env.device  # where the loop delivers batches
 
     def setup(self, module: nn.Module) -> nn.Module:
-        """Wrap the bare module (already on the device) for training; returns what the loop calls."""
+        """Put the bare module (built on the CPU) on its device(s) and wrap it; returns what the loop runs."""
         self._module = module
+        names = [name for name, _ in module.named_children()]
+        devices = self.device_map(names)
+        if devices is None:
+            module.to(self.env.device)
+        else:
+            place(module, devices)
+            self.input_device = devices[names[0]]
         return self.wrap(module)
+
+    def device_map(self, names: list[str]) -> dict[str, torch.device] | None:
+        """A device per top-level module when the model spans devices; None keeps it whole on env.device."""
+        return None
 
     @abstractmethod
     def wrap(self, module: nn.Module) -> nn.Module: ...
@@ -44,12 +72,48 @@ class ParallelStrategy(ABC):
     @abstractmethod
     def barrier(self) -> None: ...
 
+    @property
+    def data_env(self) -> DistEnv:
+        """Who shares the data: ranks that split the batch. Stages of one pipeline all see the same batch."""
+        return self.env
+
+    def forward_backward(
+        self, forward: Forward, x: torch.Tensor, y: torch.Tensor, precision: MixedPrecision, divisor: int
+    ) -> torch.Tensor:
+        """One micro-step; backpropagates loss / divisor (scaled for fp16) and returns the detached loss."""
+        with precision.autocast():
+            logits = forward(x)
+            # Placement may leave the logits on another device than the batch (the last stage's).
+            loss = F.cross_entropy(logits, y.to(logits.device))
+        self.backward(precision.scale(loss / divisor))
+        return loss.detach()
+
     def backward(self, loss: torch.Tensor) -> None:
         loss.backward()
+
+    @torch.no_grad()
+    def eval_sums(self, x: torch.Tensor, y: torch.Tensor, precision: MixedPrecision) -> torch.Tensor:
+        """Summed loss, correct predictions and samples of one batch, on env.device. The bare module: a
+        wrapper's forward may run collectives (DDP broadcasts buffers) that uneven eval shards break."""
+        with precision.autocast():
+            logits = self.unwrap()(x)
+        return batch_sums(logits, y).to(self.env.device)
 
     def clip_grad_norm(self, max_norm: float) -> torch.Tensor:
         """Sharded strategies override this: the norm must then be reduced over the shards."""
         return nn.utils.clip_grad_norm_(self.unwrap().parameters(), max_norm)
+
+    def full_state(self, optimizer: torch.optim.Optimizer) -> tuple[dict[str, Any], dict[str, Any]]:
+        """The whole model's and optimizer's state as the bare model names them, complete on rank 0.
+        A collective where state is spread over ranks: every rank calls it."""
+        return self.unwrap().state_dict(), optimizer.state_dict()
+
+    def load_full_state(
+        self, model_state: dict[str, Any], optimizer_state: dict[str, Any], optimizer: torch.optim.Optimizer
+    ) -> None:
+        """The inverse of full_state, on every rank, from a checkpoint of any strategy."""
+        self.unwrap().load_state_dict(model_state)
+        optimizer.load_state_dict(optimizer_state)
 
     def unwrap(self) -> nn.Module:
         """The bare module, whose state_dict keys carry no wrapper prefixes."""

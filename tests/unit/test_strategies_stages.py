@@ -1,0 +1,92 @@
+"""Stage split points: the spec's module table matches the real models, defaults fall where documented, and
+a model cut into SequentialStages computes exactly what the whole model does."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from trainers.models import ARCHS, build_model
+from trainers.spec import MODULE_NAMES, ModelSpec, module_names
+from trainers.stages import default_split_at, max_stages, split_at_problem, stage_groups
+from trainers.strategies.pipeline import SequentialStage
+
+
+def build(arch: str, **kwargs: int | float) -> nn.Module:
+    if ARCHS[arch].tokens:
+        return build_model(arch, dict(kwargs), 1, 10, 8, vocab_size=50)
+    return build_model(arch, dict(kwargs), 3, 10, 64)
+
+
+def test_the_module_table_covers_every_registered_model() -> None:
+    assert set(MODULE_NAMES) == set(ARCHS)
+
+
+@pytest.mark.parametrize("arch", sorted(ARCHS))
+def test_module_names_are_the_models_children(arch: str) -> None:
+    names = tuple(name for name, _ in build(arch).named_children())
+    assert module_names(ModelSpec(arch=arch)) == names
+
+
+def test_mlp_module_names_follow_its_depth() -> None:
+    names = tuple(name for name, _ in build("mlp", depth=3).named_children())
+    assert module_names(ModelSpec(arch="mlp", kwargs={"depth": 3})) == names
+
+
+@pytest.mark.parametrize(
+    ("arch", "expected"),
+    [
+        ("resnet18", ["layer3"]),
+        ("resnet50", ["layer3"]),
+        ("alexnet", ["classifier"]),
+        ("vgg11", ["classifier"]),
+        ("mlp", ["3"]),
+        ("small_cnn", ["4"]),
+        ("embedding_bag", ["classifier"]),
+    ],
+)
+def test_two_stages_split_at_the_natural_point(arch: str, expected: list[str]) -> None:
+    assert default_split_at(arch, MODULE_NAMES[arch], 2) == expected
+
+
+def test_more_stages_spread_over_the_candidates_and_stop_at_their_count() -> None:
+    names = MODULE_NAMES["resnet50"]
+    assert default_split_at("resnet50", names, 3) == ["layer2", "layer4"]
+    assert default_split_at("resnet50", names, 6) == ["layer1", "layer2", "layer3", "layer4", "avgpool"]
+    assert max_stages("resnet50", names) == 6
+    with pytest.raises(ValueError, match="at most 6 stages"):
+        default_split_at("resnet50", names, 7)
+    mlp = MODULE_NAMES["mlp"]
+    for stages in range(2, 7):
+        split = default_split_at("mlp", mlp, stages)
+        assert len(set(split)) == stages - 1 and split_at_problem(mlp, split) is None
+
+
+def test_split_points_are_checked_and_cut_in_order() -> None:
+    names = ("a", "b", "c", "d")
+    assert stage_groups(names, ["c"]) == [["a", "b"], ["c", "d"]]
+    assert stage_groups(names, ["b", "d"]) == [["a"], ["b", "c"], ["d"]]
+    assert "does not have" in (split_at_problem(names, ["x"]) or "")
+    assert "first stage would be empty" in (split_at_problem(names, ["a"]) or "")
+    assert "model's order" in (split_at_problem(names, ["c", "b"]) or "")
+    assert "model's order" in (split_at_problem(names, ["b", "b"]) or "")
+    with pytest.raises(ValueError, match=r"parallel\.split_at"):
+        stage_groups(names, ["x"])
+
+
+@pytest.mark.parametrize("arch", ["mlp", "small_cnn", "alexnet", "resnet18", "vgg11"])
+def test_sequential_stages_compute_what_the_model_computes(arch: str) -> None:
+    torch.manual_seed(0)
+    model = build(arch).eval()
+    names = [name for name, _ in model.named_children()]
+    groups = stage_groups(names, default_split_at(arch, names, 3 if arch == "resnet18" else 2))
+    stages = [SequentialStage(model, group) for group in groups]
+    x = torch.randn(2, 3, 64, 64)
+    h = x
+    with torch.no_grad():
+        for stage in stages:
+            h = stage(h)
+        torch.testing.assert_close(h, model(x), rtol=0, atol=0)
+    keys = [key for stage in stages for key in stage.state_dict()]
+    assert keys == list(model.state_dict())

@@ -1,0 +1,68 @@
+"""One model over several devices in one process: each top-level module lives on a device of its own.
+
+A forward pre-hook on each placed module moves its tensor inputs to that module's device, so the model's own
+forward() runs unchanged and autograd carries gradients back across the boundaries. The same mechanism
+serves model_parallel (stage i on GPU i) and hybrid CPU/GPU placement (an embedding table on the CPU, the
+rest on the GPU). Keys of the state dict are untouched: placement wraps nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import torch
+from torch import nn
+
+from trainers.spec import DevicePlacement
+from trainers.stages import stage_groups
+
+PreHook = Callable[[nn.Module, tuple[Any, ...], dict[str, Any]], tuple[tuple[Any, ...], dict[str, Any]]]
+
+
+def move(value: Any, device: torch.device) -> Any:
+    if not isinstance(value, torch.Tensor) or value.device == device:
+        return value
+    # A copy to the CPU must finish before the CPU reads it; copies to a GPU are ordered on its stream.
+    return value.to(device, non_blocking=device.type != "cpu")
+
+
+def inputs_mover(device: torch.device) -> PreHook:
+    def hook(
+        module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        return tuple(move(a, device) for a in args), {k: move(v, device) for k, v in kwargs.items()}
+
+    return hook
+
+
+def place(model: nn.Module, devices: Mapping[str, torch.device]) -> None:
+    """Move each top-level module to its device, and its inputs there on every call."""
+    own = [*model.parameters(recurse=False), *model.buffers(recurse=False)]
+    if own:
+        raise ValueError(
+            "this model holds tensors outside its top-level modules, so it cannot be placed module by "
+            "module; drop parallel.placement / use strategy single or ddp"
+        )
+    for name, child in model.named_children():
+        child.to(devices[name])
+        child.register_forward_pre_hook(inputs_mover(devices[name]), with_kwargs=True)
+
+
+def hybrid_devices(
+    names: Sequence[str], placement: Mapping[str, DevicePlacement], device: torch.device
+) -> dict[str, torch.device]:
+    """Named modules where the spec puts them, the rest on the job's device. A CPU job has only the CPU."""
+    cpu = torch.device("cpu")
+    return {name: cpu if placement.get(name) is DevicePlacement.CPU else device for name in names}
+
+
+def stage_devices(
+    names: Sequence[str], split_at: Sequence[str], device: torch.device
+) -> dict[str, torch.device]:
+    """Stage i on the job's GPU i (its index among CUDA_VISIBLE_DEVICES); on a CPU job all on the CPU."""
+    devices: dict[str, torch.device] = {}
+    for index, group in enumerate(stage_groups(names, split_at)):
+        stage = torch.device("cuda", index) if device.type == "cuda" else device
+        devices.update(dict.fromkeys(group, stage))
+    return devices

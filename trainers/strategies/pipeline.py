@@ -1,0 +1,176 @@
+"""Pipeline parallelism: one process per stage, each batch cut into micro-batches that flow through the
+stages so they compute at the same time (GPipe: all forwards, then all backwards).
+
+A single process cannot overlap stages on fast GPUs (kernel launches from one Python thread dominate), so
+each stage is its own torchrun rank, driven by torch.distributed.pipelining. Every rank builds the whole
+model from the same seed and keeps only its stage, registered under the model's own module names: state
+keys are the bare model's, and rank 0 gathers the stages' state into a whole-model checkpoint.
+
+Only the last stage has the loss and predictions, so every metric comes from it: all_reduce broadcasts the
+last stage's value rather than summing the ranks', which would count each sample once per stage.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
+from typing import Any
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch import nn
+from torch.distributed.pipelining import PipelineStage, ScheduleGPipe
+
+from trainers.dist_env import DistEnv
+from trainers.optimizer_state import NamedOptimizerState, merge, to_indexed, to_named
+from trainers.precision import MixedPrecision
+from trainers.stages import FLATTEN_AFTER, stage_groups
+from trainers.strategies.base import Forward, ParallelStrategy, Reduce, batch_sums
+from trainers.strategies.stage_p2p import receive_activation, send_activation
+
+
+class SequentialStage(nn.Module):
+    """Consecutive top-level modules of a model, run one after another under the job's autocast."""
+
+    def __init__(self, model: nn.Module, names: Sequence[str]) -> None:
+        super().__init__()
+        children = dict(model.named_children())
+        for name in names:
+            self.add_module(name, children[name])
+        # Set per step: the schedule calls forward itself, and backward must run outside autocast.
+        self.autocast: Callable[[], AbstractContextManager[Any]] = nullcontext
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        with self.autocast():
+            for name, module in self.named_children():
+                x = module(x)
+                if name == FLATTEN_AFTER:
+                    x = torch.flatten(x, 1)
+        return x
+
+
+class PipelineStrategy(ParallelStrategy):
+    def __init__(self, env: DistEnv, split_at: Sequence[str], microbatches: int) -> None:
+        super().__init__(env)
+        self.split_at = list(split_at)
+        self.microbatches = microbatches
+        self.is_first, self.is_last = env.rank == 0, env.rank == env.world_size - 1
+        self._full_names: list[str] = []  # the whole model's parameter names, in its order
+        self._stage: SequentialStage | None = None
+        self._schedule: ScheduleGPipe | None = None
+        self._precision: MixedPrecision | None = None
+        self._divisor = 1
+
+    def setup(self, module: nn.Module) -> nn.Module:
+        groups = stage_groups([name for name, _ in module.named_children()], self.split_at)
+        if len(groups) != self.env.world_size:
+            raise ValueError(
+                f"parallel.split_at makes {len(groups)} stages but {self.env.world_size} processes run"
+            )
+        self._full_names = [name for name, _ in module.named_parameters()]
+        self._stage = SequentialStage(module, groups[self.env.rank]).to(self.env.device)
+        self._module = self._stage
+        return self.wrap(self._stage)
+
+    def wrap(self, module: nn.Module) -> nn.Module:
+        stage = PipelineStage(module, self.env.rank, self.env.world_size, self.env.device)
+        # scale_grads=False: the loss below already divides by the micro-batch count, on every torch.
+        self._schedule = ScheduleGPipe(stage, self.microbatches, loss_fn=self._loss, scale_grads=False)
+        return module
+
+    @property
+    def data_env(self) -> DistEnv:
+        return DistEnv(rank=0, local_rank=self.env.local_rank, world_size=1, device=self.env.device)
+
+    def _loss(self, logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        if self._precision is None:
+            raise RuntimeError("the pipeline computes a loss only inside forward_backward")
+        return self._precision.scale(F.cross_entropy(logits.float(), y) / self._loss_divisor)
+
+    @property
+    def _loss_divisor(self) -> int:
+        return self._divisor * self.microbatches
+
+    def forward_backward(
+        self, forward: Forward, x: torch.Tensor, y: torch.Tensor, precision: MixedPrecision, divisor: int
+    ) -> torch.Tensor:
+        """The schedule runs this stage's part of every micro-batch; the mean loss is the last stage's."""
+        if self._schedule is None or self._stage is None:
+            raise RuntimeError("call setup(module) before forward_backward()")
+        self._precision, self._divisor = precision, divisor
+        self._stage.autocast = precision.autocast
+        losses: list[torch.Tensor] = []
+        args = (x,) if self.is_first else ()
+        self._schedule.step(*args, target=y if self.is_last else None, losses=losses)
+        if not self.is_last:
+            return torch.zeros((), device=self.env.device)
+        # The schedule reports what the loss function returned, one per micro-batch (some torch versions
+        # call it once more to infer shapes, so counting calls would not do); undo the scaling.
+        scale = precision.scale(torch.ones((), device=self.env.device))
+        return torch.stack(losses).detach().mean() * self._loss_divisor / scale
+
+    @torch.no_grad()
+    def eval_sums(self, x: torch.Tensor, y: torch.Tensor, precision: MixedPrecision) -> torch.Tensor:
+        """Stage by stage without micro-batches: evaluation needs no overlap, and its last batch may be
+        smaller than the schedule's."""
+        stage = self.unwrap()
+        stage.autocast = precision.autocast  # type: ignore[assignment]
+        h = stage(x if self.is_first else receive_activation(self.env.rank - 1, self.env.device))
+        if not self.is_last:
+            send_activation(h, self.env.rank + 1)
+            return torch.zeros(3, dtype=torch.float64, device=self.env.device)
+        return batch_sums(h, y)
+
+    def no_sync(self) -> AbstractContextManager[None]:
+        return nullcontext()  # no replicas: gradients are never synchronised
+
+    def all_reduce(self, tensor: torch.Tensor, op: Reduce = Reduce.MEAN) -> torch.Tensor:
+        reported = tensor.clone()
+        dist.broadcast(reported, src=self.env.world_size - 1)
+        return reported
+
+    def barrier(self) -> None:
+        dist.barrier()
+
+    def clip_grad_norm(self, max_norm: float) -> torch.Tensor:
+        """The norm over every stage's gradients: each stage's squared norm, summed over the stages."""
+        params = [p for p in self.unwrap().parameters() if p.grad is not None]
+        grads = [p.grad for p in params if p.grad is not None]
+        local = nn.utils.get_total_norm(grads) if grads else torch.zeros((), device=self.env.device)
+        squared = local.float().pow(2).to(self.env.device)
+        dist.all_reduce(squared, op=dist.ReduceOp.SUM)
+        total = squared.sqrt()
+        nn.utils.clip_grads_with_norm_(params, max_norm, total)
+        return total
+
+    def full_state(self, optimizer: torch.optim.Optimizer) -> tuple[dict[str, Any], dict[str, Any]]:
+        stage = self.unwrap()
+        names = [name for name, _ in stage.named_parameters()]
+        mine = (
+            {key: value.cpu() for key, value in stage.state_dict().items()},
+            to_named(optimizer.state_dict(), names).on_cpu(),
+        )
+        parts: list[Any] | None = [None] * self.env.world_size if self.env.is_main else None
+        dist.gather_object(mine, parts, dst=0)
+        if parts is None:
+            return {}, {}
+        model_state: dict[str, Any] = {}
+        for part_state, _ in parts:
+            model_state.update(part_state)
+        return model_state, to_indexed(merge([named for _, named in parts]))
+
+    def load_full_state(
+        self, model_state: dict[str, Any], optimizer_state: dict[str, Any], optimizer: torch.optim.Optimizer
+    ) -> None:
+        stage = self.unwrap()
+        keys = stage.state_dict().keys()
+        missing = [key for key in keys if key not in model_state]
+        if missing:
+            raise ValueError(
+                f"the checkpoint lacks {len(missing)} of this stage's tensors, e.g. {missing[0]}"
+            )
+        stage.load_state_dict({key: model_state[key] for key in keys})
+        names = [name for name, _ in stage.named_parameters()]
+        whole: NamedOptimizerState = to_named(optimizer_state, self._full_names)
+        optimizer.load_state_dict(to_indexed(whole.restricted_to(names)))
