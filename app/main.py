@@ -6,7 +6,7 @@ from fastapi import Depends, FastAPI
 
 from app.api.deps import get_caller
 from app.api.errors import install_error_handlers
-from app.api.routes import checkpoints, gpus, health, jobs, logs, metrics, queue, stream, web
+from app.api.routes import checkpoints, gpus, health, jobs, logs, metrics, profile, queue, stream, web
 from app.api.routes.prometheus import install_prometheus
 
 API_PREFIX = "/v1"
@@ -19,7 +19,7 @@ def create_app() -> FastAPI:
         version="0.1.0",
     )
     install_error_handlers(app)
-    for module in (jobs, metrics, stream, checkpoints, logs, gpus, queue):
+    for module in (jobs, metrics, stream, checkpoints, logs, gpus, queue, profile):
         # Auth once for every /v1 route, those added later included; a route that needs to know who is
         # asking takes CallerDep, which FastAPI resolves once per request.
         app.include_router(module.router, prefix=API_PREFIX, dependencies=[Depends(get_caller)])

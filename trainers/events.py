@@ -64,8 +64,18 @@ class DoneEvent(_Event):
     step: int
 
 
+class ProfileEvent(_Event):
+    """The profile.steps profiled steps are written: a summary and a Chrome trace, relative to the run dir."""
+
+    kind: Literal["profile"] = "profile"
+    first_step: int
+    steps: int
+    summary: str
+    trace: str
+
+
 Event = Annotated[
-    PhaseEvent | MetricsEvent | CheckpointEvent | CheckpointRemovedEvent | DoneEvent,
+    PhaseEvent | MetricsEvent | CheckpointEvent | CheckpointRemovedEvent | DoneEvent | ProfileEvent,
     Field(discriminator="kind"),
 ]
 _event_adapter: TypeAdapter[Event] = TypeAdapter(Event)

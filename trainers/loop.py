@@ -30,11 +30,14 @@ from trainers.dist_env import DistEnv
 from trainers.events import DoneEvent, MetricsEvent, PhaseEvent
 from trainers.metrics import EventLog, TrainMetrics
 from trainers.models import build_model, get_arch
+from trainers.performance import checkpoint_activations, set_cudnn_benchmark
 from trainers.plan import Plan, RunConfig
 from trainers.precision import MixedPrecision
-from trainers.schedule import LrSchedule, build_optimizer, lr_at, set_lr
+from trainers.profiling import StepProfiler
+from trainers.schedule import LrSchedule, build_optimizer, lr_at, observe_eval_loss, plateau_state, set_lr
 from trainers.spec import CheckpointSpec, JobSpec, TrainSpec
 from trainers.strategies import ParallelStrategy, Reduce, build_strategy
+from trainers.tensorboard import TensorBoard
 
 
 @dataclass(frozen=True)
@@ -111,6 +114,9 @@ def build(spec: JobSpec, plan: Plan, env: DistEnv) -> Components:
     model = build_model(
         spec.model.arch, spec.model.kwargs, shape.channels, data.num_classes, shape.image_size
     )
+    if spec.performance.activation_checkpointing:
+        model = checkpoint_activations(model)
+    set_cudnn_benchmark(spec.performance, env.device)
     model.to(env.device)
     if shape.channels_last:
         model.to(memory_format=torch.channels_last)
@@ -153,10 +159,12 @@ def train(config: RunConfig, run_dir: Path, env: DistEnv) -> bool:
     checkpointer = Checkpointer(run_dir, spec.checkpoint.keep_last, spec.name, events)
     metrics = TrainMetrics(c.strategy, env.device, start_step=done)
 
+    profiler = StepProfiler(spec.profile, run_dir, env, events, done)
+    board = TensorBoard(run_dir, spec.metrics.tensorboard and env.is_main)
     events.append(PhaseEvent(phase="running"))
     stopping = False
     for step, micro_batches in zip(range(done + 1, total + 1), c.batches.from_step(done), strict=False):
-        lr = lr_at(step - 1, schedule)
+        lr = lr_at(step - 1, schedule, plateau_state(c.optimizer).factor)
         set_lr(c.optimizer, lr)
         for i, (x, y) in enumerate(micro_batches):
             # Gradients are all-reduced only on the last micro-step; earlier ones accumulate locally.
@@ -172,11 +180,13 @@ def train(config: RunConfig, run_dir: Path, env: DistEnv) -> bool:
             c.strategy.clip_grad_norm(spec.train.clip_grad_norm)
         c.precision.step(c.optimizer)
         c.optimizer.zero_grad(set_to_none=True)
+        profiler.step()
 
         at = Position(step, (step - 1) // per_epoch + 1, step % per_epoch == 0, step == total)
         if step % spec.metrics.every_n_steps == 0 or at.last:
             values = metrics.report(step, lr)
             events.append(MetricsEvent(step=step, total_steps=total, epoch=at.epoch, values=values))
+            board.add(step, values)
             if env.is_main:
                 print(f"step {step}/{total} " + " ".join(f"{k}={v:.5g}" for k, v in values.items()))
         if len(c.val_feed) and evaluation_due(spec.train, at):
@@ -184,6 +194,8 @@ def train(config: RunConfig, run_dir: Path, env: DistEnv) -> bool:
             shard = eval_batches(c.val_feed, env, c.batches.per_rank_batch)
             values = evaluate(c.strategy.unwrap(), shard, c.precision, c.strategy)
             events.append(MetricsEvent(step=step, total_steps=total, epoch=at.epoch, values=values))
+            board.add(step, values)
+            observe_eval_loss(c.optimizer, spec.train, values["eval_loss"])
         # A SIGTERM (max_runtime, cancel) stops every rank at the same report step, after a final checkpoint.
         stopping = step % spec.metrics.every_n_steps == 0 and not at.last and env.stop.agreed(env.device)
         if checkpoint_due(spec.checkpoint, at) or stopping:
@@ -193,6 +205,8 @@ def train(config: RunConfig, run_dir: Path, env: DistEnv) -> bool:
             c.strategy.barrier()
         if stopping:
             break
+    profiler.close()
+    board.close()
     if not stopping:
         events.append(DoneEvent(step=total))
 

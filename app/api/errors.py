@@ -24,6 +24,7 @@ from app.services.errors import (
     InvalidSpec,
     JobNotFound,
     JobStateConflict,
+    ProfileNotFound,
     QuotaExceeded,
 )
 from app.services.transitions import InvalidTransition
@@ -34,6 +35,7 @@ MAX_BODY_BYTES = 1 << 20
 STATUS_OF: dict[type[Exception], int] = {
     JobNotFound: 404,
     CheckpointNotFound: 404,
+    ProfileNotFound: 404,
     InvalidSpec: 422,
     JobStateConflict: 409,
     IdempotencyConflict: 409,

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from app.core.config import Settings
 from app.services.errors import InvalidSpec
+from trainers.datadir import resolve_data_root
 
 
 def confined(path: Path, root: Path) -> bool:
@@ -15,12 +16,13 @@ def confined(path: Path, root: Path) -> bool:
 
 
 def check_data_root(settings: Settings, root: str | None) -> None:
-    if root is not None and not confined(settings.data_dir / root, settings.data_dir):
-        raise InvalidSpec(
-            "data.root",
-            f"data.root {root!r} leads outside TRAINYARD_DATA_DIR (through a symlink); "
-            "name a directory that really is inside it",
-        )
+    """The trainer makes the same check when it loads, with the data dir the worker hands it."""
+    if root is None:
+        return
+    try:
+        resolve_data_root(settings.data_dir, root)
+    except ValueError as exc:
+        raise InvalidSpec("data.root", str(exc)) from exc
 
 
 def check_checkpoint_path(settings: Settings, field: str, path: str) -> None:

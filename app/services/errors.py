@@ -22,6 +22,10 @@ class CheckpointNotFound(DomainError):
     pass
 
 
+class ProfileNotFound(DomainError):
+    pass
+
+
 class InvalidSpec(DomainError):
     """The spec is well-formed but does not fit this cluster or this database (GPUs, checkpoints)."""
 

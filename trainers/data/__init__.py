@@ -1,7 +1,8 @@
 """Datasets held whole as tensors, and per-rank batches cut from them on the device.
 
-Each dataset module's `load(data, seed)` returns (train_x, train_y, val_x, val_y): float images N x C x H x W
-and int64 labels. Everything after that (sharding, resizing, channel expansion) happens here, per batch.
+Each dataset module's `load(data, seed)` returns (train_x, train_y, val_x, val_y): float (or, read from
+disk, uint8) images N x C x H x W and int64 labels. Everything after that (sharding, resizing, channel
+expansion) happens here, per batch.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import Dataset, DistributedSampler
 
-from trainers.data import digits, synthetic
+from trainers.data import cifar10, digits, image_folder, mnist, synthetic
 from trainers.dist_env import DistEnv
 from trainers.spec import DataPlacement, DataSpec
 
@@ -30,6 +31,9 @@ class Source:
 DATASETS: dict[str, Source] = {
     "synthetic": Source(synthetic.load, lambda data: data.num_classes),
     "digits": Source(digits.load, lambda data: digits.NUM_CLASSES),
+    "cifar10": Source(cifar10.load, lambda data: cifar10.NUM_CLASSES),
+    "mnist": Source(mnist.load, lambda data: mnist.NUM_CLASSES),
+    "image_folder": Source(image_folder.load, image_folder.num_classes),
 }
 
 
@@ -59,6 +63,14 @@ def load_dataset(data: DataSpec, seed: int) -> LoadedData:
 def storage_device(placement: DataPlacement, device: torch.device) -> torch.device:
     """Where the whole dataset lives: on the GPU unless the spec asks for CPU (e.g. it does not fit)."""
     return torch.device("cpu") if placement is DataPlacement.CPU else device
+
+
+def as_float_images(x: torch.Tensor) -> torch.Tensor:
+    """On-disk datasets stay uint8 (4x less memory) until here; fixed constants map 0..255 to about
+    zero mean and unit spread, the same for training and held-out images."""
+    if x.dtype != torch.uint8:
+        return x
+    return x.float().sub_(127.5).div_(64.0)
 
 
 @dataclass(frozen=True)
@@ -101,7 +113,7 @@ class DeviceFeeder:
     def fetch(self, idx: torch.Tensor) -> Batch:
         x = self._gather(self.x, idx).to(self.device, non_blocking=True)
         y = self._gather(self.y, idx).to(self.device, non_blocking=True)
-        return self.shape.apply(x), y
+        return self.shape.apply(as_float_images(x)), y
 
 
 class TrainBatches:

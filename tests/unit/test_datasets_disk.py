@@ -1,0 +1,130 @@
+"""cifar10, mnist and image_folder are read from tiny files in their real formats under TRAINYARD_DATA_DIR,
+and nothing outside it is read, at load or at submit."""
+
+from __future__ import annotations
+
+import gzip
+import struct
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from fastapi.testclient import TestClient
+from PIL import Image
+
+from tests.unit.conftest import job_body
+from trainers.data import BatchShape, DeviceFeeder, load_dataset
+from trainers.datadir import DATA_DIR_ENV
+from trainers.spec import DataSpec
+
+CPU = torch.device("cpu")
+
+
+@pytest.fixture
+def data_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    directory = tmp_path / "data"
+    directory.mkdir()
+    monkeypatch.setenv(DATA_DIR_ENV, str(directory))
+    return directory
+
+
+def write_cifar_batch(path: Path, labels: list[int], seed: int) -> np.ndarray:
+    pixels = np.random.default_rng(seed).integers(0, 256, (len(labels), 3072), dtype=np.uint8)
+    records = np.concatenate([np.array(labels, dtype=np.uint8)[:, None], pixels], axis=1)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    records.tofile(path)
+    return pixels.reshape(-1, 3, 32, 32)
+
+
+def write_idx(path: Path, values: np.ndarray, compress: bool) -> None:
+    header = bytes([0, 0, 0x08, values.ndim]) + struct.pack(f">{values.ndim}i", *values.shape)
+    raw = header + values.astype(np.uint8).tobytes()
+    if compress:
+        path.with_name(path.name + ".gz").write_bytes(gzip.compress(raw))
+    else:
+        path.write_bytes(raw)
+
+
+def test_cifar10_binary_batches(data_dir: Path) -> None:
+    batches = data_dir / "cifar" / "cifar-10-batches-bin"
+    first = write_cifar_batch(batches / "data_batch_1.bin", [0, 1, 2, 9], seed=1)
+    write_cifar_batch(batches / "data_batch_2.bin", [3, 4], seed=2)
+    test = write_cifar_batch(batches / "test_batch.bin", [5, 6, 7], seed=3)
+
+    data = load_dataset(DataSpec(dataset="cifar10", root="cifar"), seed=0)
+    train_x, train_y = data.train
+    assert train_x.dtype == torch.uint8 and train_x.shape == (6, 3, 32, 32)
+    assert train_y.tolist() == [0, 1, 2, 9, 3, 4] and data.val[1].tolist() == [5, 6, 7]
+    assert np.array_equal(train_x[:4].numpy(), first) and np.array_equal(data.val[0].numpy(), test)
+    assert (data.num_classes, data.channels, data.native_size) == (10, 3, 32)
+
+
+def test_a_truncated_cifar10_batch_is_refused(data_dir: Path) -> None:
+    (data_dir / "cifar").mkdir()
+    (data_dir / "cifar" / "data_batch_1.bin").write_bytes(b"\0" * 3074)
+    with pytest.raises(ValueError, match="binary version"):
+        load_dataset(DataSpec(dataset="cifar10", root="cifar"), seed=0)
+
+
+@pytest.mark.parametrize("compress", [False, True])
+def test_mnist_idx_files(data_dir: Path, compress: bool) -> None:
+    root = data_dir / "mnist"
+    root.mkdir()
+    rng = np.random.default_rng(0)
+    train_images = rng.integers(0, 256, (5, 28, 28))
+    write_idx(root / "train-images-idx3-ubyte", train_images, compress)
+    write_idx(root / "train-labels-idx1-ubyte", np.array([0, 1, 2, 3, 9]), compress)
+    write_idx(root / "t10k-images-idx3-ubyte", rng.integers(0, 256, (2, 28, 28)), compress)
+    write_idx(root / "t10k-labels-idx1-ubyte", np.array([4, 5]), compress)
+
+    data = load_dataset(DataSpec(dataset="mnist", root="mnist"), seed=0)
+    assert data.train[0].shape == (5, 1, 28, 28) and data.train[0].dtype == torch.uint8
+    assert np.array_equal(data.train[0][:, 0].numpy(), train_images)
+    assert data.train[1].tolist() == [0, 1, 2, 3, 9] and data.val[1].tolist() == [4, 5]
+
+
+def test_image_folder_decodes_resizes_and_holds_out(data_dir: Path) -> None:
+    for label, name in enumerate(["cat", "dog", "emu"]):
+        (data_dir / "pets" / name).mkdir(parents=True)
+        for i in range(4):
+            color = (80 * label, 10 * i, 200)
+            Image.new("RGB", (20 + i, 17), color).save(data_dir / "pets" / name / f"{i}.png")
+    (data_dir / "pets" / "cat" / "notes.txt").write_text("not an image")
+    spec = DataSpec(dataset="image_folder", root="pets", image_size=16, val_fraction=0.25, loader_workers=1)
+
+    data = load_dataset(spec, seed=0)
+    assert data.num_classes == 3
+    assert data.train[0].shape == (9, 3, 16, 16) and data.val[0].shape == (3, 3, 16, 16)
+    images = torch.cat([data.train[0], data.val[0]])
+    labels = torch.cat([data.train[1], data.val[1]])
+    assert sorted(labels.tolist()) == [0] * 4 + [1] * 4 + [2] * 4
+    assert (images[:, 0, 8, 8] == labels * 80).all()  # each class's red value survived decoding
+
+
+def test_uint8_images_become_normalised_floats_per_batch() -> None:
+    x = torch.tensor([0, 255], dtype=torch.uint8).view(2, 1, 1, 1).expand(2, 1, 4, 4).contiguous()
+    feeder = DeviceFeeder((x, torch.tensor([0, 1])), BatchShape(8, 3, False), CPU, CPU)
+    batch, _ = feeder.fetch(torch.tensor([0, 1]))
+    assert batch.dtype == torch.float32 and batch.shape == (2, 3, 8, 8)
+    assert batch[0].max() < -1.9 and batch[1].min() > 1.9
+
+
+def test_a_root_that_escapes_through_a_symlink_is_refused(data_dir: Path, tmp_path: Path) -> None:
+    outside = tmp_path / "outside"
+    write_cifar_batch(outside / "data_batch_1.bin", [1], seed=0)
+    (data_dir / "sneaky").symlink_to(outside)
+    with pytest.raises(ValueError, match="outside TRAINYARD_DATA_DIR"):
+        load_dataset(DataSpec(dataset="cifar10", root="sneaky"), seed=0)
+
+
+@pytest.mark.parametrize("root, message", [("missing", "not a directory"), ("sneaky", "outside")])
+def test_submit_refuses_a_missing_or_escaping_root(
+    data_dir: Path, tmp_path: Path, client: TestClient, root: str, message: str
+) -> None:
+    (tmp_path / "outside").mkdir()
+    (data_dir / "sneaky").symlink_to(tmp_path / "outside")
+    response = client.post("/v1/jobs", json=job_body(data={"dataset": "cifar10", "root": root}))
+    assert response.status_code == 422, response.text
+    problem = response.json()
+    assert problem["errors"][0]["field"] == "data.root" and message in problem["detail"]

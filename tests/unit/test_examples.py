@@ -1,0 +1,46 @@
+"""Every examples/*.json is a valid job spec that plans, runs on bundled data by default, and is indexed in
+the README; those named for CIFAR-10 still plan with data pointed at it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from trainers.plan import resolve_plan
+from trainers.spec import JobSpec, Precision, Strategy
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = sorted((ROOT / "examples").glob("*.json"))
+BUNDLED_DATA = {"synthetic", "digits", "synthetic_bags"}
+
+
+def _load(path: Path) -> dict[str, Any]:
+    spec: dict[str, Any] = json.loads(path.read_text())
+    return spec
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=[p.stem for p in EXAMPLES])
+def test_example_plans_on_bundled_data_and_is_in_the_readme_index(path: Path) -> None:
+    raw = _load(path)
+    spec = JobSpec.model_validate(raw)
+    resolve_plan(spec)
+    assert spec.data.dataset in BUNDLED_DATA
+    assert f"examples/{path.name}" in (ROOT / "README.md").read_text()
+    if "CIFAR-10" in spec.name:
+        assert "data.root=cifar10" in spec.name
+        cifar = {**raw, "data": {**raw["data"], "dataset": "cifar10", "root": "cifar10"}}
+        resolve_plan(JobSpec.model_validate(cifar))
+
+
+def test_the_alexnet_grid_covers_every_strategy_and_precision_of_the_seed() -> None:
+    grid = set()
+    for path in EXAMPLES:
+        spec = JobSpec.model_validate(_load(path))
+        if spec.model.arch == "alexnet":
+            assert spec.data.image_size == 227
+            grid.add((resolve_plan(spec).strategy, spec.precision))
+    strategies = (Strategy.SINGLE, Strategy.DP, Strategy.DDP)
+    assert grid == {(s, p) for s in strategies for p in Precision}
