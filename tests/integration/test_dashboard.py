@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -12,7 +14,7 @@ import pytest
 from playwright.sync_api import Browser, Page, expect, sync_playwright
 
 from tests.integration.jobs import example_spec, metric_values, submit, wait_status
-from tests.integration.servers import Stack
+from tests.integration.servers import ROOT, Stack
 
 CHROMIUM = Path("/usr/bin/chromium")
 # Without the background-networking flags Chromium keeps dialling Google, which this closed network refuses.
@@ -137,3 +139,33 @@ def test_overview_pages_compare_gpus_and_queue(embedded_stack: Stack, page: Page
 
     page.get_by_role("link", name="Queue").click()
     expect(page.locator("main")).to_contain_text("Nothing is waiting.")
+
+
+@pytest.fixture
+def auth_stack(tmp_path: Path) -> Iterator[Stack]:
+    running = Stack.start(
+        tmp_path,
+        f"sqlite:///{tmp_path}/trainyard.db",
+        f"sqla+sqlite:///{tmp_path}/broker.db",
+        TRAINYARD_AUTH="on",
+    )
+    yield running
+    running.stop()
+
+
+def test_with_auth_on_the_key_box_lets_the_page_in(auth_stack: Stack, page: Page) -> None:
+    create = [sys.executable, "-c", "from app.cli import main; main()", "keys", "create", "--user", "ada"]
+    key = subprocess.run(create, cwd=ROOT, env=auth_stack.env, capture_output=True, text=True, check=True)
+    token = key.stdout.strip()
+
+    page.goto(auth_stack.url + "/")
+    expect(page.get_by_role("alert")).to_contain_text("needs an API key")
+    page.get_by_placeholder("API key").fill(token)
+    page.get_by_role("button", name="Save key").click()
+    expect(page.get_by_role("alert")).to_be_hidden()
+    expect(page.locator("main")).to_contain_text("No jobs yet")
+
+    # The key is kept in this browser: a reload is let in without typing it again.
+    page.reload()
+    expect(page.locator("main")).to_contain_text("No jobs yet")
+    expect(page.get_by_role("alert")).to_be_hidden()
