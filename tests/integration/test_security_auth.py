@@ -1,0 +1,144 @@
+"""Auth on, through real uvicorn and a real worker: every route but the public ones answers 401 without a
+key; another user's job, metrics, logs, events and checkpoints are 404; lists show only the caller's jobs
+and an admin sees all."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import pytest
+from sqlalchemy import create_engine
+from sqlalchemy.orm import Session
+from starlette.routing import BaseRoute, Mount, Route
+
+from app.main import create_app
+from app.services.keys import create_key
+from tests.integration.jobs import example_spec, wait_status
+from tests.integration.servers import Stack
+
+QUICK = example_spec("digits_ddp_cpu.json", train={"epochs": 1})
+# Public on purpose: liveness, the API's own description, and the dashboard's static page and assets, which
+# hold no data (the page calls /v1 with the user's key).
+PUBLIC = {"/healthz", "/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc", "/", "/static"}
+# Known gap, reported to the lead: Prometheus /metrics is served without a key (app/api/routes/prometheus.py).
+PUBLIC_FOR_NOW = {"/metrics"}
+PARAM = re.compile(r"\{(\w+)(?::\w+)?\}")
+
+
+@dataclass
+class Keys:
+    alice: str
+    bob: str
+    admin: str
+
+
+@pytest.fixture(scope="module")
+def auth_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    workdir = tmp_path_factory.mktemp("stack-auth")
+    stack = Stack.start(
+        workdir,
+        f"sqlite:///{workdir}/trainyard.db",
+        f"sqla+sqlite:///{workdir}/broker.db",
+        TRAINYARD_AUTH="on",
+    )
+    yield stack
+    stack.stop()
+
+
+@pytest.fixture(scope="module")
+def keys(auth_stack: Stack) -> Keys:
+    engine = create_engine(auth_stack.env["TRAINYARD_DATABASE_URL"])
+    with Session(engine) as session:
+        made = Keys(*(create_key(session, user, admin=user == "root") for user in ("alice", "bob", "root")))
+    engine.dispose()
+    return made
+
+
+def bearer(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+@pytest.fixture(scope="module")
+def alice_job(auth_stack: Stack, keys: Keys) -> dict[str, Any]:
+    with httpx.Client(base_url=auth_stack.url, timeout=30, headers=bearer(keys.alice)) as client:
+        response = client.post("/v1/jobs", json=QUICK)
+        assert response.status_code == 201, response.text
+        job = wait_status(client, response.json()["job"]["id"], {"succeeded"})
+        [checkpoint, *_] = client.get(f"/v1/jobs/{job['id']}/checkpoints").json()["data"]
+    return {"job_id": job["id"], "checkpoint_id": checkpoint["id"]}
+
+
+def flatten(routes: list[BaseRoute], prefix: str = "") -> Iterator[tuple[str, str]]:
+    for route in routes:
+        # FastAPI >= 0.16x keeps an included router whole, with its prefix beside it.
+        included = getattr(route, "include_context", None)
+        if included is not None:
+            yield from flatten(included.included_router.routes, prefix + included.prefix)
+        elif isinstance(route, Mount):
+            yield "GET", prefix + route.path
+        elif isinstance(route, Route):
+            for method in sorted(route.methods or {"GET"}):
+                if method != "HEAD":
+                    yield method, prefix + route.path
+
+
+def app_routes() -> list[tuple[str, str]]:
+    """(method, path) of every route the app serves, those hidden from the OpenAPI schema included."""
+    return list(flatten(create_app().routes))
+
+
+def fill(path: str, ids: dict[str, Any]) -> str:
+    return PARAM.sub(lambda m: str(ids[m.group(1)]), path)
+
+
+def test_every_route_needs_a_key(auth_stack: Stack, alice_job: dict[str, Any]) -> None:
+    walked = 0
+    with httpx.Client(base_url=auth_stack.url, timeout=30) as client:
+        for method, path in app_routes():
+            if path in PUBLIC | PUBLIC_FOR_NOW:
+                continue
+            for headers in ({}, bearer("ty_not-a-key")):
+                response = client.request(method, fill(path, alice_job), headers=headers, json={})
+                assert response.status_code == 401, (method, path, response.status_code, response.text)
+                assert response.headers["www-authenticate"] == "Bearer"
+            walked += 1
+        assert client.get("/healthz").status_code == 200
+    assert walked >= 10, walked
+
+
+def test_another_users_job_is_404_on_every_route(
+    auth_stack: Stack, keys: Keys, alice_job: dict[str, Any]
+) -> None:
+    scoped = [(m, p) for m, p in app_routes() if PARAM.search(p) and p.startswith("/v1/")]
+    assert any("checkpoint_id" in p for _, p in scoped) and any("logs" in p for _, p in scoped)
+    with httpx.Client(base_url=auth_stack.url, timeout=30, headers=bearer(keys.bob)) as bob:
+        for method, path in scoped:
+            body = {"priority": 1} if method == "PATCH" else None
+            response = bob.request(method, fill(path, alice_job), json=body)
+            assert response.status_code == 404, (method, path, response.status_code, response.text)
+        assert bob.get("/v1/jobs").json()["data"] == []
+        assert bob.get("/v1/queue").json()["data"] == []
+    with httpx.Client(base_url=auth_stack.url, timeout=30, headers=bearer(keys.alice)) as alice:
+        assert alice.get(f"/v1/jobs/{alice_job['job_id']}/logs", params={"rank": 0}).status_code == 200
+        download = alice.get(f"/v1/checkpoints/{alice_job['checkpoint_id']}/download")
+        assert download.status_code == 200 and download.content
+
+
+def test_an_admin_sees_every_job(auth_stack: Stack, keys: Keys, alice_job: dict[str, Any]) -> None:
+    with httpx.Client(base_url=auth_stack.url, timeout=30, headers=bearer(keys.admin)) as admin:
+        assert alice_job["job_id"] in [job["id"] for job in admin.get("/v1/jobs").json()["data"]]
+        assert admin.get(f"/v1/jobs/{alice_job['job_id']}/metrics").status_code == 200
+
+
+def test_resume_from_another_users_checkpoint_is_refused(
+    auth_stack: Stack, keys: Keys, alice_job: dict[str, Any]
+) -> None:
+    spec = {**QUICK, "checkpoint": {"resume_from": alice_job["checkpoint_id"]}}
+    with httpx.Client(base_url=auth_stack.url, timeout=30, headers=bearer(keys.bob)) as bob:
+        response = bob.post("/v1/jobs", json=spec)
+    assert response.status_code == 422, response.text
+    assert response.json()["errors"][0]["field"] == "checkpoint.resume_from"
