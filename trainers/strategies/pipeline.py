@@ -20,6 +20,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
+from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
 from torch.distributed.pipelining import PipelineStage, ScheduleGPipe
 
 from trainers.dist_env import DistEnv
@@ -48,6 +49,17 @@ class SequentialStage(nn.Module):
                 if name == FLATTEN_AFTER:
                     x = torch.flatten(x, 1)
         return x
+
+
+def share_overflow(precision: MixedPrecision) -> None:
+    """fp16: when any stage's gradients overflow, every stage must skip the step, or their loss scales drift
+    apart and later gradients arrive scaled by another stage's factor. FSDP's ShardedGradScaler all-reduces
+    that verdict over the process group; it takes over the scaler's state (a resumed scale included)."""
+    if precision.scaler is None or isinstance(precision.scaler, ShardedGradScaler):
+        return
+    shared = ShardedGradScaler(precision.device.type)
+    shared.load_state_dict(precision.scaler.state_dict())
+    precision.scaler = shared
 
 
 class PipelineStrategy(ParallelStrategy):
@@ -98,6 +110,7 @@ class PipelineStrategy(ParallelStrategy):
         """The schedule runs this stage's part of every micro-batch; the mean loss is the last stage's."""
         if self._schedule is None or self._stage is None:
             raise RuntimeError("call setup(module) before forward_backward()")
+        share_overflow(precision)
         self._precision, self._divisor = precision, divisor
         self._stage.autocast = precision.autocast
         losses: list[torch.Tensor] = []
