@@ -11,11 +11,11 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch import nn
 
 from trainers.events import CHECKPOINT_DIR, CheckpointEvent, CheckpointRemovedEvent
 from trainers.metrics import EventLog
 from trainers.precision import MixedPrecision
+from trainers.strategies.base import ParallelStrategy
 
 _WRAPPER_PREFIXES = ("module.", "_orig_mod.")  # DistributedDataParallel, torch.compile
 
@@ -24,14 +24,15 @@ def checkpoint_name(step: int) -> str:
     return f"step-{step:08d}.pt"
 
 
-def bare_state_dict(module: nn.Module) -> dict[str, torch.Tensor]:
-    """State keys as the bare model names them, whichever wrappers the module still wears."""
+def bare_keys(model_state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """State keys as the bare model names them, whichever wrappers the module still wore."""
     state = {}
-    for key, value in module.state_dict().items():
+    for key, value in model_state.items():
         while key.startswith(_WRAPPER_PREFIXES):
             key = key.split(".", 1)[1]
         state[key] = value
     return state
+
 
 
 def rng_state(device: torch.device) -> dict[str, torch.Tensor | None]:
@@ -98,15 +99,16 @@ class Checkpointer:
 
     def save(
         self,
-        model: nn.Module,
-        optimizer: torch.optim.Optimizer,
+        model_state: dict[str, torch.Tensor],
+        optimizer_state: dict[str, Any],
         precision: MixedPrecision,
         step: int,
         epoch: int,
     ) -> Path:
+        """The states as ParallelStrategy.full_state gives them: unsharded, whatever the strategy."""
         state = {
-            "model": bare_state_dict(model),
-            "optimizer": optimizer.state_dict(),
+            "model": bare_keys(model_state),
+            "optimizer": optimizer_state,
             "scaler": precision.state_dict(),
             "rng": rng_state(precision.device),
             "step": step,
@@ -129,11 +131,13 @@ class Checkpointer:
 
 
 def restore(
-    state: dict[str, Any], model: nn.Module, optimizer: torch.optim.Optimizer, precision: MixedPrecision
+    state: dict[str, Any],
+    strategy: ParallelStrategy,
+    optimizer: torch.optim.Optimizer,
+    precision: MixedPrecision,
 ) -> int:
-    """Load a checkpoint into the bare model and its optimizer; returns the optimizer steps it had done."""
-    model.load_state_dict(state["model"])
-    optimizer.load_state_dict(state["optimizer"])
+    """Load a checkpoint into the strategy's model and optimizer; returns the optimizer steps it had done."""
+    strategy.load_full_state(state["model"], state["optimizer"], optimizer)
     precision.load_state_dict(state["scaler"])
     restore_rng(state["rng"], precision.device)
     step: int = state["step"]

@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from trainers.checkpoint import Checkpointer, load_checkpoint, restore
@@ -34,8 +33,17 @@ from trainers.performance import checkpoint_activations, set_cudnn_benchmark
 from trainers.plan import Plan, RunConfig
 from trainers.precision import MixedPrecision
 from trainers.profiling import StepProfiler
-from trainers.schedule import LrSchedule, build_optimizer, lr_at, observe_eval_loss, plateau_state, set_lr
-from trainers.spec import CheckpointSpec, JobSpec, TrainSpec
+from trainers.schedule import (
+    LrSchedule,
+    build_optimizer,
+    lr_at,
+    observe_eval_loss,
+    plateau_state,
+    set_lr,
+    sparse_parameters,
+)
+from trainers.spec import CheckpointSpec, JobSpec, ParallelSpec, TrainSpec
+from trainers.stages import default_split_at
 from trainers.strategies import ParallelStrategy, Reduce, build_strategy
 from trainers.tensorboard import TensorBoard
 
@@ -65,18 +73,15 @@ def checkpoint_due(ckpt: CheckpointSpec, at: Position) -> bool:
     return by_step or by_epoch or (at.last and ckpt.save_final)
 
 
-@torch.no_grad()
 def evaluate(
-    model: nn.Module, batches: Iterable[Batch], precision: MixedPrecision, strategy: ParallelStrategy
+    batches: Iterable[Batch], precision: MixedPrecision, strategy: ParallelStrategy
 ) -> dict[str, float]:
     """Sums of loss, correct and count over every rank's shard, so the result is exact for uneven shards."""
+    model = strategy.unwrap()
     model.eval()
     sums = torch.zeros(3, dtype=torch.float64, device=precision.device)
     for x, y in batches:
-        with precision.autocast():
-            logits = model(x)
-        loss = F.cross_entropy(logits.float(), y, reduction="sum")
-        sums += torch.stack([loss.double(), (logits.argmax(1) == y).sum().double(), sums.new_tensor(len(y))])
+        sums += strategy.eval_sums(x, y, precision)
     model.train()
     loss_sum, correct, count = strategy.all_reduce(sums, Reduce.SUM).tolist()
     return {"eval_loss": loss_sum / count, "eval_accuracy": correct / count}
@@ -98,6 +103,15 @@ class Components:
     val_feed: DeviceFeeder
 
 
+def with_stages(spec: JobSpec, plan: Plan, model: nn.Module) -> ParallelSpec:
+    """The parallel section with the stage split and micro-batches the plan implies filled in."""
+    if plan.stages == 1:
+        return spec.parallel
+    names = [name for name, _ in model.named_children()]
+    split_at = spec.parallel.split_at or default_split_at(spec.model.arch, names, plan.stages)
+    return spec.parallel.model_copy(update={"split_at": split_at, "microbatches": plan.microbatches})
+
+
 def build(spec: JobSpec, plan: Plan, env: DistEnv) -> Components:
     # The same seed on every rank: identical initial weights, and one RNG stream that a checkpoint restores
     # exactly on every rank.
@@ -109,29 +123,47 @@ def build(spec: JobSpec, plan: Plan, env: DistEnv) -> Components:
         channels=arch.in_channels(data.channels),
         channels_last=spec.performance.channels_last and arch.convolutional,
     )
-    storage = storage_device(spec.data.placement, env.device)
-    train_feed = DeviceFeeder(data.train, shape, env.device, storage)
+    if arch.tokens != data.tokens:
+        raise ValueError(
+            f"model.arch {spec.model.arch} does not fit data.dataset {spec.data.dataset}: embedding_bag "
+            "takes bags of token ids (synthetic_bags), every other model takes images"
+        )
     model = build_model(
-        spec.model.arch, spec.model.kwargs, shape.channels, data.num_classes, shape.image_size
+        spec.model.arch,
+        spec.model.kwargs,
+        shape.channels,
+        data.num_classes,
+        shape.image_size,
+        vocab_size=spec.data.vocab_size,
     )
     if spec.performance.activation_checkpointing:
         model = checkpoint_activations(model)
     set_cudnn_benchmark(spec.performance, env.device)
-    model.to(env.device)
     if shape.channels_last:
         model.to(memory_format=torch.channels_last)
 
-    strategy = build_strategy(plan.strategy, spec.parallel, env)
+    strategy = build_strategy(plan.strategy, with_stages(spec, plan, model), env)
+    # The strategy puts the model on its device(s); batches then go where its first module lives.
     forward: Callable[[torch.Tensor], torch.Tensor] = strategy.setup(model)
     if spec.performance.compile:
         forward = torch.compile(forward)
+    storage = storage_device(spec.data.placement, strategy.input_device)
+    train_feed = DeviceFeeder(data.train, shape, strategy.input_device, storage)
     return Components(
         strategy=strategy,
         forward=forward,
-        optimizer=build_optimizer(strategy.unwrap().parameters(), spec.train, plan.lr, env.device),
+        optimizer=build_optimizer(
+            strategy.unwrap().parameters(),
+            spec.train,
+            plan.lr,
+            env.device,
+            sparse=sparse_parameters(strategy.unwrap()),
+        ),
         precision=MixedPrecision(plan.precision, env.device),
-        batches=TrainBatches(train_feed, env, plan.per_rank_batch, plan.micro_batch, spec.train.seed),
-        val_feed=DeviceFeeder(data.val, shape, env.device, storage),
+        batches=TrainBatches(
+            train_feed, strategy.data_env, plan.per_rank_batch, plan.micro_batch, spec.train.seed
+        ),
+        val_feed=DeviceFeeder(data.val, shape, strategy.input_device, storage),
     )
 
 
@@ -141,9 +173,25 @@ def resume(plan: Plan, run_dir: Path, c: Components) -> int:
         return 0
     # A relative path is taken from the run directory; an absolute one (an earlier attempt's) wins.
     state = load_checkpoint(run_dir / plan.resume_path, c.precision.device)
-    done = restore(state, c.strategy.unwrap(), c.optimizer, c.precision)
+    done = restore(state, c.strategy, c.optimizer, c.precision)
     print(f"resumed from {plan.resume_path} after step {done}", flush=True)
     return done
+
+
+def train_step(c: Components, micro_batches: list[Batch], train: TrainSpec, metrics: TrainMetrics) -> None:
+    """One optimizer step over the accumulation micro-batches: forward, backward, clip, update."""
+    for i, (x, y) in enumerate(micro_batches):
+        # Gradients are all-reduced only on the last micro-step; earlier ones accumulate locally.
+        last_micro = i == len(micro_batches) - 1
+        with nullcontext() if last_micro else c.strategy.no_sync():
+            # Divided by k so that k micro-steps sum to the gradient of one step over the whole batch.
+            loss = c.strategy.forward_backward(c.forward, x, y, c.precision, train.grad_accum_steps)
+        metrics.add(loss, len(y))
+    if train.clip_grad_norm is not None:
+        c.precision.unscale(c.optimizer)
+        c.strategy.clip_grad_norm(train.clip_grad_norm)
+    c.precision.step(c.optimizer)
+    c.optimizer.zero_grad(set_to_none=True)
 
 
 def train(config: RunConfig, run_dir: Path, env: DistEnv) -> bool:
@@ -154,7 +202,6 @@ def train(config: RunConfig, run_dir: Path, env: DistEnv) -> bool:
     per_epoch = c.batches.steps_per_epoch
     total = total_steps(spec.train, per_epoch)
     schedule = LrSchedule.from_spec(spec.train, plan.lr, total, per_epoch)
-    accum = spec.train.grad_accum_steps
     events = EventLog(run_dir, env.is_main)
     checkpointer = Checkpointer(run_dir, spec.checkpoint.keep_last, spec.name, events)
     metrics = TrainMetrics(c.strategy, env.device, start_step=done)
@@ -166,20 +213,7 @@ def train(config: RunConfig, run_dir: Path, env: DistEnv) -> bool:
     for step, micro_batches in zip(range(done + 1, total + 1), c.batches.from_step(done), strict=False):
         lr = lr_at(step - 1, schedule, plateau_state(c.optimizer).factor)
         set_lr(c.optimizer, lr)
-        for i, (x, y) in enumerate(micro_batches):
-            # Gradients are all-reduced only on the last micro-step; earlier ones accumulate locally.
-            last_micro = i == len(micro_batches) - 1
-            with nullcontext() if last_micro else c.strategy.no_sync():
-                with c.precision.autocast():
-                    loss = F.cross_entropy(c.forward(x), y)
-                # Divided so that k micro-steps sum to the gradient of one step over the whole batch.
-                c.strategy.backward(c.precision.scale(loss / accum))
-            metrics.add(loss, len(y))
-        if spec.train.clip_grad_norm is not None:
-            c.precision.unscale(c.optimizer)
-            c.strategy.clip_grad_norm(spec.train.clip_grad_norm)
-        c.precision.step(c.optimizer)
-        c.optimizer.zero_grad(set_to_none=True)
+        train_step(c, micro_batches, spec.train, metrics)
         profiler.step()
 
         at = Position(step, (step - 1) // per_epoch + 1, step % per_epoch == 0, step == total)
@@ -190,17 +224,18 @@ def train(config: RunConfig, run_dir: Path, env: DistEnv) -> bool:
             if env.is_main:
                 print(f"step {step}/{total} " + " ".join(f"{k}={v:.5g}" for k, v in values.items()))
         if len(c.val_feed) and evaluation_due(spec.train, at):
-            # The bare module: DDP's forward would broadcast buffers, a collective that uneven shards break.
-            shard = eval_batches(c.val_feed, env, c.batches.per_rank_batch)
-            values = evaluate(c.strategy.unwrap(), shard, c.precision, c.strategy)
+            shard = eval_batches(c.val_feed, c.strategy.data_env, c.batches.per_rank_batch)
+            values = evaluate(shard, c.precision, c.strategy)
             events.append(MetricsEvent(step=step, total_steps=total, epoch=at.epoch, values=values))
             board.add(step, values)
             observe_eval_loss(c.optimizer, spec.train, values["eval_loss"])
         # A SIGTERM (max_runtime, cancel) stops every rank at the same report step, after a final checkpoint.
         stopping = step % spec.metrics.every_n_steps == 0 and not at.last and env.stop.agreed(env.device)
         if checkpoint_due(spec.checkpoint, at) or stopping:
+            # Every rank takes part: a sharded strategy gathers the full state here.
+            model_state, optimizer_state = c.strategy.full_state(c.optimizer)
             if env.is_main:
-                checkpointer.save(c.strategy.unwrap(), c.optimizer, c.precision, step, at.epoch)
+                checkpointer.save(model_state, optimizer_state, c.precision, step, at.epoch)
             # Others wait, so a checkpoint event means every rank got this far and the file is complete.
             c.strategy.barrier()
         if stopping:

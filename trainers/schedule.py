@@ -120,9 +120,43 @@ def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
         group["lr"] = lr
 
 
-def build_optimizer(
-    params: Iterable[torch.nn.Parameter], train: TrainSpec, lr: float, device: torch.device
+def sparse_parameters(module: torch.nn.Module) -> list[torch.Tensor]:
+    """Weights of embeddings built with sparse=True: their gradients are sparse tensors."""
+    embeddings = (torch.nn.Embedding, torch.nn.EmbeddingBag)
+    return [m.weight for m in module.modules() if isinstance(m, embeddings) and m.sparse]
+
+
+def _sparse_sgd(
+    params: Iterable[torch.nn.Parameter], sparse: list[torch.Tensor], train: TrainSpec, lr: float
 ) -> torch.optim.Optimizer:
+    if train.optimizer is not Optimizer.SGD:
+        raise ValueError(
+            f"train.optimizer={train.optimizer} cannot take this model's sparse embedding gradients "
+            "(Adam keeps two dense moments, tripling the table's memory); use train.optimizer sgd"
+        )
+    sparse_ids = {id(p) for p in sparse}
+    dense = [p for p in params if id(p) not in sparse_ids]
+    # The table gets plain SGD: torch has no sparse weight decay, a momentum buffer would grow into a dense
+    # copy of the table, and the fused kernels take no sparse gradients.
+    return torch.optim.SGD(
+        [
+            {"params": dense, "momentum": train.momentum, "weight_decay": train.weight_decay},
+            {"params": sparse, "momentum": 0.0, "weight_decay": 0.0},
+        ],
+        lr=lr,
+    )
+
+
+def build_optimizer(
+    params: Iterable[torch.nn.Parameter],
+    train: TrainSpec,
+    lr: float,
+    device: torch.device,
+    sparse: list[torch.Tensor] | None = None,
+) -> torch.optim.Optimizer:
+    """sparse: those of params whose gradients are sparse (see sparse_parameters)."""
+    if sparse:
+        return _sparse_sgd(params, sparse, train, lr)
     # On CUDA one fused kernel updates every parameter, instead of a launch per tensor.
     fused = True if device.type == "cuda" else None
     if train.optimizer is Optimizer.SGD:

@@ -44,11 +44,14 @@ def write_config(run_dir: Path, spec: dict[str, Any], resume_path: Path | None =
     return config
 
 
-def launch(run_dir: Path, nproc: int, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+def launch(
+    run_dir: Path, nproc: int, timeout: float = 120, cuda_devices: str = ""
+) -> subprocess.CompletedProcess[str]:
+    """cuda_devices: CUDA_VISIBLE_DEVICES for the run; empty hides every GPU (gloo on the CPU)."""
     env = {
         **os.environ,
         "OMP_NUM_THREADS": "1",
-        "CUDA_VISIBLE_DEVICES": "",
+        "CUDA_VISIBLE_DEVICES": cuda_devices,
         "TORCHELASTIC_ERROR_FILE": str(run_dir / "error.json"),
         "PYTHONUNBUFFERED": "1",
     }
@@ -86,10 +89,16 @@ class TrainerRun:
         return found
 
 
-def train(run_dir: Path, spec: dict[str, Any], nproc: int, resume_path: Path | None = None) -> TrainerRun:
+def train(
+    run_dir: Path,
+    spec: dict[str, Any],
+    nproc: int,
+    resume_path: Path | None = None,
+    cuda_devices: str = "",
+) -> TrainerRun:
     """Train to the end; on failure the assertion shows the launcher's output and every rank's log."""
     write_config(run_dir, spec, resume_path)
-    done = launch(run_dir, nproc)
+    done = launch(run_dir, nproc, cuda_devices=cuda_devices)
     run = TrainerRun(run_dir, nproc)
     if done.returncode != 0:
         logs = "\n".join(f"--- rank {r}\n{run.log(r)}" for r in range(nproc))

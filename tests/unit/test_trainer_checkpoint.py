@@ -8,11 +8,13 @@ from typing import cast
 import torch
 from torch import nn
 
-from trainers.checkpoint import Checkpointer, bare_state_dict, checkpoint_name, load_checkpoint, restore
+from trainers.checkpoint import Checkpointer, bare_keys, checkpoint_name, load_checkpoint, restore
+from trainers.dist_env import DistEnv
 from trainers.events import CheckpointEvent, CheckpointRemovedEvent, parse_event
 from trainers.metrics import EventLog
 from trainers.precision import MixedPrecision
 from trainers.spec import Precision
+from trainers.strategies.single import SingleDeviceStrategy
 
 CPU = torch.device("cpu")
 
@@ -47,12 +49,13 @@ def test_wrapper_prefixes_are_stripped() -> None:
     # torch.compile returns an nn.Module for a module; its stubs only promise a callable.
     wrapped = cast(nn.Module, torch.compile(Wrapper(cast(nn.Module, torch.compile(model)))))
     assert any(key.startswith("_orig_mod.module._orig_mod.") for key in wrapped.state_dict())
-    assert list(bare_state_dict(wrapped)) == list(model.state_dict())
+    assert list(bare_keys(wrapped.state_dict())) == list(model.state_dict())
 
 
 def test_round_trip_restores_model_optimizer_rng_and_step(tmp_path: Path) -> None:
     model, optimizer = trained_model()
-    path = checkpointer(tmp_path).save(Wrapper(model), optimizer, MixedPrecision(Precision.FP32, CPU), 12, 2)
+    fp32 = MixedPrecision(Precision.FP32, CPU)
+    path = checkpointer(tmp_path).save(Wrapper(model).state_dict(), optimizer.state_dict(), fp32, 12, 2)
     expected_draw = torch.rand(3)
 
     assert path == tmp_path / "checkpoints" / checkpoint_name(12)
@@ -63,7 +66,9 @@ def test_round_trip_restores_model_optimizer_rng_and_step(tmp_path: Path) -> Non
     fresh = nn.Sequential(nn.Linear(4, 3), nn.BatchNorm1d(3), nn.Linear(3, 2))
     fresh_optimizer = torch.optim.SGD(fresh.parameters(), lr=0.1, momentum=0.9)
     torch.manual_seed(123)
-    step = restore(load_checkpoint(path, CPU), fresh, fresh_optimizer, MixedPrecision(Precision.FP32, CPU))
+    strategy = SingleDeviceStrategy(DistEnv(rank=0, local_rank=0, world_size=1, device=CPU))
+    strategy.setup(fresh)
+    step = restore(load_checkpoint(path, CPU), strategy, fresh_optimizer, MixedPrecision(Precision.FP32, CPU))
     assert step == 12
     for key, value in model.state_dict().items():
         assert torch.equal(fresh.state_dict()[key], value), key
@@ -75,7 +80,8 @@ def test_round_trip_restores_model_optimizer_rng_and_step(tmp_path: Path) -> Non
 
 def test_save_announces_the_file_relative_to_the_run_dir(tmp_path: Path) -> None:
     model, optimizer = trained_model()
-    path = checkpointer(tmp_path).save(model, optimizer, MixedPrecision(Precision.FP32, CPU), 5, 1)
+    fp32 = MixedPrecision(Precision.FP32, CPU)
+    path = checkpointer(tmp_path).save(model.state_dict(), optimizer.state_dict(), fp32, 5, 1)
     (event,) = events(tmp_path)
     assert isinstance(event, CheckpointEvent)
     assert (event.step, event.epoch, event.path) == (5, 1, "checkpoints/step-00000005.pt")
@@ -87,7 +93,7 @@ def test_keep_last_deletes_the_oldest_and_says_so(tmp_path: Path) -> None:
     model, optimizer = trained_model()
     saver = checkpointer(tmp_path, keep_last=2)
     for step in (10, 20, 30, 40):
-        saver.save(model, optimizer, MixedPrecision(Precision.FP32, CPU), step, 1)
+        saver.save(model.state_dict(), optimizer.state_dict(), MixedPrecision(Precision.FP32, CPU), step, 1)
     assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == [
         "step-00000030.pt",
         "step-00000040.pt",

@@ -7,6 +7,7 @@ expansion) happens here, per batch.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import cast
@@ -15,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import Dataset, DistributedSampler
 
-from trainers.data import cifar10, digits, image_folder, mnist, synthetic
+from trainers.data import bags, cifar10, digits, image_folder, mnist, synthetic
 from trainers.dist_env import DistEnv
 from trainers.spec import DataPlacement, DataSpec
 
@@ -34,6 +35,7 @@ DATASETS: dict[str, Source] = {
     "cifar10": Source(cifar10.load, lambda data: cifar10.NUM_CLASSES),
     "mnist": Source(mnist.load, lambda data: mnist.NUM_CLASSES),
     "image_folder": Source(image_folder.load, image_folder.num_classes),
+    "synthetic_bags": Source(bags.load, lambda data: data.num_classes),
 }
 
 
@@ -46,6 +48,11 @@ class LoadedData:
     @property
     def channels(self) -> int:
         return self.train[0].shape[1]
+
+    @property
+    def tokens(self) -> bool:
+        """Bags of token ids (N x bag_size), not images (N x C x H x W)."""
+        return self.train[0].dim() == 2
 
     @property
     def native_size(self) -> int:
@@ -82,6 +89,8 @@ class BatchShape:
     channels_last: bool
 
     def apply(self, x: torch.Tensor) -> torch.Tensor:
+        if x.dim() != 4:
+            return x  # bags of token ids (N x bag_size) are not images: nothing to resize or expand
         if x.shape[-1] != self.image_size:
             size = (self.image_size, self.image_size)
             x = F.interpolate(x, size=size, mode="bilinear", align_corners=False)
@@ -158,5 +167,9 @@ class TrainBatches:
 def eval_batches(feeder: DeviceFeeder, env: DistEnv, batch_size: int) -> Iterator[Batch]:
     """A disjoint strided shard per rank covering every held-out sample once, so sums over ranks are exact."""
     indices = torch.arange(env.rank, len(feeder), env.world_size, device=feeder.x.device)
-    for idx in indices.split(batch_size):
+    # Every rank takes as many batches as the largest shard needs (a short one ends with an empty batch):
+    # a forward that is itself a collective, like FSDP's parameter all-gathers, must run equally often.
+    batches = math.ceil(math.ceil(len(feeder) / env.world_size) / batch_size)
+    chunks = list(indices.split(batch_size))
+    for idx in chunks + [indices[:0]] * (batches - len(chunks)):
         yield feeder.fetch(idx)

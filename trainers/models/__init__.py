@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from torch import nn
 
+from trainers.models.embedding_bag import build_embedding_bag
 from trainers.models.mlp import build_mlp
 from trainers.models.small_cnn import build_small_cnn
 from trainers.models.vision import build_alexnet, build_resnet18, build_resnet50, build_vgg11
@@ -20,6 +21,7 @@ class Arch:
     min_image_size: int  # smaller inputs shrink to nothing inside the network
     rgb: bool  # torchvision stems take exactly 3 channels
     convolutional: bool  # 4-D activations: channels_last applies
+    tokens: bool = False  # takes int64 bags of token ids: built from data.vocab_size, not an image shape
 
     def in_channels(self, data_channels: int) -> int:
         """Grayscale is expanded to 3 channels on the device for RGB models; other mismatches fail."""
@@ -49,6 +51,7 @@ ARCHS: dict[str, Arch] = {
     "resnet50": Arch(build_resnet50, min_image_size=32, rgb=True, convolutional=True),
     # Five 2x max-pools before an adaptive pool: 32 px reach the pool as 1x1 (the pool then copies it 7x7).
     "vgg11": Arch(build_vgg11, min_image_size=32, rgb=True, convolutional=True),
+    "embedding_bag": Arch(build_embedding_bag, min_image_size=1, rgb=False, convolutional=False, tokens=True),
 }
 
 
@@ -59,7 +62,17 @@ def get_arch(name: str) -> Arch:
 
 
 def build_model(
-    arch: str, kwargs: dict[str, int | float], in_channels: int, num_classes: int, image_size: int
+    arch: str,
+    kwargs: dict[str, int | float],
+    in_channels: int,
+    num_classes: int,
+    image_size: int,
+    vocab_size: int | None = None,
 ) -> nn.Module:
     """kwargs were allow-listed by the spec (MODEL_KWARGS), so passing them on is safe."""
-    return get_arch(arch).build(in_channels, num_classes, image_size, **kwargs)
+    chosen = get_arch(arch)
+    if chosen.tokens:
+        if vocab_size is None:
+            raise ValueError(f"model.arch {arch} embeds token ids; it needs data.vocab_size")
+        return chosen.build(vocab_size, num_classes, **kwargs)
+    return chosen.build(in_channels, num_classes, image_size, **kwargs)

@@ -9,6 +9,8 @@ from trainers.spec import ParallelSpec, Strategy
 from trainers.strategies.base import ParallelStrategy, Reduce
 from trainers.strategies.ddp import DDPStrategy
 from trainers.strategies.dp import DataParallelStrategy
+from trainers.strategies.fsdp import FSDPStrategy
+from trainers.strategies.hogwild import HogwildStrategy
 from trainers.strategies.model_parallel import ModelParallelStrategy
 from trainers.strategies.pipeline import PipelineStrategy
 from trainers.strategies.single import SingleDeviceStrategy
@@ -22,6 +24,8 @@ _STRATEGIES: dict[Strategy, Callable[[DistEnv, ParallelSpec], ParallelStrategy]]
         env, parallel.split_at or [], parallel.microbatches or 1
     ),
     Strategy.DDP: lambda env, parallel: DDPStrategy(env, sync_batchnorm=parallel.sync_batchnorm),
+    Strategy.FSDP: lambda env, parallel: FSDPStrategy(env),
+    Strategy.HOGWILD: lambda env, parallel: HogwildStrategy(env),
 }
 
 

@@ -1,0 +1,91 @@
+"""FSDP's pure parts: which blocks are sharded, dense embeddings, and the optimizer-state key conversion
+that lets an fsdp checkpoint load into a plain torch.optim optimizer and back."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from torchvision.models import ResNet
+
+from trainers.data import BatchShape, DeviceFeeder, eval_batches
+from trainers.dist_env import DistEnv
+from trainers.models import build_model
+from trainers.models.embedding_bag import EmbeddingBagClassifier
+from trainers.strategies.fsdp import (
+    dense_embeddings,
+    indexed_optimizer_state,
+    named_optimizer_state,
+    shard_units,
+)
+
+CPU = torch.device("cpu")
+
+
+def test_resnet_is_sharded_block_by_block() -> None:
+    model = build_model("resnet18", {}, 3, 10, 32)
+    assert isinstance(model, ResNet)
+    units = shard_units(model)
+    assert units[:2] == [model.conv1, model.bn1] and units[-1] is model.fc
+    blocks = [block for layer in (model.layer1, model.layer2, model.layer3, model.layer4) for block in layer]
+    assert units[2:-1] == blocks
+
+
+def test_small_models_shard_their_layers_or_blocks() -> None:
+    mlp = build_model("mlp", {"hidden": 8, "depth": 2}, 1, 10, 8)
+    assert isinstance(mlp, nn.Sequential)
+    assert shard_units(mlp) == [mlp[1], mlp[3], mlp[5]]
+    cnn = build_model("small_cnn", {"channels": 4}, 3, 10, 32)
+    assert isinstance(cnn, nn.Sequential)
+    assert shard_units(cnn) == [cnn[0], cnn[2], cnn[4], cnn[7]]
+    bag = build_model("embedding_bag", {}, 1, 4, 1, vocab_size=50)
+    assert isinstance(bag, EmbeddingBagClassifier)
+    assert shard_units(bag) == [bag.embedding, bag.classifier]
+
+
+def test_embeddings_train_dense_under_fsdp() -> None:
+    bag = build_model("embedding_bag", {}, 1, 4, 1, vocab_size=50)
+    assert isinstance(bag, EmbeddingBagClassifier)
+    dense_embeddings(bag)
+    bag(torch.randint(50, (3, 5))).sum().backward()
+    assert bag.embedding.weight.grad is not None and not bag.embedding.weight.grad.is_sparse
+
+
+def test_optimizer_state_round_trips_between_names_and_indices() -> None:
+    torch.manual_seed(0)
+    first, second = nn.Linear(3, 4), nn.Linear(4, 2)
+    model = nn.Sequential(first, nn.ReLU(), second)
+    optimizer = torch.optim.SGD(
+        [{"params": [second.weight]}, {"params": [first.weight, first.bias, second.bias]}],
+        lr=0.1,
+        momentum=0.9,
+    )
+    model(torch.randn(5, 3)).sum().backward()
+    optimizer.step()
+    indexed = optimizer.state_dict()
+    named = named_optimizer_state(indexed, model, optimizer)
+    assert [g["params"] for g in named["param_groups"]] == [["2.weight"], ["0.weight", "0.bias", "2.bias"]]
+    assert torch.equal(
+        named["state"]["2.weight"]["momentum_buffer"], optimizer.state[second.weight]["momentum_buffer"]
+    )
+    back = indexed_optimizer_state(named)
+    assert back["param_groups"] == indexed["param_groups"]
+    assert back["state"].keys() == indexed["state"].keys()
+    fresh = torch.optim.SGD(
+        [{"params": [second.weight]}, {"params": [first.weight, first.bias, second.bias]}],
+        lr=0.1,
+        momentum=0.9,
+    )
+    fresh.load_state_dict(back)
+    assert torch.equal(
+        fresh.state[first.bias]["momentum_buffer"], optimizer.state[first.bias]["momentum_buffer"]
+    )
+
+
+def test_every_rank_takes_as_many_eval_batches_for_fsdp_gathers() -> None:
+    x, y = torch.arange(5.0).view(5, 1, 1, 1), torch.arange(5)
+    feeder = DeviceFeeder((x, y), BatchShape(image_size=1, channels=1, channels_last=False), CPU, CPU)
+    shards = [
+        [b[1].tolist() for b in eval_batches(feeder, DistEnv(rank, rank, 2, CPU), batch_size=2)]
+        for rank in (0, 1)
+    ]
+    assert shards == [[[0, 2], [4]], [[1, 3], []]]

@@ -1,0 +1,137 @@
+"""Hogwild: the main process (torchrun's only rank) starts plan.workers CPU processes that train one shared
+model lock-free, each on its own shard with its own SGD, and does what the loop's rank 0 does: reports
+metrics (loss averaged over workers, samples/s summed), evaluates, checkpoints and writes events.
+
+A job step is one step of every worker (plan.per_rank_batch samples each: the global batch), so epochs,
+total steps, checkpoint and evaluation cadences mean what they mean for ddp.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from trainers.checkpoint import Checkpointer
+from trainers.data import TrainBatches, eval_batches
+from trainers.dist_env import DistEnv
+from trainers.events import DoneEvent, MetricsEvent, PhaseEvent
+from trainers.hogwild_worker import METRICS, Crew, WorkerArgs
+from trainers.loop import (
+    Components,
+    Position,
+    build,
+    checkpoint_due,
+    evaluate,
+    evaluation_due,
+    param_checksum,
+    resume,
+    total_steps,
+)
+from trainers.metrics import EventLog
+from trainers.plan import RunConfig
+
+_SUMMED = {"samples_per_s"}  # every worker adds its own
+_HIGHEST = {"peak_mem_mb"}
+
+
+def combine(reports: list[dict[str, float]]) -> dict[str, float]:
+    """One report from every worker's report of the same step: means, except where a sum or max says more."""
+    values = {}
+    for name in reports[0]:
+        column = [report[name] for report in reports]
+        if name in _SUMMED:
+            values[name] = sum(column)
+        elif name in _HIGHEST:
+            values[name] = max(column)
+        else:
+            values[name] = sum(column) / len(column)
+    return values
+
+
+def worker_args(config: RunConfig, c: Components, done: int) -> list[WorkerArgs]:
+    workers = config.plan.workers
+    x, y = c.batches.feeder.x.share_memory_(), c.batches.feeder.y.share_memory_()
+    return [
+        WorkerArgs(
+            rank=rank,
+            config=config,
+            model=c.strategy.unwrap(),
+            train=(x, y),
+            shape=c.batches.feeder.shape,
+            optimizer_state=c.optimizer.state_dict() if done else None,
+            done=done,
+            evaluates=len(c.val_feed) > 0,
+            threads=max(1, torch.get_num_threads() // workers),
+            parent=os.getpid(),
+        )
+        for rank in range(workers)
+    ]
+
+
+def steps_per_epoch(config: RunConfig, c: Components) -> int:
+    """A worker's: its shard of the training split in steps of plan.per_rank_batch."""
+    plan, env = config.plan, c.strategy.env
+    worker = DistEnv(rank=0, local_rank=0, world_size=plan.workers, device=env.device)
+    seed = config.spec.train.seed
+    return TrainBatches(c.batches.feeder, worker, plan.per_rank_batch, plan.micro_batch, seed).steps_per_epoch
+
+
+def train_hogwild(config: RunConfig, run_dir: Path, env: DistEnv) -> bool:
+    """True when training ran to the end; False when a SIGTERM stopped it after a final checkpoint."""
+    spec, plan = config.spec, config.plan
+    c = build(spec, plan, env)
+    done = resume(plan, run_dir, c)
+    per_epoch = steps_per_epoch(config, c)
+    total = total_steps(spec.train, per_epoch)
+    events = EventLog(run_dir, env.is_main)
+    checkpointer = Checkpointer(run_dir, spec.checkpoint.keep_last, spec.name, events)
+    reports: dict[int, list[dict[str, float]]] = defaultdict(list)
+    paused: dict[int, list[dict[str, Any] | None]] = defaultdict(list)
+    stop_at = 0
+
+    events.append(PhaseEvent(phase="running"))
+    crew = Crew(plan.workers, done)
+    try:
+        crew.start(worker_args(config, c, done))
+        while True:
+            if env.stop.requested and not stop_at:
+                stop_at = crew.stop_soon(spec.metrics.every_n_steps)
+            message = crew.receive()
+            if message is None:
+                continue
+            kind, _, step, payload = message
+            at = Position(step, (step - 1) // per_epoch + 1, step % per_epoch == 0, step == total)
+            if kind == METRICS:
+                reports[step].append(payload)
+                if len(reports[step]) == plan.workers:
+                    values = combine(reports.pop(step))
+                    events.append(MetricsEvent(step=step, total_steps=total, epoch=at.epoch, values=values))
+                    print(f"step {step}/{total} " + " ".join(f"{k}={v:.5g}" for k, v in values.items()))
+                continue
+            paused[step].append(payload)
+            if len(paused[step]) < plan.workers:
+                continue
+            # Every worker waits at this step: the shared model holds exactly `step` steps of each.
+            if len(c.val_feed) and evaluation_due(spec.train, at):
+                shard = eval_batches(c.val_feed, env, c.batches.per_rank_batch)
+                values = evaluate(shard, c.precision, c.strategy)
+                events.append(MetricsEvent(step=step, total_steps=total, epoch=at.epoch, values=values))
+            if checkpoint_due(spec.checkpoint, at) or step == stop_at:
+                optimizer_state = next(s for s in paused.pop(step) if s is not None)
+                model_state, _ = c.strategy.full_state(c.optimizer)
+                checkpointer.save(model_state, optimizer_state, c.precision, step, at.epoch)
+            crew.release()
+            if at.last or step == stop_at:
+                break
+        crew.join()
+    finally:
+        crew.kill()
+    stopped = stop_at != 0 and stop_at < total
+    if not stopped:
+        events.append(DoneEvent(step=total))
+    print(f"param_checksum={param_checksum(c.strategy.unwrap())!r}")
+    return not stopped

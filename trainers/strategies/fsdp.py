@@ -1,0 +1,131 @@
+"""Fully sharded data parallel (FSDP2's fully_shard): each rank keeps 1/N of every parameter, gradient and
+optimizer state. A block's parameters are all-gathered just before its forward and backward and freed after;
+gradients are reduce-scattered. Runs on CUDA with NCCL and on the CPU with gloo.
+
+Mixed precision stays with the loop's precision unit (autocast, and a GradScaler for fp16 whose inf check
+DTensor reduces over the shards), so FSDP's own MixedPrecisionPolicy is left at fp32: one place casts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager
+from typing import Any
+
+import torch
+from torch import nn
+from torch.distributed.checkpoint.state_dict import (
+    StateDictOptions,
+    get_model_state_dict,
+    get_optimizer_state_dict,
+    set_model_state_dict,
+    set_optimizer_state_dict,
+)
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.fsdp import FSDPModule, fully_shard
+
+from trainers.dist_env import DistEnv
+from trainers.strategies.ddp import DDPStrategy
+
+_GATHER = StateDictOptions(full_state_dict=True, cpu_offload=True)
+_SCATTER = StateDictOptions(full_state_dict=True)
+
+
+def _has_params(module: nn.Module) -> bool:
+    return next(module.parameters(), None) is not None
+
+
+def shard_units(model: nn.Module) -> list[nn.Module]:
+    """What FSDP gathers one at a time: the model's children, and the blocks inside a stage of blocks (a
+    ResNet layer, a Sequential of conv blocks), so at most one block's full parameters live at once."""
+    units: list[nn.Module] = []
+    for child in model.children():
+        if not _has_params(child):
+            continue
+        blocks = [b for b in child.children() if _has_params(b)]
+        is_stage = isinstance(child, nn.Sequential | nn.ModuleList) and blocks
+        if is_stage and all(next(b.children(), None) is not None for b in blocks):
+            units += blocks
+        else:
+            units.append(child)
+    return units
+
+
+def dense_embeddings(model: nn.Module) -> None:
+    """Sparse gradients have no sharded form (FSDP reduce-scatters dense ones), so embeddings built with
+    sparse=True train with dense gradients here; the flag is read at each forward."""
+    for module in model.modules():
+        if isinstance(module, nn.Embedding | nn.EmbeddingBag):
+            module.sparse = False
+
+
+def indexed_optimizer_state(named: dict[str, Any]) -> dict[str, Any]:
+    """torch.distributed.checkpoint keys optimizer state by parameter name; torch.optim numbers parameters
+    group by group. Converted so that an fsdp checkpoint loads into single and ddp optimizers as is."""
+    index: dict[str, int] = {}
+    groups = []
+    for group in named["param_groups"]:
+        groups.append({**group, "params": [index.setdefault(name, len(index)) for name in group["params"]]})
+    return {"state": {index[name]: s for name, s in named["state"].items()}, "param_groups": groups}
+
+
+def named_optimizer_state(
+    indexed: dict[str, Any], model: nn.Module, optimizer: torch.optim.Optimizer
+) -> dict[str, Any]:
+    """The inverse of indexed_optimizer_state, naming parameters in the order this optimizer holds them."""
+    name_of = {id(p): name for name, p in model.named_parameters()}
+    names = [name_of[id(p)] for group in optimizer.param_groups for p in group["params"]]
+    groups = [{**g, "params": [names[i] for i in g["params"]]} for g in indexed["param_groups"]]
+    return {"state": {names[i]: s for i, s in indexed["state"].items()}, "param_groups": groups}
+
+
+class FSDPStrategy(DDPStrategy):
+    """Shares DDP's process-group collectives (all_reduce, barrier); shards instead of replicating."""
+
+    def __init__(self, env: DistEnv) -> None:
+        super().__init__(env, sync_batchnorm=False)
+        self._root: FSDPModule | None = None
+
+    def wrap(self, module: nn.Module) -> nn.Module:
+        dense_embeddings(module)
+        mesh = init_device_mesh(self.env.device.type, (self.env.world_size,))
+        for unit in shard_units(module):
+            fully_shard(unit, mesh=mesh)
+        # The root takes the parameters no unit holds (a ResNet's stem, a lone head) and drives the others.
+        self._root = fully_shard(module, mesh=mesh)
+        return module
+
+    def no_sync(self) -> AbstractContextManager[None]:
+        return self._local_gradients()
+
+    @contextmanager
+    def _local_gradients(self) -> Iterator[None]:
+        if self._root is None:
+            raise RuntimeError("call setup(module) before no_sync()")
+        self._root.set_requires_gradient_sync(False)
+        try:
+            yield
+        finally:
+            self._root.set_requires_gradient_sync(True)
+
+    def full_state(self, optimizer: torch.optim.Optimizer) -> tuple[dict[str, Any], dict[str, Any]]:
+        """Gathered to rank 0's CPU memory one tensor at a time; other ranks get empty dicts."""
+        model = self.unwrap()
+        model_state = get_model_state_dict(model, options=_GATHER)
+        optimizer_state = get_optimizer_state_dict(model, optimizer, options=_GATHER)
+        if not self.env.is_main:
+            return model_state, optimizer_state
+        return model_state, indexed_optimizer_state(optimizer_state)
+
+    def load_full_state(
+        self, model_state: dict[str, Any], optimizer_state: dict[str, Any], optimizer: torch.optim.Optimizer
+    ) -> None:
+        """Every rank holds the whole checkpoint and keeps its own shard of each tensor."""
+        model = self.unwrap()
+        set_model_state_dict(model, model_state, options=_SCATTER)
+        named = named_optimizer_state(optimizer_state, model, optimizer)
+        set_optimizer_state_dict(model, optimizer, named, options=_SCATTER)
+
+    def teardown(self) -> None:
+        super().teardown()
+        self._root = None
