@@ -8,6 +8,7 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 
 import torch
+from torch.distributed.tensor import DTensor
 
 from trainers.spec import Optimizer, Schedule, TrainSpec
 
@@ -157,8 +158,11 @@ def build_optimizer(
     """sparse: those of params whose gradients are sparse (see sparse_parameters)."""
     if sparse:
         return _sparse_sgd(params, sparse, train, lr)
-    # On CUDA one fused kernel updates every parameter, instead of a launch per tensor.
-    fused = True if device.type == "cuda" else None
+    params = list(params)
+    # On CUDA one fused kernel updates every parameter, instead of a launch per tensor. FSDP's parameters
+    # are DTensor shards, and DTensor has no sharding rule for fused SGD: those take the foreach kernels.
+    sharded = any(isinstance(p, DTensor) for p in params)
+    fused = True if device.type == "cuda" and not sharded else None
     if train.optimizer is Optimizer.SGD:
         return torch.optim.SGD(
             params, lr=lr, momentum=train.momentum, weight_decay=train.weight_decay, fused=fused
