@@ -20,12 +20,13 @@ from worker.runner import run_job
 if TYPE_CHECKING:
     from tests.unit.worker_fixtures import Doorbell, WorkerDb
 
+pytest_plugins = ["tests.unit.worker_fixtures"]
+
 
 def transitions(job_id: int) -> list[tuple[str, int]]:
     with session_scope() as session:
-        rows = session.execute(
-            select(JobEvent.to_status, JobEvent.attempt).where(JobEvent.job_id == job_id).order_by(JobEvent.id)
-        )
+        query = select(JobEvent.to_status, JobEvent.attempt).where(JobEvent.job_id == job_id)
+        rows = session.execute(query.order_by(JobEvent.id))
         return [(status, attempt) for status, attempt in rows]
 
 
