@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass
 
+# An error starting so is a variant deliberately not run (no GPU for it, out of time), not a failure.
+SKIPPED = "skipped"
 # Libraries (torchrun, NCCL, torch.compile) may print to stdout too; the prefix keeps the result findable.
 PREFIX = "BENCH_RESULT "
 
@@ -22,6 +24,16 @@ class Result:
     world_size: int = 1
     final_loss: float | None = None  # proof that the timed steps trained, not only ran
     error: str = ""  # set by the parent when the child gave no result
+
+
+def failed(variant: str, error: str) -> Result:
+    """A row without numbers: the variant failed, or was skipped (see SKIPPED), and `error` says why."""
+    return Result(variant=variant, images_per_s=None, peak_mem_mb=None, error=error)
+
+
+def exit_code(results: list[Result]) -> int:
+    """1 when a variant failed; skipped ones are not failures."""
+    return 1 if any(r.error and not r.error.startswith(SKIPPED) for r in results) else 0
 
 
 def emit(result: Result) -> None:

@@ -18,16 +18,14 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass
-from datetime import UTC, datetime
-from importlib.metadata import version
-from pathlib import Path
 
 from bench import result
-from bench.result import Result
+from bench.budget import Budget
+from bench.report import record, section
+from bench.result import SKIPPED, Result, exit_code
 from bench.table import markdown_table
 from bench.workload import ARCHS, Workload, preset, workload_argv
 
-RESULTS_MD = Path(__file__).with_name("RESULTS.md")
 # The device tool allows a command 10 minutes; one variant must leave room for the others.
 CHILD_TIMEOUT_S = 540
 STOP_GRACE_S = 15
@@ -61,25 +59,26 @@ def children(workload: Workload, gpus: int, compile_model: bool, seed_amp: bool)
     ]
 
 
-def run_child(child: Child) -> Result:
+def run_child(child: Child, budget: Budget) -> Result:
     """Run one variant; its stderr streams through so progress and tracebacks stay visible."""
+    timeout = budget.timeout(CHILD_TIMEOUT_S)
+    if timeout is None:
+        return result.failed(child.name, f"{SKIPPED}: out of time")
     print(f"\n>>> {child.name}: {shlex.join(child.argv)}", file=sys.stderr, flush=True)
     # A session of its own, so the whole tree (torchrun, the stack's servers) can be signalled at once.
     proc = subprocess.Popen(child.argv, stdout=subprocess.PIPE, text=True, start_new_session=True)
     try:
-        stdout, _ = proc.communicate(timeout=CHILD_TIMEOUT_S)
+        stdout, _ = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         stop_group(proc.pid)
         proc.communicate()
-        return Result(
-            variant=child.name, images_per_s=None, peak_mem_mb=None, error=f"over {CHILD_TIMEOUT_S}s"
-        )
+        return result.failed(child.name, f"over {timeout:.0f}s")
     # A child that died early can leave processes behind (a rank, a server): none may outlive it.
     stop_group(proc.pid)
     found = result.parse(stdout)
     if proc.returncode or found is None:
         error = f"exit {proc.returncode}, no result" if found is None else f"exit {proc.returncode}"
-        return Result(variant=child.name, images_per_s=None, peak_mem_mb=None, error=error)
+        return result.failed(child.name, error)
     return found
 
 
@@ -96,14 +95,6 @@ def stop_group(group: int) -> None:
         os.killpg(group, signal.SIGKILL)
 
 
-def section(results: list[Result], gpus: int, command: str, now: datetime) -> str:
-    """A RESULTS.md entry: where and when it ran, the exact command, then the table."""
-    device = next((r.device for r in results if r.device), "unknown device")
-    heading = f"## {device} x {gpus}, {now:%Y-%m-%d %H:%M} UTC, torch {version('torch')}"
-    table = markdown_table(results, seed=results[0], ceiling=results[1])
-    return f"{heading}\n\n`{command}`\n\n{table}\n"
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workload", choices=ARCHS, required=True)
@@ -112,16 +103,16 @@ def main() -> int:
     parser.add_argument("--steps", type=int, help="timed steps (after warm-up) per variant")
     parser.add_argument("--seed-amp", action="store_true", help="seed loop with fp16 autocast + GradScaler")
     parser.add_argument("--smoke", action="store_true", help="tiny sizes on the CPU (gloo); prints only")
+    parser.add_argument("--budget-s", type=float, default=CHILD_TIMEOUT_S, help="skip variants past this")
     args = parser.parse_args()
     workload = preset(args.workload, smoke=args.smoke, steps=args.steps)
-    results = [run_child(child) for child in children(workload, args.gpus, args.compile, args.seed_amp)]
-    command = "python -m bench.run " + shlex.join(sys.argv[1:])
-    text = section(results, args.gpus, command, datetime.now(UTC))
-    print("\n" + text)
-    if not args.smoke:
-        with RESULTS_MD.open("a", encoding="utf-8") as f:
-            f.write("\n" + text)
-    return 1 if any(r.error for r in results) else 0
+    budget = Budget(args.budget_s)
+    children_ = children(workload, args.gpus, args.compile, args.seed_amp)
+    results = [run_child(child, budget) for child in children_]
+    device = next((r.device for r in results if r.device), "unknown device")
+    table = markdown_table(results, seed=results[0], ceiling=results[1])
+    record(section(device, args.gpus, table), args.smoke)
+    return exit_code(results)
 
 
 if __name__ == "__main__":

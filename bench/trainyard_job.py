@@ -1,27 +1,18 @@
 """The same workload as a Trainyard job, through the real service: API, SQL, Celery worker, torchrun, trainer.
 
-Starts the embedded stack (SQLite database and broker, a real uvicorn and Celery worker) in a temporary
-directory, submits the job, waits for it to succeed, and reads back what the trainer reported: the median
+`job_spec` is the one spelling of the workload as a job; the other benchmarks vary it with `with_sections`.
+Run as a child of `bench.run`, this starts a service (bench.service), runs the job and reports the median
 samples/s after warm-up, the peak GPU memory, and how long the job took from POST to its first step.
 """
 
 from __future__ import annotations
 
 import argparse
-import statistics
-import sys
-import tempfile
-from datetime import datetime
-from pathlib import Path
 from typing import Any
 
-import httpx
-
 from bench.result import Result, emit
+from bench.service import JobFailed, Service, job_result
 from bench.workload import LR, MOMENTUM, NUM_CLASSES, Workload, add_workload_args, workload_from_args
-from tests.integration.jobs import metric_values, submit, wait_status
-from tests.integration.servers import Stack
-from trainers.spec import JobSpec
 
 # Starting torchrun, building the data set and compiling fit well inside this; a hung job fails the run.
 JOB_TIMEOUT_S = 480
@@ -63,68 +54,21 @@ def job_spec(workload: Workload, gpus: int, compile_model: bool) -> dict[str, An
     }
 
 
-def steady_rate(rates: list[tuple[int, float]], warmup: int) -> float | None:
-    """The median of the reports after warm-up (the first windows hold cudnn autotuning and compilation);
-    the last report when none comes after it."""
-    steady = [value for step, value in rates if step > warmup] or [value for _, value in rates[-1:]]
-    return statistics.median(steady) if steady else None
-
-
-def start_latency_s(client: httpx.Client, job: dict[str, Any]) -> float | None:
-    """From the job's creation (the POST) to its first `running` transition, which the worker records when
-    the trainer says it is about to take its first step."""
-    events = client.get(f"/v1/jobs/{job['id']}/events").json()["data"]
-    running = [event["at"] for event in events if event["to_status"] == "running"]
-    if not running:
-        return None
-    started = datetime.fromisoformat(running[0]) - datetime.fromisoformat(job["created_at"])
-    return started.total_seconds()
-
-
-def print_diagnostics(stack: Stack, client: httpx.Client, job_id: int) -> None:
-    """What the person at the GPU machine needs to see why the job did not succeed."""
-    job = client.get(f"/v1/jobs/{job_id}").json()
-    status = f"{job.get('status')} ({job.get('status_reason')}): {job.get('message')}"
-    print(f"job {job_id}: {status}", file=sys.stderr)
-    log = client.get(f"/v1/jobs/{job_id}/logs", params={"rank": 0})
-    if log.status_code == 200:
-        print("rank 0 log:\n" + log.json().get("text", "")[-4000:], file=sys.stderr)
-    print("worker log:\n" + stack.log("worker")[-4000:], file=sys.stderr)
+def with_sections(spec: dict[str, Any], **sections: dict[str, Any]) -> dict[str, Any]:
+    """The spec with some sections' fields replaced: how the other benchmarks vary this one job."""
+    return {**spec, **{key: {**spec.get(key, {}), **fields} for key, fields in sections.items()}}
 
 
 def run_job(workload: Workload, gpus: int, compile_model: bool) -> Result:
+    on_gpu = workload.device == "cuda"
+    variant = "Trainyard job" + (" (compile)" if compile_model else "")
     spec = job_spec(workload, gpus, compile_model)
-    JobSpec.model_validate(spec)  # a spec that drifted from trainers/spec.py fails here, naming the field
-    visible = ",".join(str(i) for i in range(gpus)) if workload.device == "cuda" else ""
-    with tempfile.TemporaryDirectory(prefix="trainyard-bench-") as tmp:
-        workdir = Path(tmp)
-        stack = Stack.start(
-            workdir,
-            f"sqlite:///{workdir}/trainyard.db",
-            f"sqla+sqlite:///{workdir}/broker.db",
-            CUDA_VISIBLE_DEVICES=visible,
-        )
+    with Service.started(gpus, on_gpu) as service:
         try:
-            with stack.client() as client:
-                job = submit(client, spec)
-                try:
-                    job = wait_status(client, job["id"], {"succeeded"}, timeout=JOB_TIMEOUT_S)
-                except AssertionError:
-                    print_diagnostics(stack, client, job["id"])
-                    raise
-                peaks = [value for _, value in metric_values(client, job["id"], "peak_mem_mb")]
-                return Result(
-                    variant="Trainyard job" + (" (compile)" if compile_model else ""),
-                    images_per_s=steady_rate(
-                        metric_values(client, job["id"], "samples_per_s"), workload.warmup
-                    ),
-                    peak_mem_mb=max(peaks) if peaks and workload.device == "cuda" else None,
-                    latency_s=start_latency_s(client, job),
-                    world_size=gpus,
-                    final_loss=job["latest_metrics"].get("loss"),
-                )
-        finally:
-            stack.stop()
+            finished = service.run(spec, JOB_TIMEOUT_S)
+        except JobFailed:
+            raise SystemExit(1) from None  # the parent records the failed row; the diagnostics are printed
+        return job_result(variant, finished, workload.warmup, on_gpu, gpus)
 
 
 def main() -> None:

@@ -1,0 +1,183 @@
+"""What the service costs a job (issue 4, targets 4-6): reporting, start-up latency, and AMP's memory saving.
+
+    python -m bench.overheads [--steps N] [--submissions 5] [--smoke]
+
+One service, ResNet-50 224 px, 128 images per GPU, jobs one after another:
+
+- reporting: the same job of W + N steps three times: never reporting (metrics.every_n_steps at its maximum,
+  no checkpoints), metrics every 10 steps, and metrics every 10 steps with the default checkpoint cadence
+  (every epoch and at the end; here the epoch is the whole run, so one checkpoint). The job's own
+  samples_per_s needs reports, so all three are timed alike by the trainer's clock from its "about to take
+  the first step" event to its "done" event: every step, warm-up included, of equal-length runs.
+  Target: <= 1 % cost.
+- start-up: POST to the first optimizer step (the trainer's phase event) of 1-GPU single jobs and 2-GPU DDP
+  jobs, p50 and max. Targets: p50 <= 10 s and <= 15 s.
+- AMP memory: the job's peak_mem_mb at fp32, bf16 and fp16. Target: lower than fp32.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+from dataclasses import replace
+
+from bench.budget import Budget
+from bench.report import record, section
+from bench.result import SKIPPED, Result, exit_code, failed
+from bench.service import Service, run_series
+from bench.table import markdown, name, number, ratio, times
+from bench.trainyard_job import job_spec, with_sections
+from bench.workload import Workload, preset
+
+JOB_CAP_S = 120
+BUDGET_S = 300
+REPORTING_STEPS, AMP_STEPS, LATENCY_STEPS = 150, 20, 5
+QUIET = {"every_n_steps": 100_000}  # the schema's maximum: only the last step reports
+NO_CHECKPOINTS = {"every_n_epochs": 0, "every_n_steps": 0, "save_final": False}
+DEFAULT_CHECKPOINTS = {"every_n_epochs": 1, "every_n_steps": 0, "save_final": True}
+
+
+def reporting(service: Service, workload: Workload, budget: Budget) -> list[Result]:
+    """Equal-length runs timed by the trainer from first step to done; img/s = images / that time."""
+    steps = workload.warmup + workload.steps
+    base = with_sections(
+        job_spec(workload, 1, False),
+        data={"num_samples": steps * workload.batch_per_rank},  # one epoch: the default cadence saves once
+    )
+    variants = {
+        "never reports, no checkpoints": with_sections(base, metrics=QUIET, checkpoint=NO_CHECKPOINTS),
+        "metrics every 10 steps": with_sections(
+            base, metrics={"every_n_steps": 10}, checkpoint=NO_CHECKPOINTS
+        ),
+        "metrics every 10 + default checkpoints": with_sections(
+            base, metrics={"every_n_steps": 10}, checkpoint=DEFAULT_CHECKPOINTS
+        ),
+    }
+    results = []
+    for variant, spec in variants.items():
+        outcome = service.attempt(variant, spec, budget, JOB_CAP_S)
+        if isinstance(outcome, Result):
+            results.append(outcome)
+            continue
+        wall = outcome.train_wall_s()
+        rate = steps * workload.batch_per_rank / wall if wall else None
+        results.append(Result(variant, images_per_s=rate, peak_mem_mb=None))
+    return results
+
+
+def reporting_table(results: list[Result]) -> str:
+    quiet = results[0].images_per_s
+    rows = []
+    for r in results:
+        kept = ratio(r.images_per_s, quiet)
+        cost = "—" if kept is None else f"{100 * (1 - kept):+.2f} %"
+        rows.append([name(r), number(r.images_per_s, 0), cost])
+    return markdown(("variant", "img/s (first step → done)", "cost vs never reporting"), rows)
+
+
+def start_latencies(service: Service, workload: Workload, submissions: int, budget: Budget) -> list[Result]:
+    """`submissions` short jobs on 1 GPU (single), then as many on 2 GPUs (DDP): one row per job."""
+    on_gpu = workload.device == "cuda"
+    short = replace(workload, warmup=0, steps=LATENCY_STEPS)
+    results = []
+    for gpus, strategy in ((1, "single"), (2, "ddp")):
+        spec = with_sections(job_spec(short, gpus, False), metrics={"every_n_steps": LATENCY_STEPS})
+        results += [
+            service.result(f"{gpus} GPU {strategy}", spec, budget, JOB_CAP_S, 0, on_gpu)
+            for _ in range(submissions)
+        ]
+    return results
+
+
+def latency_table(results: list[Result]) -> str:
+    rows = []
+    for variant, target in (("1 GPU single", 10.0), ("2 GPU ddp", 15.0)):
+        runs = [r for r in results if r.variant == variant]
+        seconds = [r.latency_s for r in runs if r.latency_s is not None]
+        errors = sorted({name(r) for r in runs if r.error})
+        p50 = statistics.median(seconds) if seconds else None
+        every = "; ".join(part for part in [", ".join(f"{s:.1f}" for s in seconds), *errors] if part)
+        rows.append(
+            [
+                variant,
+                f"{len(seconds)}/{len(runs)}",
+                number(p50, 1),
+                number(max(seconds, default=None), 1),
+                f"p50 ≤ {target:.0f}",
+                every,
+            ]
+        )
+    return markdown(("job", "ran", "p50 s", "max s", "target", "each s"), rows)
+
+
+def amp_memory(service: Service, workload: Workload, budget: Budget) -> list[Result]:
+    on_gpu = workload.device == "cuda"
+    spec = job_spec(replace(workload, steps=AMP_STEPS), 1, False)
+    results = []
+    for precision in ("fp32", "bf16", "fp16"):
+        if precision == "fp16" and not on_gpu:
+            results.append(failed(precision, f"{SKIPPED}: fp16 needs a GPU"))
+            continue
+        results.append(
+            service.result(
+                precision, {**spec, "precision": precision}, budget, JOB_CAP_S, workload.warmup, on_gpu
+            )
+        )
+    return results
+
+
+def amp_table(results: list[Result]) -> str:
+    fp32 = results[0].peak_mem_mb
+    rows = [
+        [name(r), number(r.peak_mem_mb, 0), times(ratio(r.peak_mem_mb, fp32)), number(r.images_per_s, 0)]
+        for r in results
+    ]
+    return markdown(("precision", "peak MB", "x fp32", "img/s"), rows)
+
+
+def body(workload: Workload, submissions: int, parts: dict[str, list[Result]]) -> list[str]:
+    """The RESULTS.md text: a line of setup, then a titled table for each part that ran."""
+    size = f"ResNet-50 {workload.image_size} px, {workload.batch_per_rank} images per GPU"
+    titles = {
+        "amp": f"AMP peak memory (1 GPU, {workload.warmup + AMP_STEPS} steps; img/s: steady rate)",
+        "reporting": (
+            f"Reporting cost (1 GPU, bf16, {workload.warmup + workload.steps} steps each; img/s over the "
+            "trainer's clock from first step to done)"
+        ),
+        "latency": f"POST → first optimizer step ({submissions} submissions each, {LATENCY_STEPS}-step jobs)",
+    }
+    tables = {"amp": amp_table, "reporting": reporting_table, "latency": latency_table}
+    texts = [f"{size}, channels_last, data on the GPU, one job at a time."]
+    return texts + [f"**{titles[key]}**\n\n{tables[key](rows)}" for key, rows in parts.items() if rows]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, help="timed steps of the reporting runs (after warm-up)")
+    parser.add_argument("--submissions", type=int, help="start-up latency jobs per GPU count (default 5)")
+    parser.add_argument("--smoke", action="store_true", help="tiny sizes on the CPU (gloo); prints only")
+    parser.add_argument("--budget-s", type=float, default=BUDGET_S, help="skip jobs past this")
+    args = parser.parse_args()
+    workload = preset(
+        "resnet50", smoke=args.smoke, steps=args.steps or (None if args.smoke else REPORTING_STEPS)
+    )
+    submissions = args.submissions or (2 if args.smoke else 5)
+    budget = Budget(args.budget_s)
+    parts: dict[str, list[Result]] = {}
+
+    def series(service: Service) -> list[Result]:
+        # Cheapest first, so a spent budget skips the longest part rather than every part.
+        parts["amp"] = amp_memory(service, workload, budget)
+        parts["reporting"] = reporting(service, workload, budget)
+        parts["latency"] = start_latencies(service, workload, submissions, budget)
+        return [row for rows in parts.values() for row in rows]
+
+    device, results = run_series(2, workload.device == "cuda", series)
+    failures = [name(r) for r in results if r.variant == "service"]  # the service itself failed
+    record(section(device, 2, "\n\n".join([*failures, *body(workload, submissions, parts)])), args.smoke)
+    return exit_code(results)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

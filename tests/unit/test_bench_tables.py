@@ -1,0 +1,78 @@
+"""The scaling, pipeline, overheads, profile and suite outputs: pure functions, nothing timed."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from bench.api_load import Phase
+from bench.overheads import latency_table, reporting_table
+from bench.profile_stacks import summarize
+from bench.result import Result, failed
+from bench.scaling import gpu_counts, scaling_rows
+from bench.suite import TOTAL_S, steps
+
+
+def test_scaling_rows_divide_by_the_one_gpu_job() -> None:
+    results = [
+        Result("single", 1000.0, 5000.0, latency_s=9.0),
+        Result("ddp", 3800.0, 5100.0, world_size=4),
+        Result("dp", None, None, world_size=4, error="skipped: dp needs GPUs"),
+    ]
+    rows = scaling_rows(results, base=1000.0)
+    assert rows[0] == ["single", "1", "1,000", "1.00x", "100.0 %", "5,000", "9.0"]
+    assert rows[1][:5] == ["ddp", "4", "3,800", "3.80x", "95.0 %"]
+    assert rows[2][:5] == ["dp (skipped: dp needs GPUs)", "4", "—", "—", "—"]
+
+
+def test_gpu_counts_start_at_one() -> None:
+    assert gpu_counts("4,1,2") == [1, 2, 4]
+    with pytest.raises(argparse.ArgumentTypeError):
+        gpu_counts("2,4")
+
+
+def test_reporting_cost_is_against_the_run_that_never_reports() -> None:
+    table = reporting_table([Result("quiet", 1000.0, None), Result("metrics", 990.0, None)])
+    assert table.splitlines()[3] == "| metrics | 990 | +1.00 % |"
+
+
+def test_latency_table_gives_p50_max_and_the_failures() -> None:
+    runs = [Result("1 GPU single", 1.0, None, latency_s=s) for s in (8.0, 9.0, 12.0)]
+    runs.append(failed("2 GPU ddp", "job failed"))
+    one, two = latency_table(runs).splitlines()[2:]
+    assert one == "| 1 GPU single | 3/3 | 9.0 | 12.0 | p50 ≤ 10 | 8.0, 9.0, 12.0 |"
+    assert two == "| 2 GPU ddp | 0/1 | — | — | p50 ≤ 15 | 2 GPU ddp (failed: job failed) |"
+
+
+def test_profile_summary_counts_innermost_libraries_and_our_functions_once() -> None:
+    raw = "\n".join(
+        [
+            "main (app/main.py:3);get_job (app/api/routes/jobs.py:70);"
+            "execute (/v/site-packages/sqlalchemy/orm/session.py:9) 3",
+            "main (app/main.py:3);dumps (json/encoder.py:5) 1",
+            "not a sample line",
+        ]
+    )
+    text = summarize(raw)
+    assert "4 busy samples" in text
+    assert "| sqlalchemy | 75.0 % |" in text
+    assert "| main (main.py) | 100.0 % |" in text
+    assert "| get_job (jobs.py) | 75.0 % |" in text
+    assert summarize("") == ""
+
+
+def test_phase_quantiles() -> None:
+    phase = Phase("GET", sent=100, ok=100, seconds=1.0, latencies_ms=[float(i) for i in range(1, 101)])
+    assert phase.quantile(0.5) == pytest.approx(50.5)
+    assert phase.quantile(0.99) == pytest.approx(99.01)
+
+
+@pytest.mark.parametrize("call", [1, 2])
+def test_suite_steps_pass_smoke_and_budgets(call: int) -> None:
+    for step in steps(call, smoke=True):
+        argv = step.argv(100, smoke=True)
+        assert "--smoke" in argv and "--steps" not in argv
+        assert argv[-2:] == ["--budget-s", "100"]
+        assert step.cap_s <= TOTAL_S
+    assert steps(call, smoke=False)[-1].cap_s == TOTAL_S  # the last step takes what is left
