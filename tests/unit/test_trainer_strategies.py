@@ -87,7 +87,8 @@ def test_ddp_on_cpu_wraps_without_device_ids_and_unwraps_to_the_bare_module(fake
 
 def test_ddp_on_cuda_pins_the_local_device(fake_ddp: list[Any]) -> None:
     local_rank1 = DistEnv(rank=3, local_rank=1, world_size=4, device=torch.device("cuda:1"))
-    wrapped = DDPStrategy(local_rank1, sync_batchnorm=False).setup(nn.Linear(2, 2))
+    # wrap() alone: setup() would also move the module to cuda:1, which this CPU-only test cannot do.
+    wrapped = DDPStrategy(local_rank1, sync_batchnorm=False).wrap(nn.Linear(2, 2))
     assert isinstance(wrapped, FakeDDP) and wrapped.device_ids == [1]
 
 
