@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import time
 
-from fastapi import APIRouter, FastAPI, Request, Response
+from fastapi import APIRouter, Depends, FastAPI, Request, Response
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Histogram, generate_latest
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from app.api.deps import get_caller
 from app.services.telemetry import ClusterCollector
 
 router = APIRouter(tags=["metrics"])
@@ -68,7 +69,8 @@ def install_prometheus(app: FastAPI) -> None:
     )
     app.state.prometheus_registry = registry
     app.add_middleware(RequestLatency, histogram=latency)
-    app.include_router(router)
+    # Host names and job counts are not for everyone: with auth on, scrapers send a key (bearer_token).
+    app.include_router(router, dependencies=[Depends(get_caller)])
 
 
 @router.get("/metrics", response_class=Response, responses={200: {"content": {CONTENT_TYPE_LATEST: {}}}})
