@@ -18,7 +18,7 @@ RESULTS_MD = Path(__file__).with_name("RESULTS.md")
 def command_line() -> str:
     """The command as the person at the GPU machine typed it: `python -m bench.<script> <args>`."""
     module = Path(sys.argv[0]).stem
-    return f"python -m bench.{module} " + shlex.join(sys.argv[1:])
+    return " ".join(["python -m bench." + module, shlex.join(sys.argv[1:])]).strip()
 
 
 def section(device: str, gpus: int | None, body: str) -> str:

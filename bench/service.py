@@ -60,11 +60,12 @@ class Finished:
             return None
         return first_step - datetime.fromisoformat(self.job["created_at"]).timestamp()
 
-    def train_wall_s(self) -> float | None:
-        """The trainer's clock from just before its first step to just after its last (final checkpoint
-        included): every step of the run, whatever it reported in between."""
-        start, done = self._time(PhaseEvent), self._time(DoneEvent)
-        return None if start is None or done is None else done - start
+    def seconds_after(self, step: int) -> float | None:
+        """The trainer's clock from its report at `step` to just after its last step (final checkpoint
+        included): every later step, whatever it reported or saved in between."""
+        at_step = next((e.time for e in self.events if isinstance(e, MetricsEvent) and e.step == step), None)
+        done = self._time(DoneEvent)
+        return None if at_step is None or done is None else done - at_step
 
     def peak_mem_mb(self) -> float | None:
         peaks = [value for _, value in self.metric("peak_mem_mb")]

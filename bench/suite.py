@@ -54,8 +54,8 @@ def steps(call: int, smoke: bool) -> list[Step]:
             Step("bench.run", ["--workload", "resnet50", "--gpus", "1", "--compile", *timed(30)], TOTAL_S),
         ]
     return [
-        Step("bench.scaling", ["--workload", "resnet50", "--gpus", "1,2,4", *timed(60)], 180),
-        Step("bench.overheads", [], 240),
+        Step("bench.scaling", ["--workload", "resnet50", "--gpus", "1,2,4", *timed(40)], 170),
+        Step("bench.overheads", [], 270),
         Step("bench.scaling", ["--workload", "alexnet", "--gpus", "1,2,4", *timed(60)], TOTAL_S),
     ]
 
