@@ -88,7 +88,8 @@ def evaluate(
 
 
 def param_checksum(model: nn.Module) -> float:
-    return torch.stack([p.detach().double().sum() for p in model.parameters()]).sum().item()
+    # Summed on the host: model_parallel and CPU/GPU placement spread the parameters over several devices.
+    return sum(p.detach().double().sum().item() for p in model.parameters())
 
 
 @dataclass

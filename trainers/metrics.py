@@ -47,7 +47,9 @@ class TrainMetrics:
         self.since_time = time.perf_counter()
 
     def add(self, mean_loss: torch.Tensor, samples: int) -> None:
-        self.loss_sum += mean_loss.detach().double() * samples
+        # The loss lives where the model's last stage runs (model_parallel, pipeline), maybe not on this
+        # rank's device; the copy between GPUs is queued on the stream, not a host sync.
+        self.loss_sum += mean_loss.detach().to(self.device, torch.float64) * samples
         self.samples += samples
 
     def report(self, step: int, lr: float) -> dict[str, float]:

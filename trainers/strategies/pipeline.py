@@ -48,7 +48,9 @@ class SequentialStage(nn.Module):
                 x = module(x)
                 if name == FLATTEN_AFTER:
                     x = torch.flatten(x, 1)
-        return x
+        # Stage outputs travel by point-to-point send, which needs dense memory: a channels_last activation
+        # is not contiguous in the default layout.
+        return x.contiguous()
 
 
 def share_overflow(precision: MixedPrecision) -> None:
