@@ -102,3 +102,18 @@ def test_resume_across_strategies_continues_the_curve(
     resumed = train(tmp_path, spec, nproc=nproc, resume_path=runs[source].run_dir / CKPT)
     assert resumed.checkpoint_steps() == [30]
     assert_same_curve(resumed.metric("loss"), after(runs["single"].metric("loss"), 15), rtol)
+
+
+def test_pipeline_trains_a_channels_last_convnet(tmp_path: Path) -> None:
+    """Stage outputs and their gradients cross processes by point-to-point send, which needs dense tensors;
+    channels_last activations and gradients are not."""
+    spec = spec_with(
+        PIPELINE,
+        model={"arch": "small_cnn", "kwargs": {}},
+        train={"max_steps": 4, "epochs": None},
+        performance={"channels_last": True},
+        checkpoint={"every_n_epochs": 0, "save_final": False},
+        metrics={"every_n_steps": 2},
+    )
+    run = train(tmp_path, spec, nproc=2)
+    assert [step for step, _ in run.metric("loss")] == [2, 4]

@@ -43,6 +43,10 @@ class SequentialStage(nn.Module):
         self.autocast: Callable[[], AbstractContextManager[Any]] = nullcontext
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.requires_grad:
+            # The gradient of a received activation goes back by point-to-point send too, and convolutions
+            # in channels_last hand it back in that layout.
+            x.register_hook(lambda grad: grad.contiguous())
         with self.autocast():
             for name, module in self.named_children():
                 x = module(x)
