@@ -22,6 +22,8 @@ from trainers.events import (
 )
 from trainers.plan import RunConfig, resolve_plan
 from trainers.spec import JobSpec
+from worker.kill import JobMark, kill_job
+from worker.launch import JOB_TOKEN_ENV
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -47,9 +49,17 @@ def write_config(run_dir: Path, spec: dict[str, Any], resume_path: Path | None =
 def launch(
     run_dir: Path, nproc: int, timeout: float = 120, cuda_devices: str = ""
 ) -> subprocess.CompletedProcess[str]:
-    """cuda_devices: CUDA_VISIBLE_DEVICES for the run; empty hides every GPU (gloo on the CPU)."""
+    """cuda_devices: CUDA_VISIBLE_DEVICES for the run; empty hides every GPU (gloo on the CPU).
+
+    Recent torchrun puts every rank in a session of its own, so a timeout that stops torchrun alone would
+    leave ranks running (on a GPU box, holding a GPU for the next test): the run is marked like a job's
+    and every marked process is stopped however the run ends.
+    """
+    mark = JobMark(token=f"test/{run_dir}", run_dir=run_dir)
     env = {
         **os.environ,
+        **mark.env(),
+        JOB_TOKEN_ENV: mark.token,
         "OMP_NUM_THREADS": "1",
         "CUDA_VISIBLE_DEVICES": cuda_devices,
         "TORCHELASTIC_ERROR_FILE": str(run_dir / "error.json"),
@@ -57,7 +67,10 @@ def launch(
     }
     argv = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(nproc)]
     argv += ["--max-restarts", "0", "-m", "trainers.run", "--run-dir", str(run_dir)]
-    return subprocess.run(argv, env=env, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+    try:
+        return subprocess.run(argv, env=env, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+    finally:
+        kill_job(mark, grace_s=5)
 
 
 @dataclass

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 from fastapi.testclient import TestClient
+
 from app.core.config import Settings, get_settings
 from app.main import create_app
 from tests.unit.conftest import job_body, submit
