@@ -183,10 +183,12 @@ class Stack:
         self._spawn("api", argv)
         wait_for(lambda: httpx.get(f"{self.url}/healthz").status_code == 200, 60, "api")
 
-    def start_worker(self) -> None:
-        self._spawn("worker", [sys.executable, "-m", "worker"])
-        # The worker announces itself (and its GPUs, none here) in the workers table with its first heartbeat.
-        wait_for(lambda: self.sql("SELECT count(*) FROM workers") > 0, 90, "worker")
+    def start_worker(self, name: str = "worker") -> None:
+        """Several workers may run side by side under different names, as on several GPU hosts."""
+        registered = self.sql("SELECT count(*) FROM workers")
+        self._spawn(name, [sys.executable, "-m", "worker"])
+        # A worker announces itself (and its GPUs, none here) in the workers table with its first heartbeat.
+        wait_for(lambda: self.sql("SELECT count(*) FROM workers") > registered, 90, name)
 
     def sql(self, query: str) -> int:
         """One number straight from the database, for what the API does not show."""
