@@ -2,19 +2,19 @@
 
 from __future__ import annotations
 
-import threading
-from collections import Counter
 from typing import TYPE_CHECKING
 
 from sqlalchemy import select
 
 from app.core.db import session_scope
-from app.models import GpuLease, Job, JobEvent
+from app.models import GpuLease, JobEvent
 from app.states import JobStatus
 from worker.leases import WAITING_FOR_GPUS, ClaimOutcome, claim_job, ring_waiting_jobs
 
 if TYPE_CHECKING:
     from tests.unit.worker_fixtures import Doorbell, WorkerDb
+
+from tests.unit.worker_fixtures import race_sixteen_jobs_for_four_gpus
 
 pytest_plugins = ["tests.unit.worker_fixtures"]
 
@@ -84,26 +84,7 @@ def test_num_gpus_takes_the_lowest_free_ids(database: WorkerDb) -> None:
 
 
 def test_racing_claims_never_share_a_gpu(database: WorkerDb) -> None:
-    specs = [database.spec(num_gpus=1) if i % 2 else database.spec(gpus=[i % 4]) for i in range(16)]
-    jobs = [database.add_job(spec) for spec in specs]
-    barrier = threading.Barrier(len(jobs))
-    outcomes: dict[int, ClaimOutcome] = {}
-
-    def claim(job_id: int) -> None:
-        barrier.wait()
-        outcomes[job_id] = claim_job(job_id, database.gpus).outcome
-
-    threads = [threading.Thread(target=claim, args=(job_id,)) for job_id in jobs]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert Counter(outcomes.values()) == {ClaimOutcome.CLAIMED: 4, ClaimOutcome.WAITING: 12}
-    with session_scope() as session:
-        started = session.scalars(select(Job).where(Job.status == JobStatus.STARTING)).all()
-        held = {gpu: job.id for job in started for gpu in job.gpu_ids or []}
-    assert sorted(held) == database.gpus  # four jobs, one GPU each, none shared
-    assert leases() == held
+    race_sixteen_jobs_for_four_gpus(database)
 
 
 def test_ring_waiting_jobs_highest_priority_first(database: WorkerDb, doorbell: Doorbell) -> None:

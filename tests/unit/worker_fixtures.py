@@ -6,16 +6,19 @@ from __future__ import annotations
 import sys
 import textwrap
 import threading
+from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
+from sqlalchemy import select
 
 from app.core import db
 from app.core.config import get_settings
 from app.core.db import get_engine, session_scope
-from app.models import Base, Job
+from app.models import Base, GpuLease, Job
+from app.states import JobStatus
 from trainers.plan import Plan, resolve_plan
 from trainers.spec import JobSpec
 from worker import celery_app, launch, runner
@@ -63,7 +66,13 @@ class WorkerDb:
 
 @pytest.fixture
 def database(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[WorkerDb]:
-    monkeypatch.setenv("TRAINYARD_DATABASE_URL", f"sqlite:///{tmp_path}/db.sqlite")
+    yield from worker_db(tmp_path, monkeypatch, f"sqlite:///{tmp_path}/db.sqlite")
+
+
+def worker_db(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, database_url: str) -> Iterator[WorkerDb]:
+    """Settings and fresh tables for worker tests against any database (the integration tests give
+    PostgreSQL)."""
+    monkeypatch.setenv("TRAINYARD_DATABASE_URL", database_url)
     monkeypatch.setenv("TRAINYARD_BROKER_URL", f"sqla+sqlite:///{tmp_path}/broker.db")
     monkeypatch.setenv("TRAINYARD_RUNS_DIR", str(tmp_path / "runs"))
     monkeypatch.setenv("TRAINYARD_HOSTNAME", WorkerDb.host)
@@ -135,3 +144,34 @@ def fake_trainer(monkeypatch: pytest.MonkeyPatch) -> Callable[[str], None]:
         monkeypatch.setattr(runner, "build_launch", build)
 
     return use
+
+
+def race_sixteen_jobs_for_four_gpus(database: WorkerDb) -> dict[int, int]:
+    """16 jobs (half by GPU id, half by count) claim at once from threads; returns GPU -> job held.
+
+    Exactly four win, and no GPU goes to two of them: the lease table's primary key decides, whatever the
+    database."""
+    from worker.leases import ClaimOutcome, claim_job
+
+    specs = [database.spec(num_gpus=1) if i % 2 else database.spec(gpus=[i % 4]) for i in range(16)]
+    jobs = [database.add_job(spec) for spec in specs]
+    barrier = threading.Barrier(len(jobs))
+    outcomes: dict[int, ClaimOutcome] = {}
+
+    def claim(job_id: int) -> None:
+        barrier.wait()
+        outcomes[job_id] = claim_job(job_id, database.gpus).outcome
+
+    threads = [threading.Thread(target=claim, args=(job_id,)) for job_id in jobs]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert Counter(outcomes.values()) == {ClaimOutcome.CLAIMED: 4, ClaimOutcome.WAITING: 12}
+    with session_scope() as session:
+        started = session.scalars(select(Job).where(Job.status == JobStatus.STARTING)).all()
+        held = {gpu: job.id for job in started for gpu in job.gpu_ids or []}
+        leased = {gpu: job for gpu, job in session.execute(select(GpuLease.gpu_index, GpuLease.job_id))}
+    assert sorted(held) == database.gpus  # four jobs, one GPU each, none shared
+    assert leased == held
+    return held
