@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.servers import Postgres, Redis, Stack, stop
+from tests.integration.servers import Postgres, Redis, Stack
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -22,7 +22,7 @@ def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Redis]:
         pytest.fail("redis-server is missing: run `make test`, which installs it")
     server = Redis.start(tmp_path_factory.mktemp("redis"))
     yield server
-    stop(server.proc)
+    server.stop()
 
 
 @pytest.fixture(scope="session")

@@ -52,7 +52,8 @@ def stop(proc: subprocess.Popen[bytes], grace: float = 15.0) -> None:
 @dataclass
 class Redis:
     port: int
-    proc: subprocess.Popen[bytes]
+    workdir: Path
+    proc: subprocess.Popen[bytes] | None = None
     counter: int = 0
 
     def new_url(self) -> str:
@@ -62,21 +63,25 @@ class Redis:
 
     @classmethod
     def start(cls, workdir: Path) -> Redis:
-        port = free_port()
-        argv = [
-            "redis-server",
-            "--port",
-            str(port),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--dir",
-            str(workdir),
-        ]
-        proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
-        wait_for(lambda: socket.create_connection(("127.0.0.1", port), 1).close() is None, 20, "redis")
-        return cls(port, proc)
+        server = cls(free_port(), workdir)
+        server.launch()
+        return server
+
+    def launch(self) -> None:
+        argv = ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--dir"]
+        self.proc = subprocess.Popen(
+            [*argv, str(self.workdir)], stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT
+        )
+        wait_for(lambda: socket.create_connection(("127.0.0.1", self.port), 1).close() is None, 20, "redis")
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            stop(self.proc)
+
+    def restart(self) -> None:
+        """On the same port, empty (no persistence): what the clients see as the broker going away."""
+        self.stop()
+        self.launch()
 
 
 @dataclass

@@ -1,0 +1,64 @@
+"""The API and Redis restarted mid-job (docs/reliability.md case 4), on Redis + PostgreSQL: the jobs
+complete and every metric row is stored exactly once, because the database, not a server's memory, holds
+what a job has done."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from tests.integration.jobs import example_spec, metric_values, submit, wait_status
+from tests.integration.servers import Postgres, Redis, Stack, stop
+
+EVERY = 20
+STEPS = 3000
+JOB = example_spec(
+    "digits_ddp_cpu.json",
+    train={"epochs": None, "max_steps": STEPS},
+    checkpoint={"every_n_epochs": 0, "every_n_steps": 1000},
+    metrics={"every_n_steps": EVERY},
+)
+
+
+@pytest.fixture(scope="module")
+def stack(
+    tmp_path_factory: pytest.TempPathFactory, redis_server: Redis, postgres_server: Postgres
+) -> Iterator[Stack]:
+    workdir = tmp_path_factory.mktemp("restarts")
+    running = Stack.start(workdir, postgres_server.new_database(), redis_server.new_url())
+    yield running
+    running.stop()
+
+
+def assert_reported_once(stack: Stack, job_id: int) -> None:
+    with stack.client() as client:
+        assert wait_status(client, job_id, {"succeeded"}, timeout=240)["progress"]["step"] == STEPS
+        steps = [step for step, _ in metric_values(client, job_id, "loss")]
+    assert steps == list(range(EVERY, STEPS + 1, EVERY))
+    assert stack.sql(f"SELECT count(*) FROM metrics WHERE job_id = {job_id} AND name = 'loss'") == len(steps)
+
+
+def test_the_api_restarted_mid_job(stack: Stack) -> None:
+    with stack.client() as client:
+        job = submit(client, JOB)
+        wait_status(client, job["id"], {"running"}, timeout=120)
+    stop(stack.procs["api"])
+    stack.start_api()
+    with stack.client() as client:
+        assert client.get(f"/v1/jobs/{job['id']}").json()["status"] == "running", "restarted too late"
+    assert_reported_once(stack, job["id"])
+
+
+def test_redis_restarted_mid_job(stack: Stack, redis_server: Redis) -> None:
+    with stack.client() as client:
+        job = submit(client, JOB)
+        wait_status(client, job["id"], {"running"}, timeout=120)
+        redis_server.restart()
+        assert client.get(f"/v1/jobs/{job['id']}").json()["status"] == "running", "restarted too late"
+        # The restarted broker is empty: this job's doorbell is rung again by the reaper once the worker
+        # has reconnected.
+        later = submit(client, {**JOB, "train": {**JOB["train"], "max_steps": EVERY * 3}})
+    assert_reported_once(stack, job["id"])
+    with stack.client() as client:
+        assert wait_status(client, later["id"], {"succeeded"}, timeout=240)["progress"]["step"] == EVERY * 3
