@@ -15,7 +15,8 @@ from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
-from trainers.spec import APEX_LEVELS, MODEL_KWARGS, JobSpec
+from trainers.catalog import MODEL_KWARGS
+from trainers.spec import APEX_LEVELS, JobSpec
 
 HEADER = """# Job spec reference
 

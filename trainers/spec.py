@@ -12,6 +12,8 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from trainers.catalog import DATASETS, DATASETS_ON_DISK, MODEL_KWARGS, MODULE_NAMES
+
 
 class Section(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -71,41 +73,11 @@ class DataPlacement(StrEnum):
     CPU = "cpu"
 
 
-RESNET_MODULES = ("conv1", "bn1", "relu", "maxpool", "layer1", "layer2", "layer3", "layer4", "avgpool", "fc")
-
-# Allowed model kwargs per architecture: name -> (type, low, high). Anything else is refused, so a spec can
-# never pass arbitrary keyword arguments into a constructor.
-MODEL_KWARGS: dict[str, dict[str, tuple[type, float, float]]] = {
-    "mlp": {"hidden": (int, 4, 16384), "depth": (int, 1, 32)},
-    "small_cnn": {"channels": (int, 4, 1024)},
-    "alexnet": {"dropout": (float, 0.0, 0.9)},
-    "resnet18": {},
-    "resnet50": {},
-    "vgg11": {"dropout": (float, 0.0, 0.9)},
-    "embedding_bag": {"embedding_dim": (int, 1, 4096)},
-}
-
-# Each architecture's top-level modules as named_children() lists them (forward order): the names
-# parallel.split_at and parallel.placement may use. mlp's depth changes its count: see module_names.
-MODULE_NAMES: dict[str, tuple[str, ...]] = {
-    "mlp": tuple(str(i) for i in range(6)),  # Flatten, then (Linear, ReLU) x depth 2, then Linear
-    "small_cnn": tuple(str(i) for i in range(8)),
-    "alexnet": ("features", "avgpool", "classifier"),
-    "resnet18": RESNET_MODULES,
-    "resnet50": RESNET_MODULES,
-    "vgg11": ("features", "avgpool", "classifier"),
-    "embedding_bag": ("embedding", "classifier"),
-}
-
-
 def module_names(model: ModelSpec) -> tuple[str, ...]:
     if model.arch == "mlp":
         return tuple(str(i) for i in range(2 * int(model.kwargs.get("depth", 2)) + 2))
     return MODULE_NAMES[model.arch]
 
-
-DATASETS = ("synthetic", "digits", "synthetic_bags", "cifar10", "mnist", "image_folder")
-DATASETS_ON_DISK = ("cifar10", "mnist", "image_folder")
 
 PositiveFloat = Annotated[float, Field(gt=0, le=1e4)]
 

@@ -7,8 +7,9 @@ import pytest
 import torch
 from torch import nn
 
+from trainers.catalog import MODULE_NAMES
 from trainers.models import ARCHS, build_model
-from trainers.spec import MODULE_NAMES, ModelSpec, module_names
+from trainers.spec import ModelSpec, module_names
 from trainers.stages import default_split_at, max_stages, split_at_problem, stage_groups
 from trainers.strategies.pipeline import SequentialStage
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+from trainers.catalog import MODEL_KWARGS
 from trainers.models import ARCHS, build_model, get_arch
-from trainers.spec import MODEL_KWARGS
 
 
 def test_registry_covers_every_arch_the_spec_accepts() -> None:
