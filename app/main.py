@@ -6,6 +6,7 @@ from fastapi import Depends, FastAPI
 
 from app.api.deps import get_caller
 from app.api.errors import install_error_handlers
+from app.api.openapi import install_openapi, problems
 from app.api.routes import checkpoints, gpus, health, jobs, logs, metrics, profile, queue, stream, web
 from app.api.routes.prometheus import install_prometheus
 
@@ -22,10 +23,13 @@ def create_app() -> FastAPI:
     for module in (jobs, metrics, stream, checkpoints, logs, gpus, queue, profile):
         # Auth once for every /v1 route, those added later included; a route that needs to know who is
         # asking takes CallerDep, which FastAPI resolves once per request.
-        app.include_router(module.router, prefix=API_PREFIX, dependencies=[Depends(get_caller)])
+        app.include_router(
+            module.router, prefix=API_PREFIX, dependencies=[Depends(get_caller)], responses=problems(401)
+        )
     app.include_router(health.router)
     install_prometheus(app)
     app.include_router(web.router)
+    install_openapi(app)
     return app
 
 

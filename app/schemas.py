@@ -158,7 +158,10 @@ class JobUpdate(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    priority: int = Field(ge=-100, le=100, description="higher starts first; same bounds as spec.priority")
+    # strict: the document says integer, and lax mode would take `true` as priority 1.
+    priority: int = Field(
+        ge=-100, le=100, strict=True, description="higher starts first; same bounds as spec.priority"
+    )
 
 
 class QueueEntry(BaseModel):

@@ -8,10 +8,11 @@ from fastapi import APIRouter, Path, Request
 from fastapi.responses import FileResponse
 
 from app.api.deps import DB_INT_MAX, CallerDep, OwnedJobId, SessionDep
+from app.api.openapi import problems
 from app.schemas import CheckpointPublic, CheckpointsPublic
 from app.services.artifacts import checkpoint_file, list_checkpoints
 
-router = APIRouter(tags=["checkpoints"])
+router = APIRouter(tags=["checkpoints"], responses=problems(404))
 
 
 @router.get("/jobs/{job_id}/checkpoints")

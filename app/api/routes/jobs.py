@@ -8,6 +8,7 @@ from fastapi import APIRouter, Header, Query, Response, status
 from sqlalchemy.orm import Session
 
 from app.api.deps import DB_INT_MAX, CallerDep, OwnedJobId, SessionDep, SettingsDep
+from app.api.openapi import BODY_PROBLEMS, problem, problems
 from app.models import Job
 from app.schemas import JobEventPublic, JobEventsPublic, JobPublic, JobsPublic, JobSubmitted, JobUpdate
 from app.services import jobs, submit
@@ -30,7 +31,12 @@ def _submitted(session: Session, job: Job) -> JobSubmitted:
 @router.post(
     "",
     status_code=status.HTTP_201_CREATED,
-    responses={200: {"description": "a dry run, or a replay of an earlier request with the same key"}},
+    responses={
+        200: {"description": "a dry run, or a replay of an earlier request with the same key"},
+        409: problem("the Idempotency-Key was used with another body"),
+        **BODY_PROBLEMS,
+        **problems(429),
+    },
 )
 def create_job(
     spec: JobSpec,
@@ -64,19 +70,25 @@ def list_jobs(
     return JobsPublic(data=jobs.describe(session, page), next_cursor=next_cursor)
 
 
-@router.get("/{job_id}")
+@router.get("/{job_id}", responses=problems(404))
 def get_job(job_id: OwnedJobId, session: SessionDep) -> JobPublic:
     return _public(session, jobs.get_job(session, job_id))
 
 
-@router.patch("/{job_id}", responses={409: {"description": "the job is no longer queued"}})
+@router.patch(
+    "/{job_id}", responses={**problems(404), **BODY_PROBLEMS, 409: problem("the job is no longer queued")}
+)
 def update_job(job_id: OwnedJobId, update: JobUpdate, session: SessionDep) -> JobPublic:
     return _public(session, jobs.set_priority(session, job_id, update.priority))
 
 
 @router.post(
     "/{job_id}/cancel",
-    responses={202: {"description": "the job is running: its worker stops it (status cancelling)"}},
+    responses={
+        202: {"description": "the job is running: its worker stops it (status cancelling)"},
+        **problems(404),
+        409: problem("the job has already finished"),
+    },
 )
 def cancel_job(job_id: OwnedJobId, session: SessionDep, response: Response) -> JobPublic:
     job = jobs.cancel_job(session, job_id)
@@ -85,19 +97,27 @@ def cancel_job(job_id: OwnedJobId, session: SessionDep, response: Response) -> J
     return _public(session, job)
 
 
-@router.post("/{job_id}/retry", status_code=status.HTTP_201_CREATED)
+@router.post(
+    "/{job_id}/retry",
+    status_code=status.HTTP_201_CREATED,
+    responses={**problems(404, 429), 409: problem("the job has not finished, or succeeded")},
+)
 def retry_job(
     job_id: OwnedJobId, session: SessionDep, settings: SettingsDep, caller: CallerDep
 ) -> JobSubmitted:
     return _submitted(session, submit.retry_job(session, settings, job_id, caller))
 
 
-@router.delete("/{job_id}", status_code=status.HTTP_204_NO_CONTENT)
+@router.delete(
+    "/{job_id}",
+    status_code=status.HTTP_204_NO_CONTENT,
+    responses={**problems(404), 409: problem("the job has not finished; cancel it first")},
+)
 def delete_job(job_id: OwnedJobId, session: SessionDep, settings: SettingsDep) -> None:
     jobs.delete_job(session, settings, job_id)
 
 
-@router.get("/{job_id}/events")
+@router.get("/{job_id}/events", responses=problems(404))
 def list_events(job_id: OwnedJobId, session: SessionDep) -> JobEventsPublic:
     events = jobs.list_events(session, job_id)
     return JobEventsPublic(data=[JobEventPublic.model_validate(event) for event in events])

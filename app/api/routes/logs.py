@@ -7,11 +7,12 @@ from typing import Annotated
 from fastapi import APIRouter, Query
 
 from app.api.deps import OwnedJobId, SessionDep, SettingsDep
+from app.api.openapi import problems
 from app.schemas import LogChunk
 from app.services.jobs import get_job
 from app.services.runs import read_log
 
-router = APIRouter(prefix="/jobs", tags=["logs"])
+router = APIRouter(prefix="/jobs", tags=["logs"], responses=problems(404))
 
 MAX_LOG_CHUNK = 1 << 20
 

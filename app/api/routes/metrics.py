@@ -7,11 +7,12 @@ from typing import Annotated
 from fastapi import APIRouter, Query
 
 from app.api.deps import DB_INT_MAX, OwnedJobId, SessionDep
+from app.api.openapi import problems
 from app.schemas import MetricPublic, MetricsPublic
 from app.services.artifacts import list_metrics
 from app.services.series import downsample_by_name
 
-router = APIRouter(prefix="/jobs", tags=["metrics"])
+router = APIRouter(prefix="/jobs", tags=["metrics"], responses=problems(404))
 
 # With max_points the whole history is read to be shortened; past this many rows it comes in pages still.
 MAX_DOWNSAMPLED_ROWS = 200_000

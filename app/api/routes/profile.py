@@ -6,10 +6,11 @@ from fastapi import APIRouter
 from fastapi.responses import FileResponse
 
 from app.api.deps import OwnedJobId, SessionDep, SettingsDep
+from app.api.openapi import problems
 from app.services.profiles import profile_summary, profile_trace
 from trainers.profile_summary import ProfileSummary
 
-router = APIRouter(tags=["profile"])
+router = APIRouter(tags=["profile"], responses=problems(404))
 
 
 @router.get("/jobs/{job_id}/profile")

@@ -9,6 +9,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Histogram,
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.api.deps import get_caller
+from app.api.openapi import problems
 from app.services.telemetry import ClusterCollector
 
 router = APIRouter(tags=["metrics"])
@@ -70,7 +71,7 @@ def install_prometheus(app: FastAPI) -> None:
     app.state.prometheus_registry = registry
     app.add_middleware(RequestLatency, histogram=latency)
     # Host names and job counts are not for everyone: with auth on, scrapers send a key (bearer_token).
-    app.include_router(router, dependencies=[Depends(get_caller)])
+    app.include_router(router, dependencies=[Depends(get_caller)], responses=problems(401))
 
 
 @router.get("/metrics", response_class=Response, responses={200: {"content": {CONTENT_TYPE_LATEST: {}}}})

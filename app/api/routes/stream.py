@@ -18,13 +18,14 @@ from sqlalchemy import select
 from starlette.concurrency import run_in_threadpool
 
 from app.api.deps import DB_INT_MAX, OwnedJobId, SessionDep
+from app.api.openapi import problems
 from app.core.db import new_session
 from app.models import Metric
 from app.schemas import MetricPublic
 from app.services.jobs import get_job
 from app.states import JobStatus
 
-router = APIRouter(prefix="/jobs", tags=["metrics"])
+router = APIRouter(prefix="/jobs", tags=["metrics"], responses=problems(404))
 
 POLL_S = 0.5
 # Proxies drop connections that stay silent; a comment line every so often keeps a quiet stream open.
