@@ -87,6 +87,27 @@ def test_a_killed_rank_restarts_from_its_checkpoint_like_an_uninterrupted_run(
         assert value == pytest.approx(expected, rel=LOSS_RTOL), step
 
 
+def test_a_rank_hanging_in_a_collective_times_out_and_restarts(
+    embedded_stack: Stack, reference: list[tuple[int, float]]
+) -> None:
+    """Rank 1 stopped (SIGSTOP) mid-job: rank 0 waits in its all-reduce until limits.collective_timeout_s,
+    fails with a communication error, and the job restarts from its checkpoint."""
+    spec = {**RESTARTABLE, "limits": {**RESTARTABLE["limits"], "collective_timeout_s": 10}}
+    with embedded_stack.client() as client:
+        job_id = submit(client, spec)["id"]
+        wait_step(embedded_stack, job_id, 50)
+        hung = rank_process(embedded_stack, job_id, 1)
+        os.kill(hung.pid, signal.SIGSTOP)
+        job = wait_status(client, job_id, {"succeeded"}, timeout=300)
+        events = client.get(f"/v1/jobs/{job_id}/events").json()["data"]
+    assert job["attempt"] == 2, job
+    restart = next(e for e in events if e["to_status"] == "restarting")
+    assert restart["reason"] == "communication_error", restart
+    steps = [step for step, _ in losses(embedded_stack, job_id)]
+    assert steps == sorted(set(steps)) == [step for step, _ in reference], "duplicate or missing steps"
+    assert not hung.is_running() or hung.status() == psutil.STATUS_ZOMBIE, "the stopped rank outlived its job"
+
+
 def test_max_runtime_times_out_after_a_final_checkpoint(embedded_stack: Stack) -> None:
     spec = {
         **RESTARTABLE,
