@@ -150,10 +150,8 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="trainyard-load-") as tmp:
         workdir = Path(tmp)
         # Quotas count unfinished jobs per user; every submission here stays queued.
-        stack = ApiOnly.start(
+        stack = ApiOnly.embedded(
             workdir,
-            f"sqlite:///{workdir}/trainyard.db",
-            f"sqla+sqlite:///{workdir}/broker.db",
             TRAINYARD_QUOTA_MAX_JOBS=str(10 * submissions),
         )
         raw = workdir / "api.stacks"

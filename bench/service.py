@@ -100,12 +100,7 @@ class Service:
         visible = ",".join(str(i) for i in range(gpus)) if on_gpu else ""
         with tempfile.TemporaryDirectory(prefix="trainyard-bench-") as tmp:
             workdir = Path(tmp)
-            stack = Stack.start(
-                workdir,
-                f"sqlite:///{workdir}/trainyard.db",
-                f"sqla+sqlite:///{workdir}/broker.db",
-                CUDA_VISIBLE_DEVICES=visible,
-            )
+            stack = Stack.embedded(workdir, CUDA_VISIBLE_DEVICES=visible)
             try:
                 with stack.client() as client:
                     yield cls(stack, client)

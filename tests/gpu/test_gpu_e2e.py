@@ -37,12 +37,7 @@ def gpu_spec(gpus: list[int], max_steps: int) -> dict[str, Any]:
 def gpu_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     workdir = tmp_path_factory.mktemp("gpu-stack")
     visible = ",".join(str(i) for i in range(torch.cuda.device_count()))
-    stack = Stack.start(
-        workdir,
-        f"sqlite:///{workdir}/trainyard.db",
-        f"sqla+sqlite:///{workdir}/broker.db",
-        CUDA_VISIBLE_DEVICES=visible,
-    )
+    stack = Stack.embedded(workdir, CUDA_VISIBLE_DEVICES=visible)
     yield stack
     stack.stop()
 

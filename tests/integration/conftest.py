@@ -34,9 +34,7 @@ def postgres_server() -> Iterator[Postgres]:
 
 def _start_stack(kind: str, workdir: Path, request: pytest.FixtureRequest) -> Stack:
     if kind == "embedded":
-        return Stack.start(
-            workdir, f"sqlite:///{workdir}/trainyard.db", f"sqla+sqlite:///{workdir}/broker.db"
-        )
+        return Stack.embedded(workdir)
     redis: Redis = request.getfixturevalue("redis_server")
     postgres: Postgres = request.getfixturevalue("postgres_server")
     return Stack.start(workdir, postgres.new_database(), redis.new_url())

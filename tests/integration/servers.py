@@ -175,6 +175,13 @@ class Stack:
         stack.start_worker()
         return stack
 
+    @classmethod
+    def embedded(cls, workdir: Path, **extra_env: str) -> Stack:
+        """The `make run` default: SQLite in WAL mode as the database and as the broker, no server."""
+        return cls.start(
+            workdir, f"sqlite:///{workdir}/trainyard.db", f"sqla+sqlite:///{workdir}/broker.db", **extra_env
+        )
+
     def _spawn(self, name: str, argv: list[str]) -> None:
         log = (self.workdir / f"{name}.log").open("ab")
         self.procs[name] = subprocess.Popen(

@@ -143,12 +143,7 @@ def test_overview_pages_compare_gpus_and_queue(embedded_stack: Stack, page: Page
 
 @pytest.fixture
 def auth_stack(tmp_path: Path) -> Iterator[Stack]:
-    running = Stack.start(
-        tmp_path,
-        f"sqlite:///{tmp_path}/trainyard.db",
-        f"sqla+sqlite:///{tmp_path}/broker.db",
-        TRAINYARD_AUTH="on",
-    )
+    running = Stack.embedded(tmp_path, TRAINYARD_AUTH="on")
     yield running
     running.stop()
 

@@ -28,12 +28,7 @@ LONG = example_spec(
 def two_workers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     workdir = tmp_path_factory.mktemp("two-workers")
     # A short lease so a dead worker's job is noticed within seconds.
-    stack = Stack.start(
-        workdir,
-        f"sqlite:///{workdir}/trainyard.db",
-        f"sqla+sqlite:///{workdir}/broker.db",
-        TRAINYARD_LEASE_TIMEOUT_S="4",
-    )
+    stack = Stack.embedded(workdir, TRAINYARD_LEASE_TIMEOUT_S="4")
     stack.start_worker("worker-b")
     yield stack
     stack.stop()

@@ -37,12 +37,7 @@ class Keys:
 @pytest.fixture(scope="module")
 def auth_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     workdir = tmp_path_factory.mktemp("stack-auth")
-    stack = Stack.start(
-        workdir,
-        f"sqlite:///{workdir}/trainyard.db",
-        f"sqla+sqlite:///{workdir}/broker.db",
-        TRAINYARD_AUTH="on",
-    )
+    stack = Stack.embedded(workdir, TRAINYARD_AUTH="on")
     yield stack
     stack.stop()
 
