@@ -33,3 +33,12 @@ MODULE_NAMES: dict[str, tuple[str, ...]] = {
 
 DATASETS = ("synthetic", "digits", "synthetic_bags", "cifar10", "mnist", "image_folder")
 DATASETS_ON_DISK = ("cifar10", "mnist", "image_folder")
+
+# Architectures that take bags of token ids, not images, and the datasets that hold such bags: the one kind
+# of model cannot read the other kind of data.
+TOKEN_ARCHS = ("embedding_bag",)
+TOKEN_DATASETS = ("synthetic_bags",)
+# Architectures whose embedding tables have sparse gradients, which only plain SGD takes (see schedule.py).
+SPARSE_ARCHS = ("embedding_bag",)
+# Datasets evaluated on their own test split; the others hold out data.val_fraction of their samples.
+DATASETS_WITH_TEST_SPLIT = ("cifar10", "mnist")

@@ -118,6 +118,8 @@ def train_worker(args: WorkerArgs, shared: Shared) -> None:
     steps = zip(range(args.done + 1, total + 1), c.batches.from_step(args.done), strict=False)
     for step, micro_batches in steps:
         claim(step, args, shared)
+        # No plateau factor: evaluations happen in the main process, so plateau is refused for hogwild at
+        # submit (trainers/combinations.py), as are the loop's TensorBoard, profiler and compile.
         lr = lr_at(step - 1, schedule)
         set_lr(c.optimizer, lr)
         train_step(c, micro_batches, spec.train, metrics)

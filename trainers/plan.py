@@ -9,6 +9,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from trainers.combinations import check_combinations
 from trainers.spec import JobSpec, LrScaling, ParallelSpec, Precision, Strategy, TrainSpec
 
 
@@ -159,25 +160,6 @@ def _layout(strategy: Strategy, parallel: ParallelSpec, gpus: int) -> Layout:
     raise ValueError(f"parallel.strategy={strategy} cannot be planned")
 
 
-def _check_options(spec: JobSpec, strategy: Strategy, device: str) -> None:
-    parallel = spec.parallel
-    if parallel.sync_batchnorm and strategy is not Strategy.DDP:
-        raise ValueError("parallel.sync_batchnorm needs parallel.strategy=ddp; drop it or switch to ddp")
-    if parallel.sync_batchnorm and device == "cpu":
-        raise ValueError(
-            "parallel.sync_batchnorm runs on GPUs only (torch's SyncBatchNorm has no CPU kernel); "
-            "drop it or ask for parallel.gpus"
-        )
-    if parallel.placement and strategy is not Strategy.SINGLE:
-        raise ValueError("parallel.placement (CPU/GPU hybrid) works with strategy single or auto")
-    if parallel.split_at and strategy not in (Strategy.MODEL_PARALLEL, Strategy.PIPELINE):
-        raise ValueError("parallel.split_at is for strategy model_parallel or pipeline; drop it")
-    if parallel.microbatches and strategy is not Strategy.PIPELINE:
-        raise ValueError("parallel.microbatches is for strategy pipeline; drop it")
-    if device == "cpu" and spec.precision is Precision.FP16:
-        raise ValueError("precision fp16 needs a GPU; on CPU use bf16 or fp32, or ask for parallel.gpus")
-
-
 def _batches(train: TrainSpec, layout: Layout) -> tuple[int, int]:
     """Samples per process per optimizer step, and per forward/backward."""
     shards = layout.data_parallel_size * layout.workers * train.grad_accum_steps
@@ -214,7 +196,7 @@ def resolve_plan(spec: JobSpec) -> Plan:
         )
     strategy, reason = _pick_strategy(spec, gpus)
     layout = _layout(strategy, parallel, gpus)
-    _check_options(spec, strategy, device)
+    check_combinations(spec, strategy, device)
     per_rank, micro = _batches(spec.train, layout)
     return Plan(
         strategy=strategy,

@@ -6,17 +6,26 @@ import torch: the API never loads it.
 
 from __future__ import annotations
 
+import json
 import math
 from enum import StrEnum
-from typing import Annotated
+from typing import Annotated, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, Strict, field_validator, model_validator
 
 from trainers.catalog import DATASETS, DATASETS_ON_DISK, MODEL_KWARGS, MODULE_NAMES
 
 
 class Section(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # Strict: a value keeps the JSON type it was sent with. Lax mode would read "5" as 5 and 1 as true, so a
+    # mistyped spec would run with values the user never wrote; ints are still taken where floats are due.
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+AnyEnum = TypeVar("AnyEnum", bound=StrEnum)
+# Strict mode takes a plain string for an enum only from raw JSON, but the API (FastAPI) and the worker (a
+# stored spec) validate parsed JSON, where enum values are plain strings: enum fields take their values.
+Choice = Annotated[AnyEnum, Strict(False)]
 
 
 class Strategy(StrEnum):
@@ -99,6 +108,17 @@ class ModelSpec(Section):
             raise ValueError(f"unknown model.arch {arch!r}; choose one of {', '.join(MODEL_KWARGS)}")
         return arch
 
+    @field_validator("kwargs", mode="before")
+    @classmethod
+    def numeric_kwargs(cls, kwargs: object) -> object:
+        """One message per bad value, where the int | float union would give one per member."""
+        for key, value in kwargs.items() if isinstance(kwargs, dict) else ():
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise ValueError(
+                    f"model.kwargs.{key} must be a JSON number, got {json.dumps(value, default=repr)}"
+                )
+        return kwargs
+
     @model_validator(mode="after")
     def allowed_kwargs(self) -> ModelSpec:
         allowed = MODEL_KWARGS[self.arch]
@@ -125,10 +145,14 @@ class DataSpec(Section):
     num_classes: int = Field(10, ge=2, le=1000, description="synthetic only: classes")
     channels: int = Field(3, ge=1, le=4, description="synthetic only: image channels")
     image_size: int | None = Field(
-        None, ge=4, le=512, description="side of the square images the model sees; default per model"
+        None, ge=4, le=512, description="image models: side of the square images they see; default per model"
     )
-    val_fraction: float = Field(0.1, ge=0.0, le=0.5, description="share held out for evaluation")
-    placement: DataPlacement = Field(DataPlacement.AUTO, description="where batches live: auto, gpu, cpu")
+    val_fraction: float = Field(
+        0.1, ge=0.0, le=0.5, description="share held out for evaluation; cifar10, mnist: their test split"
+    )
+    placement: Choice[DataPlacement] = Field(
+        DataPlacement.AUTO, description="where batches live: auto, gpu (GPU jobs only), cpu"
+    )
     vocab_size: int = Field(10_000, ge=2, le=20_000_000, description="synthetic_bags: distinct token ids")
     bag_size: int = Field(16, ge=1, le=1024, description="synthetic_bags: tokens per sample")
     loader_workers: int = Field(0, ge=0, le=64, description="on-disk data: DataLoader worker processes")
@@ -167,22 +191,28 @@ class TrainSpec(Section):
     epochs: int | None = Field(None, ge=1, le=100_000)
     max_steps: int | None = Field(None, ge=1, le=10_000_000, description="optimizer steps; wins over epochs")
     batch_size: int = Field(64, ge=1, le=1_048_576, description="global batch: summed over all ranks")
-    optimizer: Optimizer = Optimizer.SGD
+    optimizer: Choice[Optimizer] = Field(
+        Optimizer.SGD, description="embedding_bag: sgd, unless strategy fsdp (sparse gradients)"
+    )
     lr: PositiveFloat = 0.05
-    momentum: float = Field(0.9, ge=0.0, lt=1.0)
+    momentum: float = Field(0.9, ge=0.0, lt=1.0, description="sgd only; not on an embedding_bag table")
     weight_decay: float = Field(0.0, ge=0.0, le=1.0)
-    schedule: Schedule = Schedule.CONSTANT
+    schedule: Choice[Schedule] = Schedule.CONSTANT
     step_size_epochs: int = Field(30, ge=1, le=100_000, description="schedule=step: decay period")
     gamma: float = Field(0.1, gt=0.0, le=1.0, description="schedule=step and plateau: decay factor")
-    plateau_patience: int = Field(2, ge=0, le=1000, description="schedule=plateau: evals without gain")
+    plateau_patience: int = Field(2, ge=0, le=1000, description="schedule=plateau: evaluations without gain")
     onecycle_pct_start: float = Field(0.3, gt=0.0, lt=1.0, description="schedule=onecycle: share rising")
     warmup_steps: int = Field(0, ge=0, le=1_000_000)
-    lr_scaling: LrScaling = Field(LrScaling.NONE, description="scale lr by global batch / base_batch_size")
+    lr_scaling: Choice[LrScaling] = Field(
+        LrScaling.NONE, description="scale lr by global batch / base_batch_size"
+    )
     base_batch_size: int = Field(256, ge=1, le=1_048_576)
     grad_accum_steps: int = Field(1, ge=1, le=1024)
     clip_grad_norm: float | None = Field(None, gt=0.0, le=1e6)
     seed: int = Field(0, ge=0, le=2**31 - 1)
-    eval_every_epochs: int = Field(1, ge=0, le=100_000, description="0 disables evaluation")
+    eval_every_epochs: int = Field(
+        1, ge=0, le=100_000, description="0 disables evaluation (refused with schedule=plateau)"
+    )
 
     @field_validator("lr")
     @classmethod
@@ -201,8 +231,11 @@ class DevicePlacement(StrEnum):
     GPU = "gpu"
 
 
+ModuleName = Annotated[str, Field(min_length=1, max_length=128)]
+
+
 class ParallelSpec(Section):
-    strategy: Strategy = Strategy.AUTO
+    strategy: Choice[Strategy] = Strategy.AUTO
     gpus: list[Annotated[int, Field(ge=0, le=255)]] | None = Field(
         None, max_length=64, description="physical GPU ids of the host"
     )
@@ -211,13 +244,13 @@ class ParallelSpec(Section):
         None, ge=1, le=64, description="processes; on CPU the gloo world size, on GPU one per GPU"
     )
     sync_batchnorm: bool = Field(False, description="ddp only: convert BatchNorm to SyncBatchNorm")
-    split_at: list[Annotated[str, Field(min_length=1, max_length=128)]] | None = Field(
+    split_at: list[ModuleName] | None = Field(
         None,
         max_length=63,
         description="model_parallel, pipeline: module names where a new stage begins; default per model",
     )
     microbatches: int | None = Field(None, ge=1, le=1024, description="pipeline: micro-batches per batch")
-    placement: dict[Annotated[str, Field(min_length=1, max_length=128)], DevicePlacement] | None = Field(
+    placement: dict[ModuleName, Choice[DevicePlacement]] | None = Field(
         None,
         max_length=64,
         description="hybrid: module name -> cpu or gpu; the rest of the model goes to the GPU",
@@ -235,7 +268,7 @@ class ParallelSpec(Section):
 
 class PerformanceSpec(Section):
     channels_last: bool = False
-    compile: bool = Field(False, description="torch.compile the model")
+    compile: bool = Field(False, description="torch.compile the model; not under hogwild")
     activation_checkpointing: bool = Field(False, description="recompute activations in backward")
     cudnn_benchmark: bool = Field(True, description="let cuDNN pick the fastest kernels for fixed shapes")
 
@@ -250,11 +283,15 @@ class CheckpointSpec(Section):
 
 class MetricsSpec(Section):
     every_n_steps: int = Field(10, ge=1, le=100_000, description="all-reduce and report every N steps")
-    tensorboard: bool = Field(False, description="rank 0 also writes TensorBoard event files")
+    tensorboard: bool = Field(
+        False, description="rank 0 also writes TensorBoard event files; not under hogwild"
+    )
 
 
 class ProfileSpec(Section):
-    steps: int = Field(0, ge=0, le=200, description="torch.profiler on rank 0 for this many steps; 0: off")
+    steps: int = Field(
+        0, ge=0, le=200, description="torch.profiler on rank 0 for this many steps; 0: off; not under hogwild"
+    )
     skip_first: int = Field(5, ge=0, le=10_000, description="steps to run before profiling (warm-up)")
 
 
@@ -271,7 +308,9 @@ class JobSpec(Section):
     data: DataSpec
     train: TrainSpec = Field(default_factory=TrainSpec)
     parallel: ParallelSpec = Field(default_factory=ParallelSpec)
-    precision: Precision = Field(Precision.FP32, description="fp32, bf16, fp16; apex O0-O3 are aliases")
+    precision: Choice[Precision] = Field(
+        Precision.FP32, description="fp32, bf16, fp16; apex O0-O3 are aliases"
+    )
     performance: PerformanceSpec = Field(default_factory=PerformanceSpec)
     checkpoint: CheckpointSpec = Field(default_factory=CheckpointSpec)
     metrics: MetricsSpec = Field(default_factory=MetricsSpec)
@@ -315,10 +354,5 @@ class JobSpec(Section):
                 f"parallel.strategy={self.parallel.strategy} needs {stages} stages but {self.model.arch} "
                 f"splits into at most {max_stages(self.model.arch, names)} by default; ask for fewer "
                 "GPUs/processes or give parallel.split_at"
-            )
-        if self.parallel.strategy is Strategy.PIPELINE and self.model.arch == "embedding_bag":
-            raise ValueError(
-                "parallel.strategy=pipeline cannot split embedding_bag (its sparse table and dense head "
-                "train with different optimizers); use strategy single with parallel.placement"
             )
         return self
