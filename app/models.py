@@ -98,7 +98,7 @@ class Checkpoint(Base):
     job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), index=True)
     step: Mapped[int] = mapped_column(Integer)
     epoch: Mapped[int] = mapped_column(Integer)
-    path: Mapped[str] = mapped_column(Text)  # absolute
+    path: Mapped[str] = mapped_column(Text)  # an absolute path, or an s3:// URI with artifact_store=s3
     size_bytes: Mapped[int] = mapped_column(Integer)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 

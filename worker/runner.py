@@ -25,6 +25,7 @@ from worker.gpus import host_gpus
 from worker.kill import JobMark, kill_job, mark_for
 from worker.launch import Launch, build_launch
 from worker.leases import Claim, ClaimOutcome, claim_job
+from worker.publish import checkpoint_exists, local_resume_path
 from worker.supervise import CANCELLED, Outcome, RunningJob, Supervisor, finish, ring_others, runtime_deadline
 from worker.tail import EventTail, apply_events
 
@@ -90,9 +91,10 @@ def _catch_up(job_id: int, run_dir: Path) -> EventTail:
             return tail
 
 
-def _leased_plan(job: Job, claim: Claim) -> Plan:
+def _leased_plan(job: Job, claim: Claim, run_dir: Path) -> Plan:
     """The plan with the GPUs leased and where to resume: a requeued attempt continues from the job's latest
-    checkpoint on disk, a first one from what the API chose."""
+    checkpoint that still exists, a first one from what the API chose; one held in the object store is
+    downloaded into `run_dir` unless this host wrote it."""
     plan = Plan.model_validate(job.plan)
     resume_path = plan.resume_path
     if claim.attempt > 1:
@@ -102,9 +104,9 @@ def _leased_plan(job: Job, claim: Claim) -> Plan:
                 .where(Checkpoint.job_id == job.id)
                 .order_by(Checkpoint.step.desc(), Checkpoint.id.desc())
             ).all()
-        resume_path = next((path for path in saved if Path(path).is_file()), resume_path)
+        resume_path = next((path for path in saved if checkpoint_exists(path)), resume_path)
     gpus = claim.gpu_ids if plan.device == "cuda" else plan.gpus
-    return plan.model_copy(update={"gpus": gpus, "resume_path": resume_path})
+    return plan.model_copy(update={"gpus": gpus, "resume_path": local_resume_path(resume_path, run_dir)})
 
 
 def _prepare_run_dir(run_dir: Path, config: RunConfig) -> None:
@@ -154,7 +156,7 @@ def launch(mark: JobMark, claim: Claim, settings: Settings) -> RunningJob | None
         return None
     spec = JobSpec.model_validate(job.spec)
     tail = _catch_up(job.id, mark.run_dir)
-    plan = _leased_plan(job, claim)
+    plan = _leased_plan(job, claim, mark.run_dir)
     command = build_launch(
         plan,
         job_id=claim.job_id,

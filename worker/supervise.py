@@ -23,6 +23,7 @@ from worker.celery_app import enqueue_job
 from worker.failure import classify_failure, root_cause
 from worker.kill import JobMark, kill_job
 from worker.leases import release_leases, ring_waiting_jobs
+from worker.publish import LogPublisher
 from worker.tail import EventTail, apply_events
 
 log = logging.getLogger(__name__)
@@ -163,6 +164,7 @@ class Supervisor:
         self.settings = get_settings()
         self.next_heartbeat = 0.0
         self.next_attempt: int | None = None
+        self.logs = LogPublisher(job.job_id, job.mark.run_dir)
 
     def run(self) -> int | None:
         """Supervise until the attempt ends; the attempt to launch next when it ended in a restart."""
@@ -227,6 +229,7 @@ class Supervisor:
         if now >= self.next_heartbeat:
             with session_scope() as session:
                 own(session, self.job.job_id, self.job.attempt)
+            self.logs.publish()
             self.next_heartbeat = now + self.settings.heartbeat_s
 
     def _stop_processes(self) -> None:
@@ -238,6 +241,7 @@ class Supervisor:
         job = self.job
         self._stop_processes()
         self._pump(drain=True)  # the checkpoints written up to the end, which a restart resumes from
+        self.logs.publish()  # whole before the job is seen to end, so a reader's eof means the full log
         if outcome.retryable:
             self.next_attempt = begin_restart(job, outcome)
             if self.next_attempt is not None:

@@ -25,6 +25,7 @@ from trainers.events import (
     PhaseEvent,
     parse_event,
 )
+from worker.publish import publish_checkpoints, unpublish_checkpoint
 
 log = logging.getLogger(__name__)
 
@@ -103,6 +104,7 @@ def apply_events(session: Session, job_id: int, run_dir: Path, events: Sequence[
     metrics: list[dict[str, Any]] = []
     latest: dict[str, float | None] = {}
     progress: tuple[int, int | None] | None = None
+    checkpoint_paths = publish_checkpoints(job_id, run_dir, events)
     for event in events:
         if isinstance(event, PhaseEvent):
             move(session, job_id, JobStatus.STARTING, JobStatus.RUNNING, running_at=utcnow())
@@ -115,13 +117,13 @@ def apply_events(session: Session, job_id: int, run_dir: Path, events: Sequence[
                 "job_id": job_id,
                 "step": event.step,
                 "epoch": event.epoch,
-                "path": str(run_dir / event.path),
+                "path": checkpoint_paths[event.path],
                 "size_bytes": event.size_bytes,
                 "created_at": utcnow(),
             }
             insert_ignoring_duplicates(session, Checkpoint, [row])
         elif isinstance(event, CheckpointRemovedEvent):
-            path = str(run_dir / event.path)
+            path = unpublish_checkpoint(job_id, run_dir, event.path)
             session.execute(delete(Checkpoint).where(Checkpoint.job_id == job_id, Checkpoint.path == path))
         elif isinstance(event, DoneEvent):
             progress = (event.step, progress[1] if progress else None)

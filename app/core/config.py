@@ -7,7 +7,7 @@ from enum import StrEnum
 from functools import lru_cache
 from pathlib import Path
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 VAR_DIR = Path("var")
@@ -16,6 +16,11 @@ VAR_DIR = Path("var")
 class AuthMode(StrEnum):
     ON = "on"
     OFF = "off"
+
+
+class ArtifactStore(StrEnum):
+    SHARED = "shared"  # runs_dir is one filesystem that the API and every worker see
+    S3 = "s3"  # checkpoints and logs are uploaded to an S3-compatible bucket the API reads
 
 
 class Settings(BaseSettings):
@@ -39,6 +44,12 @@ class Settings(BaseSettings):
     quota_max_jobs: int = Field(32, ge=1, le=100_000, description="a user's queued and active jobs")
     quota_max_gpus: int = Field(64, ge=0, le=100_000, description="GPUs a user's unfinished jobs ask for")
     quota_retry_after_s: int = Field(30, ge=1, le=86400, description="Retry-After of a 429 over quota")
+    artifact_store: ArtifactStore = Field(
+        ArtifactStore.SHARED, description="how checkpoints and logs reach the API; s3: hosts share no disk"
+    )
+    s3_endpoint_url: str | None = Field(None, description="an S3-compatible server (MinIO, Ceph); unset: AWS")
+    s3_bucket: str | None = Field(None, description="for artifact_store=s3; credentials: AWS_* variables")
+    s3_prefix: str = Field("trainyard", description="keys are <prefix>/<job id>/<path in the run directory>")
     gpu_inventory: str | None = Field(
         None, description="test only: comma-separated fake GPU ids that replace NVML discovery"
     )
@@ -47,6 +58,20 @@ class Settings(BaseSettings):
     @classmethod
     def absolute(cls, path: Path) -> Path:
         return path.resolve()
+
+    @field_validator("s3_prefix")
+    @classmethod
+    def folder_name(cls, prefix: str) -> str:
+        stripped = prefix.strip("/")
+        if not stripped:
+            raise ValueError("TRAINYARD_S3_PREFIX must name a folder in the bucket, such as 'trainyard'")
+        return stripped
+
+    @model_validator(mode="after")
+    def s3_needs_a_bucket(self) -> Settings:
+        if self.artifact_store is ArtifactStore.S3 and not self.s3_bucket:
+            raise ValueError("TRAINYARD_ARTIFACT_STORE=s3 needs a bucket: set TRAINYARD_S3_BUCKET")
+        return self
 
     @property
     def is_sqlite(self) -> bool:

@@ -7,6 +7,8 @@ from pathlib import Path
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from app.core.config import Settings
+from app.core.storage import StoredObject, is_object_uri, locate
 from app.models import Checkpoint, Metric
 from app.services.errors import CheckpointNotFound
 from app.services.jobs import get_job
@@ -50,12 +52,22 @@ def owned_checkpoint(session: Session, checkpoint_id: int, caller: Caller) -> Ch
     return checkpoint
 
 
-def checkpoint_file(session: Session, checkpoint_id: int, caller: Caller) -> tuple[Checkpoint, Path]:
+def _open(settings: Settings, path: str) -> Path | StoredObject | None:
+    """A local file, or the object an s3:// path names, opened; None when neither is there any more."""
+    if not is_object_uri(path):
+        return Path(path) if Path(path).is_file() else None
+    found = locate(settings, path)
+    return None if found is None else found[0].open(found[1])
+
+
+def checkpoint_content(
+    session: Session, settings: Settings, checkpoint_id: int, caller: Caller
+) -> tuple[Checkpoint, Path | StoredObject]:
     checkpoint = owned_checkpoint(session, checkpoint_id, caller)
-    path = Path(checkpoint.path)
-    if not path.is_file():
+    content = _open(settings, checkpoint.path)
+    if content is None:
         raise CheckpointNotFound(
             f"checkpoint {checkpoint_id}'s file is gone (the job kept only its last checkpoints); "
             f"pick a newer one from GET /v1/jobs/{checkpoint.job_id}/checkpoints"
         )
-    return checkpoint, path
+    return checkpoint, content

@@ -1,11 +1,13 @@
 """Paths a spec names stay where they belong: data under TRAINYARD_DATA_DIR, checkpoints under the runs
-directory. The spec already refuses '..' and absolute paths; this catches what only the disk knows."""
+directory or in the object store's bucket and prefix. The spec already refuses '..' and absolute paths; this
+catches what only the disk knows."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from app.core.config import Settings
+from app.core.storage import is_object_uri, locate
 from app.services.errors import InvalidSpec
 from trainers.datadir import resolve_data_root
 
@@ -26,7 +28,14 @@ def check_data_root(settings: Settings, root: str | None) -> None:
 
 
 def check_checkpoint_path(settings: Settings, field: str, path: str) -> None:
-    if not confined(Path(path), settings.runs_dir):
+    if is_object_uri(path):
+        if locate(settings, path) is None:
+            raise InvalidSpec(
+                field,
+                "that checkpoint is stored outside TRAINYARD_S3_BUCKET/TRAINYARD_S3_PREFIX (or the object "
+                "store is off); resume from another checkpoint",
+            )
+    elif not confined(Path(path), settings.runs_dir):
         raise InvalidSpec(
             field, "that checkpoint's file leads outside the runs directory; resume from another checkpoint"
         )

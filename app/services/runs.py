@@ -1,15 +1,22 @@
-"""The run directory the worker fills (runs/<job>/): paths, reading logs, removing it."""
+"""The run directory the worker fills (runs/<job>/): paths, reading logs, removing it, along with its copy
+in the object store when there is one (artifact_store=s3)."""
 
 from __future__ import annotations
 
+import logging
 import shutil
 from pathlib import Path
 
+from botocore.exceptions import BotoCoreError, ClientError
+
 from app.core.config import Settings
+from app.core.storage import object_store
 from app.models import Job
 from app.schemas import LogChunk
 from app.states import JobStatus
 from trainers.events import LAUNCHER_LOG, LOG_DIR, rank_log_name
+
+log = logging.getLogger(__name__)
 
 
 def run_dir(settings: Settings, job_id: int | str) -> Path:
@@ -18,11 +25,34 @@ def run_dir(settings: Settings, job_id: int | str) -> Path:
 
 def remove_run_dir(settings: Settings, job_id: int) -> None:
     shutil.rmtree(run_dir(settings, job_id), ignore_errors=True)
+    if (store := object_store(settings)) is not None:
+        try:
+            store.delete_run(job_id)
+        except (BotoCoreError, ClientError):
+            # The job's rows are gone already; failing the request now would only hide that it was deleted.
+            log.exception("job %s: could not delete its objects under %s", job_id, store.run_key(job_id, ""))
+
+
+def log_name(rank: int | None) -> str:
+    """The log's path inside the run directory, which is also its key's tail in the object store."""
+    return f"{LOG_DIR}/{LAUNCHER_LOG if rank is None else rank_log_name(rank)}"
 
 
 def log_path(settings: Settings, job_id: int, rank: int | None) -> Path:
-    name = LAUNCHER_LOG if rank is None else rank_log_name(rank)
-    return run_dir(settings, job_id) / LOG_DIR / name
+    return run_dir(settings, job_id) / log_name(rank)
+
+
+def _read_log_bytes(settings: Settings, job_id: int, rank: int | None, offset: int, length: int) -> bytes:
+    """From the file when this host has it (a shared runs directory, or the worker's own host), else from
+    the copy the worker uploads; a log not written yet reads as empty."""
+    try:
+        with log_path(settings, job_id, rank).open("rb") as f:
+            f.seek(offset)
+            return f.read(length)
+    except FileNotFoundError:
+        if (store := object_store(settings)) is None:
+            return b""
+        return store.read_range(store.run_key(job_id, log_name(rank)), offset, length)
 
 
 def _utf8_boundary(data: bytes) -> int:
@@ -40,13 +70,9 @@ def read_log(settings: Settings, job: Job, rank: int | None, offset: int, limit_
     """A missing file is a log not written yet, not an error. The status is read before the file, so
     `eof` is only claimed once the job had finished before these bytes were read."""
     finished = JobStatus(job.status).is_terminal
-    try:
-        with log_path(settings, job.id, rank).open("rb") as f:
-            f.seek(offset)
-            data = f.read(limit_bytes)
-            more = bool(f.read(1))
-    except FileNotFoundError:
-        data, more = b"", False
+    # One byte past the limit tells whether more follows.
+    data = _read_log_bytes(settings, job.id, rank, offset, limit_bytes + 1)
+    data, more = data[:limit_bytes], len(data) > limit_bytes
     if more or not finished:
         # A writer may be mid-character; leave the partial bytes for the next read unless that stalls.
         data = data[: _utf8_boundary(data) or len(data)]

@@ -152,10 +152,20 @@ class Stack:
     env: dict[str, str]
     workdir: Path
     url: str = ""
+    api_env: dict[str, str] = field(
+        default_factory=dict
+    )  # the API's own, as on a host apart from the workers
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
 
     @classmethod
-    def start(cls, workdir: Path, database_url: str, broker_url: str, **extra_env: str) -> Stack:
+    def start(
+        cls,
+        workdir: Path,
+        database_url: str,
+        broker_url: str,
+        api_env: dict[str, str] | None = None,
+        **extra_env: str,
+    ) -> Stack:
         env = {
             **os.environ,
             "TRAINYARD_DATABASE_URL": database_url,
@@ -168,7 +178,7 @@ class Stack:
             "CUDA_VISIBLE_DEVICES": "",
             **extra_env,
         }
-        stack = cls(env, workdir)
+        stack = cls(env, workdir, api_env=api_env or {})
         alembic = [sys.executable, "-m", "alembic", "-c", "migrations/alembic.ini", "upgrade", "head"]
         subprocess.run(alembic, cwd=ROOT, env=env, check=True, capture_output=True)
         stack.start_api()
@@ -176,23 +186,27 @@ class Stack:
         return stack
 
     @classmethod
-    def embedded(cls, workdir: Path, **extra_env: str) -> Stack:
+    def embedded(cls, workdir: Path, api_env: dict[str, str] | None = None, **extra_env: str) -> Stack:
         """The `make run` default: SQLite in WAL mode as the database and as the broker, no server."""
         return cls.start(
-            workdir, f"sqlite:///{workdir}/trainyard.db", f"sqla+sqlite:///{workdir}/broker.db", **extra_env
+            workdir,
+            f"sqlite:///{workdir}/trainyard.db",
+            f"sqla+sqlite:///{workdir}/broker.db",
+            api_env,
+            **extra_env,
         )
 
-    def _spawn(self, name: str, argv: list[str]) -> None:
+    def _spawn(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> None:
         log = (self.workdir / f"{name}.log").open("ab")
         self.procs[name] = subprocess.Popen(
-            argv, cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT
+            argv, cwd=ROOT, env={**self.env, **(env or {})}, stdout=log, stderr=subprocess.STDOUT
         )
 
     def start_api(self) -> None:
         port = free_port()
         self.url = f"http://127.0.0.1:{port}"
         argv = [sys.executable, "-m", "uvicorn", "app.main:app", "--host", "127.0.0.1", "--port", str(port)]
-        self._spawn("api", argv)
+        self._spawn("api", argv, self.api_env)
         wait_for(lambda: httpx.get(f"{self.url}/healthz").status_code == 200, 60, "api")
 
     def start_worker(self, name: str = "worker") -> None:

@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+from pathlib import Path as FilePath
 from typing import Annotated
 
 from fastapi import APIRouter, Path, Request
-from fastapi.responses import FileResponse
+from fastapi.responses import FileResponse, Response, StreamingResponse
 
-from app.api.deps import DB_INT_MAX, CallerDep, OwnedJobId, SessionDep
+from app.api.deps import DB_INT_MAX, CallerDep, OwnedJobId, SessionDep, SettingsDep
 from app.api.openapi import problems
 from app.schemas import CheckpointPublic, CheckpointsPublic
-from app.services.artifacts import checkpoint_file, list_checkpoints
+from app.services.artifacts import checkpoint_content, list_checkpoints
 
 router = APIRouter(tags=["checkpoints"], responses=problems(404))
+
+OCTET_STREAM = "application/octet-stream"
 
 
 @router.get("/jobs/{job_id}/checkpoints")
@@ -36,14 +39,22 @@ def get_checkpoints(job_id: OwnedJobId, session: SessionDep, request: Request) -
 @router.get(
     "/checkpoints/{checkpoint_id}/download",
     response_class=FileResponse,
-    responses={200: {"content": {"application/octet-stream": {}}}},
+    responses={200: {"content": {OCTET_STREAM: {}}}},
 )
 def download_checkpoint(
-    checkpoint_id: Annotated[int, Path(ge=1, le=DB_INT_MAX)], session: SessionDep, caller: CallerDep
-) -> FileResponse:
-    checkpoint, path = checkpoint_file(session, checkpoint_id, caller)
-    return FileResponse(
-        path,
-        media_type="application/octet-stream",
-        filename=f"job{checkpoint.job_id}-step{checkpoint.step}-{path.name}",
-    )
+    checkpoint_id: Annotated[int, Path(ge=1, le=DB_INT_MAX)],
+    session: SessionDep,
+    settings: SettingsDep,
+    caller: CallerDep,
+) -> Response:
+    """From the API's disk, or streamed from the object store through the API: a redirect to a presigned URL
+    would reach S3 with the client's bearer key still attached, and S3 refuses two kinds of auth at once."""
+    checkpoint, content = checkpoint_content(session, settings, checkpoint_id, caller)
+    filename = f"job{checkpoint.job_id}-step{checkpoint.step}-{content.name}"
+    if isinstance(content, FilePath):
+        return FileResponse(content, media_type=OCTET_STREAM, filename=filename)
+    headers = {
+        "Content-Length": str(content.size),
+        "Content-Disposition": f'attachment; filename="{filename}"',
+    }
+    return StreamingResponse(content.chunks, media_type=OCTET_STREAM, headers=headers)

@@ -1,0 +1,104 @@
+"""The API's side of artifact_store=s3, with nothing on its own disk: logs read from the uploaded copy,
+checkpoints streamed from the bucket, resume from a stored checkpoint, and a deleted job's objects gone."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+from sqlalchemy.orm import Session
+
+from app.core.storage import ObjectStore
+from app.models import Checkpoint
+from app.services.transitions import move
+from app.states import JobStatus
+from tests.unit.conftest import submit
+
+pytest_plugins = ["tests.unit.s3_fixtures"]
+
+Upload = Callable[[int, str, bytes], str]
+
+
+@pytest.fixture
+def upload(s3_store: ObjectStore, tmp_path: Path) -> Upload:
+    """Put bytes where the worker would for job `job_id`'s run-directory path `relative`; returns the URI."""
+
+    def put(job_id: int, relative: str, content: bytes) -> str:
+        file = tmp_path / "upload"
+        file.write_bytes(content)
+        key = s3_store.run_key(job_id, relative)
+        s3_store.put_file(file, key)
+        return s3_store.uri(key)
+
+    return put
+
+
+def end(session: Session, job_id: int) -> None:
+    assert move(session, job_id, JobStatus.QUEUED, JobStatus.CANCELLED)
+    session.commit()
+
+
+def test_logs_read_from_the_object_by_byte_offset(
+    client: TestClient, session: Session, upload: Upload
+) -> None:
+    job_id = submit(client)["id"]
+    upload(job_id, "logs/rank1.log", "step 1\nünïcode\n".encode())
+    url = f"/v1/jobs/{job_id}/logs"
+    assert client.get(url).json()["text"] == "", "the launcher's log is not uploaded yet"
+
+    first = client.get(url, params={"rank": 1, "limit_bytes": 8}).json()
+    assert (first["text"], first["next_offset"], first["eof"]) == ("step 1\n", 7, False)
+    rest = client.get(url, params={"rank": 1, "offset": 7}).json()
+    assert (rest["text"], rest["next_offset"]) == ("ünïcode\n", 17)
+    end(session, job_id)
+    past = client.get(url, params={"rank": 1, "offset": 17}).json()
+    assert (past["text"], past["eof"]) == ("", True)
+    assert client.get(url, params={"rank": 1, "limit_bytes": 4}).json()["eof"] is False
+
+
+def test_checkpoint_streams_from_the_bucket(
+    client: TestClient, session: Session, s3_store: ObjectStore, upload: Upload
+) -> None:
+    job_id = submit(client)["id"]
+    blob = bytes(range(256)) * 5000
+    uri = upload(job_id, "checkpoints/step-10.pt", blob)
+    session.add(Checkpoint(job_id=job_id, step=10, epoch=1, path=uri, size_bytes=len(blob)))
+    session.add(Checkpoint(job_id=job_id, step=5, epoch=0, path=uri.replace("10", "5"), size_bytes=1))
+    session.add(
+        Checkpoint(job_id=job_id, step=1, epoch=0, path=uri.replace(s3_store.bucket, "x"), size_bytes=1)
+    )
+    session.commit()
+    gone, foreign, kept = client.get(f"/v1/jobs/{job_id}/checkpoints").json()["data"]
+    response = client.get(kept["download_url"])
+    assert response.status_code == 200
+    assert response.content == blob
+    assert response.headers["content-length"] == str(len(blob))
+    assert response.headers["content-type"] == "application/octet-stream"
+    assert response.headers["content-disposition"] == f'attachment; filename="job{job_id}-step10-step-10.pt"'
+    for missing in (gone, foreign):
+        answer = client.get(missing["download_url"])
+        assert answer.status_code == 404 and "file is gone" in answer.json()["detail"]
+
+
+def test_resume_from_a_stored_checkpoint_and_delete_the_job(
+    client: TestClient, session: Session, s3_store: ObjectStore, upload: Upload
+) -> None:
+    job_id = submit(client)["id"]
+    uri = upload(job_id, "checkpoints/step-10.pt", b"weights")
+    upload(job_id, "logs/rank0.log", b"log")
+    session.add(Checkpoint(job_id=job_id, step=10, epoch=1, path=uri, size_bytes=7))
+    session.add(Checkpoint(job_id=job_id, step=11, epoch=1, path=f"s3://other/{uri[5:]}", size_bytes=7))
+    session.commit()
+    ours, foreign = client.get(f"/v1/jobs/{job_id}/checkpoints").json()["data"]
+
+    resumed = submit(client, checkpoint={"resume_from": ours["id"]})
+    assert resumed["plan"]["resume_path"] == uri
+    refused = client.post("/v1/jobs", json={**resumed["spec"], "checkpoint": {"resume_from": foreign["id"]}})
+    assert refused.status_code == 422 and "TRAINYARD_S3_BUCKET" in refused.text
+
+    end(session, job_id)
+    assert client.delete(f"/v1/jobs/{job_id}").status_code == 204
+    assert not s3_store.exists(s3_store.run_key(job_id, "logs/rank0.log"))
+    assert not s3_store.exists(s3_store.run_key(job_id, "checkpoints/step-10.pt"))
