@@ -116,11 +116,30 @@ class GpuLease(Base):
     leased_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
 
+class JobNode(Base):
+    """One host's part of a job's attempt. Node 0 hosts the rendezvous; every node's supervisor heartbeats
+    its own row, so a host that goes quiet is noticed even while the others keep the job's heartbeat fresh."""
+
+    __tablename__ = "job_nodes"
+
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True)
+    node_rank: Mapped[int] = mapped_column(Integer, primary_key=True)
+    attempt: Mapped[int] = mapped_column(Integer)
+    host: Mapped[str] = mapped_column(String(255), index=True)
+    address: Mapped[str] = mapped_column(String(255))  # where the other nodes reach this host
+    gpu_ids: Mapped[list[int]] = mapped_column(JSON, default=list)
+    rdzv_port: Mapped[int | None] = mapped_column(Integer)  # node 0 only, once its torchrun is starting
+    heartbeat_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    launched: Mapped[bool] = mapped_column(Boolean, default=False)  # its torchrun started: never twice
+    finished: Mapped[bool] = mapped_column(Boolean, default=False)  # its torchrun exited 0
+
+
 class Worker(Base):
     __tablename__ = "workers"
 
     id: Mapped[str] = mapped_column(String(255), primary_key=True)  # "<host>:<pid>"
     host: Mapped[str] = mapped_column(String(255), index=True)
+    address: Mapped[str] = mapped_column(String(255), default="127.0.0.1")
     gpus: Mapped[list[dict[str, Any]]] = mapped_column(JSON, default=list)
     heartbeat_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     started_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)

@@ -79,7 +79,7 @@ def read_dist_env(plan: Plan) -> DistEnv:
 
 @contextmanager
 def distributed(plan: Plan, collective_timeout_s: int) -> Iterator[DistEnv]:
-    """Join the process group for the duration of training, and leave it even when training fails.
+    """Join the process group for the duration of training; leave it when training ends cleanly.
 
     A collective that waits past `collective_timeout_s` (a rank hung or gone) raises, so the job fails with a
     communication error the worker may restart from, instead of hanging until its max_runtime.
@@ -91,8 +91,8 @@ def distributed(plan: Plan, collective_timeout_s: int) -> Iterator[DistEnv]:
     joined = env.world_size > 1
     if joined:
         dist.init_process_group(backend=plan.backend, timeout=timedelta(seconds=collective_timeout_s))
-    try:
-        yield env
-    finally:
-        if joined:
-            dist.destroy_process_group()
+    yield env
+    # Left only after a clean finish: after an exception a peer may still be waiting in a collective, and
+    # NCCL's teardown would wait with it instead of letting this rank exit so torchrun stops the others.
+    if joined:
+        dist.destroy_process_group()

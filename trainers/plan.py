@@ -22,6 +22,8 @@ class Plan(BaseModel):
     backend: str  # torch.distributed backend
     world_size: int  # torchrun processes
     nproc_per_node: int
+    nnodes: int = 1  # hosts, each running nproc_per_node processes
+    host: str | None = None  # the host the spec pins a one-host job to
     data_parallel_size: int = 1  # ranks the global batch is split over
     stages: int = 1  # model_parallel and pipeline
     microbatches: int = 1  # pipeline
@@ -79,7 +81,7 @@ def _pick_strategy(spec: JobSpec, gpus: int) -> tuple[Strategy, str]:
         return parallel.strategy, "chosen in the spec"
     if parallel.placement:
         return Strategy.SINGLE, "parallel.placement splits one model over CPU and GPU in one process"
-    processes = gpus or parallel.nproc_per_node or 1
+    processes = (gpus or parallel.nproc_per_node or 1) * parallel.nnodes
     if processes == 1:
         return Strategy.SINGLE, "one process: no parallel wrapper needed"
     params = approx_params(spec)
@@ -160,6 +162,23 @@ def _layout(strategy: Strategy, parallel: ParallelSpec, gpus: int) -> Layout:
     raise ValueError(f"parallel.strategy={strategy} cannot be planned")
 
 
+def _spanning(layout: Layout, strategy: Strategy, nnodes: int) -> Layout:
+    """Each of nnodes hosts runs the one-host layout; only data-parallel strategies span hosts."""
+    if nnodes == 1:
+        return layout
+    if strategy not in (Strategy.DDP, Strategy.FSDP):
+        raise ValueError(
+            f"parallel.nnodes={nnodes} spans hosts with strategy ddp or fsdp only, and parallel.strategy="
+            f"{strategy} runs on one host; use strategy ddp, or set parallel.nnodes to 1"
+        )
+    return layout.model_copy(
+        update={
+            "world_size": layout.world_size * nnodes,
+            "data_parallel_size": layout.data_parallel_size * nnodes,
+        }
+    )
+
+
 def _batches(train: TrainSpec, layout: Layout) -> tuple[int, int]:
     """Samples per process per optimizer step, and per forward/backward."""
     shards = layout.data_parallel_size * layout.workers * train.grad_accum_steps
@@ -195,7 +214,8 @@ def resolve_plan(spec: JobSpec) -> Plan:
             "(one process per GPU); leave it out"
         )
     strategy, reason = _pick_strategy(spec, gpus)
-    layout = _layout(strategy, parallel, gpus)
+    per_host = _layout(strategy, parallel, gpus)
+    layout = _spanning(per_host, strategy, parallel.nnodes)
     check_combinations(spec, strategy, device)
     per_rank, micro = _batches(spec.train, layout)
     return Plan(
@@ -204,7 +224,9 @@ def resolve_plan(spec: JobSpec) -> Plan:
         device=device,
         backend="nccl" if device == "cuda" else "gloo",
         world_size=layout.world_size,
-        nproc_per_node=layout.world_size,
+        nproc_per_node=per_host.world_size,
+        nnodes=parallel.nnodes,
+        host=parallel.host,
         data_parallel_size=layout.data_parallel_size,
         stages=layout.stages,
         microbatches=layout.microbatches,

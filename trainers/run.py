@@ -6,6 +6,7 @@ import argparse
 import io
 import os
 import sys
+import traceback
 from pathlib import Path
 
 from trainers.events import LOG_DIR, SPEC_FILE, rank_log_name
@@ -57,7 +58,14 @@ def main(argv: list[str] | None = None) -> None:
     from torch.distributed.elastic.multiprocessing.errors import record
 
     # record writes any exception to TORCHELASTIC_ERROR_FILE, where torchrun and the worker find it.
-    finished = record(train_rank)(args.run_dir)
+    try:
+        finished = record(train_rank)(args.run_dir)
+    except BaseException:
+        # record has written the error file; a normal exit would run NCCL's destructors, which can block
+        # while a peer waits in a collective, so torchrun would never learn that this rank failed.
+        traceback.print_exc()
+        sys.stderr.flush()
+        os._exit(1)
     # Training is over and every event and checkpoint is fsynced. Skip interpreter finalization: gloo's
     # worker threads can still hold tensors then, and tearing them down aborts the process now and again
     # (pytorch/pytorch#179291), which would turn a finished job into a failed one.

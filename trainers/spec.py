@@ -232,6 +232,7 @@ class DevicePlacement(StrEnum):
 
 
 ModuleName = Annotated[str, Field(min_length=1, max_length=128)]
+HostName = Annotated[str, Field(min_length=1, max_length=255, pattern=r"^[A-Za-z0-9_.:-]+$")]
 
 
 class ParallelSpec(Section):
@@ -242,6 +243,15 @@ class ParallelSpec(Section):
     num_gpus: int | None = Field(None, ge=0, le=64, description="how many GPUs, any free ones")
     nproc_per_node: int | None = Field(
         None, ge=1, le=64, description="processes; on CPU the gloo world size, on GPU one per GPU"
+    )
+    nnodes: int = Field(
+        1,
+        ge=1,
+        le=64,
+        description="hosts the job spans (ddp, fsdp); gpus, num_gpus and nproc_per_node are per host",
+    )
+    host: HostName | None = Field(
+        None, description="run on this host (a one-host job); default: any with room"
     )
     sync_batchnorm: bool = Field(False, description="ddp only: convert BatchNorm to SyncBatchNorm")
     split_at: list[ModuleName] | None = Field(
@@ -263,6 +273,8 @@ class ParallelSpec(Section):
                 raise ValueError(f"parallel.gpus lists a GPU twice: {self.gpus}")
             if self.num_gpus is not None and self.num_gpus != len(self.gpus):
                 raise ValueError("give parallel.gpus or parallel.num_gpus, not both")
+        if self.host is not None and self.nnodes > 1:
+            raise ValueError("parallel.host pins a one-host job; drop it, or set parallel.nnodes to 1")
         return self
 
 

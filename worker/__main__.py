@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 
 from app.core.config import get_settings
-from worker.celery_app import get_celery
+from worker.celery_app import SHARED_QUEUE, get_celery, host_queue
 
 
 def worker_argv() -> list[str]:
@@ -17,6 +17,8 @@ def worker_argv() -> list[str]:
         "--pool=threads",
         f"--concurrency={settings.worker_concurrency}",
         f"--hostname=trainyard@{settings.hostname}",
+        # The shared queue to place jobs from, and this host's own for the nodes placed here.
+        f"--queues={SHARED_QUEUE},{host_queue(settings.hostname)}",
         "--loglevel=INFO",
     ]
 

@@ -8,7 +8,13 @@ from celery import Celery
 
 from app.core.config import get_settings
 
-RUN_JOB_TASK = "trainyard.run_job"
+RUN_JOB_TASK = "trainyard.run_job"  # on the shared queue: any worker places the job on hosts
+RUN_NODE_TASK = "trainyard.run_node"  # on a host's own queue: only that host's worker runs its node
+SHARED_QUEUE = "trainyard"
+
+
+def host_queue(host: str) -> str:
+    return f"{SHARED_QUEUE}.host.{host}"
 
 
 @lru_cache
@@ -16,7 +22,7 @@ def get_celery() -> Celery:
     settings = get_settings()
     app = Celery("trainyard", broker=settings.broker_url, include=["worker.tasks"])
     app.conf.update(
-        task_default_queue="trainyard",
+        task_default_queue=SHARED_QUEUE,
         task_ignore_result=True,
         # Ack on receipt: a job's life is tracked in SQL with heartbeats, so a long job must not depend on
         # the broker's visibility timeout, and a lost message is re-sent by the reaper.
@@ -31,3 +37,8 @@ def get_celery() -> Celery:
 def enqueue_job(job_id: int) -> None:
     """Ring the doorbell for a job; call only after the job row is committed."""
     get_celery().send_task(RUN_JOB_TASK, args=[job_id])
+
+
+def dispatch_node(job_id: int, attempt: int, node_rank: int, host: str) -> None:
+    """Hand one node of a placed job to the worker of the host that leased its GPUs, and to no other."""
+    get_celery().send_task(RUN_NODE_TASK, args=[job_id, attempt, node_rank], queue=host_queue(host))

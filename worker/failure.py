@@ -18,7 +18,8 @@ _RANK_LOG = re.compile(r"rank(\d+)\.log")
 # code and data are not at fault, so a restart may well succeed.
 _COMMUNICATION = re.compile(
     r"DistBackendError|DistNetworkError|DistStoreError|ProcessGroup(Gloo|NCCL)|NCCL (error|communicator)|"
-    r"gloo/transport|Connection (closed|reset) by peer|Broken pipe|Timed out waiting|[Ww]atchdog caught",
+    r"gloo/transport|caused pair closure|Connection (closed|reset) by peer|Broken pipe|Timed out waiting|"
+    r"[Ww]atchdog caught",
 )
 
 

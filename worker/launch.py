@@ -17,15 +17,36 @@ class Launch:
     env: dict[str, str]
 
 
-def torchrun_argv(plan: Plan, run_dir: Path, python: str) -> list[str]:
-    """`--standalone` lets the OS pick a free rendezvous port, so jobs side by side never collide."""
+@dataclass(frozen=True)
+class Rendezvous:
+    """Where the nodes of a multi-host job meet: torchrun's c10d rendezvous, hosted by node 0."""
+
+    nnodes: int
+    node_rank: int
+    endpoint: str  # node 0's "address:port"
+    run_id: str  # one per attempt, so a restart never meets the previous attempt's agents
+    local_addr: str  # where the other nodes reach this one
+    join_timeout_s: int
+
+    def argv(self) -> list[str]:
+        is_host = "true" if self.node_rank == 0 else "false"
+        return [
+            *("--nnodes", str(self.nnodes), "--node-rank", str(self.node_rank)),
+            *("--rdzv-backend", "c10d", "--rdzv-endpoint", self.endpoint, "--rdzv-id", self.run_id),
+            # Said outright: on one machine every node's endpoint looks local, and each would try to host.
+            *("--rdzv-conf", f"is_host={is_host},join_timeout={self.join_timeout_s}"),
+            *("--local-addr", self.local_addr),
+        ]
+
+
+def torchrun_argv(plan: Plan, run_dir: Path, python: str, rendezvous: Rendezvous | None = None) -> list[str]:
+    """One host: `--standalone` lets the OS pick a free rendezvous port, so jobs never collide."""
+    topology = ["--standalone", "--nnodes", "1"] if rendezvous is None else rendezvous.argv()
     return [
         python,
         "-m",
         "torch.distributed.run",
-        "--standalone",
-        "--nnodes",
-        "1",
+        *topology,
         "--nproc-per-node",
         str(plan.nproc_per_node),
         "--max-restarts",
@@ -71,6 +92,7 @@ def build_launch(
     python: str,
     base_env: dict[str, str] | None = None,
     cpu_count: int | None = None,
+    rendezvous: Rendezvous | None = None,
 ) -> Launch:
     if plan.device == "cuda" and len(gpu_ids) != plan.num_gpus:
         raise ValueError(f"plan needs {plan.num_gpus} GPUs but {len(gpu_ids)} were leased: {gpu_ids}")
@@ -83,4 +105,4 @@ def build_launch(
         run_dir,
         cpu_count or os.cpu_count() or 1,
     )
-    return Launch(argv=torchrun_argv(plan, run_dir, python), env=env)
+    return Launch(argv=torchrun_argv(plan, run_dir, python, rendezvous), env=env)

@@ -6,17 +6,19 @@ import os
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from sqlalchemy import delete, select, update
+from sqlalchemy import delete, func, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from app.core.config import get_settings
 from app.core.db import session_scope
-from app.models import GpuLease, Job, utcnow
+from app.models import GpuLease, Job, JobNode, Worker, utcnow
+from app.services.gpus import freshest_per_host, gpu_indices, live_hosts
 from app.services.transitions import move
-from app.states import JobStatus
+from app.states import ACTIVE, JobStatus
 from trainers.plan import Plan
 from worker.celery_app import enqueue_job
+from worker.placement import HostView, NodeChoice, choose_nodes, never_fits, reserve
 
 WAITING_FOR_GPUS = "waiting_for_gpus"
 CLAIM_TRIES = 3
@@ -34,67 +36,58 @@ class Claim:
     job_id: int
     outcome: ClaimOutcome
     attempt: int = 0
-    gpu_ids: list[int] = field(default_factory=list)
+    nodes: list[NodeChoice] = field(default_factory=list)
+
+    @property
+    def gpu_ids(self) -> list[int]:
+        """Node 0's GPUs: all of them for a one-host job."""
+        return self.nodes[0].gpu_ids if self.nodes else []
 
 
 def worker_id() -> str:
     return f"{get_settings().hostname}:{os.getpid()}"
 
 
-def _format_ids(ids: list[int]) -> str:
-    return ", ".join(str(i) for i in ids) or "none"
+def host_views(session: Session) -> list[HostView]:
+    """Every host a worker ever registered (its newest row), with what its GPUs hold and its active jobs."""
+    settings = get_settings()
+    live = live_hosts(session, settings)
+    known = freshest_per_host(session.scalars(select(Worker)))
+    held: dict[str, dict[int, int]] = {}
+    for host, gpu, job in session.execute(select(GpuLease.host, GpuLease.gpu_index, GpuLease.job_id)):
+        held.setdefault(host, {})[gpu] = job
+    active = dict(
+        session.execute(
+            select(JobNode.host, func.count())
+            .join(Job, Job.id == JobNode.job_id)
+            .where(Job.status.in_(ACTIVE), JobNode.attempt == Job.attempt)
+            .group_by(JobNode.host)
+        ).all()
+    )
+    return [
+        HostView(
+            name=host,
+            address=worker.address,
+            gpu_ids=gpu_indices(worker),
+            live=host in live,
+            held=held.get(host, {}),
+            active_jobs=active.get(host, 0),
+        )
+        for host, worker in sorted(known.items())
+    ]
 
 
-def infeasibility(plan: Plan, host_gpu_ids: list[int], host: str) -> str | None:
-    """Why this host can never run the plan, or None when it could once its GPUs are free."""
-    have = f"host {host} has GPUs [{_format_ids(host_gpu_ids)}]"
-    if plan.gpus is not None:
-        missing = sorted(set(plan.gpus) - set(host_gpu_ids))
-        if missing:
-            return f"asked for GPUs [{_format_ids(plan.gpus)}] but {have} (no GPU {_format_ids(missing)})"
-    elif plan.num_gpus > len(host_gpu_ids):
-        return f"asked for {plan.num_gpus} GPUs but {have}"
-    return None
-
-
-def pick_gpus(plan: Plan, host_gpu_ids: list[int], held: dict[int, int]) -> tuple[list[int], str | None]:
-    """The GPUs to lease given those held (gpu -> job), or ([], the reason to wait)."""
-    if plan.gpus is not None:
-        busy = [gpu for gpu in plan.gpus if gpu in held]
-        if busy:
-            return [], "waiting for " + ", ".join(f"GPU {gpu}, held by job {held[gpu]}" for gpu in busy)
-        return sorted(plan.gpus), None
-    free = [gpu for gpu in sorted(host_gpu_ids) if gpu not in held]
-    if len(free) < plan.num_gpus:
-        holders = ", ".join(f"GPU {gpu} by job {job}" for gpu, job in sorted(held.items()))
-        return [], f"waiting for {plan.num_gpus} free GPUs, {len(free)} free; held: {holders}"
-    return free[: plan.num_gpus], None
-
-
-def _held_gpus(session: Session, host: str) -> dict[int, int]:
-    rows = session.execute(select(GpuLease.gpu_index, GpuLease.job_id).where(GpuLease.host == host))
-    return {gpu: job for gpu, job in rows}
-
-
-def _with_higher_priority_reservations(
-    session: Session, job: Job, host: str, host_gpu_ids: list[int], held: dict[int, int]
-) -> dict[int, int]:
-    """`held` plus the GPUs that queued jobs of higher priority, which this host can run, would take: a job
-    that starts first must not be one that lets a lower priority slip onto the GPUs a higher one waits for."""
-    taken = dict(held)
+def _reserved_ahead(session: Session, job: Job, hosts: list[HostView]) -> list[HostView]:
+    """`hosts` with the GPUs that queued jobs of higher priority would take marked held: a job that starts
+    first must not be one that lets a lower priority slip onto the GPUs a higher one waits for."""
     ahead = session.scalars(
         select(Job)
         .where(Job.status == JobStatus.QUEUED, Job.priority > job.priority)
         .order_by(Job.priority.desc(), Job.id)
     )
     for other in ahead:
-        plan = Plan.model_validate(other.plan)
-        if not (plan.gpus or plan.num_gpus) or infeasibility(plan, host_gpu_ids, host) is not None:
-            continue
-        free = [gpu for gpu in sorted(host_gpu_ids) if gpu not in taken]
-        wanted = plan.gpus if plan.gpus is not None else free[: plan.num_gpus]
-        taken.update({gpu: other.id for gpu in wanted if gpu not in taken})
-    return taken
+        hosts = reserve(hosts, other.id, Plan.model_validate(other.plan))
+    return hosts
 
 
 def _set_waiting(job_id: int, message: str) -> None:
@@ -107,11 +100,24 @@ def _set_waiting(job_id: int, message: str) -> None:
         )
 
 
-def claim_job(job_id: int, host_gpu_ids: list[int]) -> Claim:
-    """Move the job queued -> starting and lease its GPUs atomically, or leave it waiting, or fail it."""
+def _reservers(hosts: list[HostView], reserved: list[HostView]) -> list[int]:
+    """The jobs that `reserved` marks on GPUs that `hosts` left free."""
+    return sorted(
+        {
+            job
+            for before, after in zip(hosts, reserved, strict=True)
+            for gpu, job in after.held.items()
+            if gpu not in before.held
+        }
+    )
+
+
+def claim_job(job_id: int) -> Claim:
+    """Move the job queued -> starting and lease a host and GPUs for each of its nodes atomically, or leave
+    it waiting, or fail it when no registered host could ever run it."""
     for _ in range(CLAIM_TRIES):
         try:
-            return _try_claim(job_id, host_gpu_ids)
+            return _try_claim(job_id)
         except IntegrityError:
             # Another job leased one of our GPUs between our look and our insert: look again, since
             # num_gpus jobs may still fit on the GPUs that are left.
@@ -120,54 +126,75 @@ def claim_job(job_id: int, host_gpu_ids: list[int]) -> Claim:
     return Claim(job_id, ClaimOutcome.WAITING)
 
 
-def _try_claim(job_id: int, host_gpu_ids: list[int]) -> Claim:
-    host = get_settings().hostname
+def _try_claim(job_id: int) -> Claim:
     with session_scope() as session:
         job = session.get(Job, job_id)
         if job is None or job.status != JobStatus.QUEUED:
             return Claim(job_id, ClaimOutcome.NOT_QUEUED)
         plan = Plan.model_validate(job.plan)
-        reason = infeasibility(plan, host_gpu_ids, host)
+        hosts = host_views(session)
+        reason = never_fits(plan, hosts) if hosts else None
         if reason is not None:
             moved = move(
                 session, job_id, JobStatus.QUEUED, JobStatus.FAILED, reason="infeasible", message=reason
             )
             return Claim(job_id, ClaimOutcome.INFEASIBLE if moved else ClaimOutcome.NOT_QUEUED)
-        held = _held_gpus(session, host)
-        taken = _with_higher_priority_reservations(session, job, host, host_gpu_ids, held)
-        gpu_ids, wait = pick_gpus(plan, host_gpu_ids, taken)
-        if wait is not None and taken.keys() - held.keys():
-            ahead = sorted(set(taken.values()) - set(held.values()))
-            wait += f" (queued jobs {_format_ids(ahead)} have a higher priority and start first)"
+        reserved = _reserved_ahead(session, job, hosts)
+        nodes, wait = choose_nodes(plan, reserved)
+        ahead = _reservers(hosts, reserved)
+        if wait is not None and ahead:
+            wait += f" (queued jobs {', '.join(map(str, ahead))} have a higher priority and start first)"
     if wait is not None:
         _set_waiting(job_id, wait)
         return Claim(job_id, ClaimOutcome.WAITING)
     with session_scope() as session:
         now = utcnow()
-        where = f"GPUs [{_format_ids(gpu_ids)}]" if gpu_ids else "CPU"
         if not move(
             session,
             job_id,
             JobStatus.QUEUED,
             JobStatus.STARTING,
-            message=f"claimed by worker {worker_id()} on {where}",
+            message=f"placed by worker {worker_id()} on {_where(nodes)}",
             attempt=Job.attempt + 1,
-            host=host,
+            host=nodes[0].host,
             worker_id=worker_id(),
-            gpu_ids=gpu_ids,
+            gpu_ids=nodes[0].gpu_ids,
             started_at=now,
             heartbeat_at=now,
             running_at=None,
         ):
             return Claim(job_id, ClaimOutcome.NOT_QUEUED)
-        session.add_all(GpuLease(host=host, gpu_index=gpu, job_id=job_id) for gpu in gpu_ids)
-        session.flush()
+        session.add_all(
+            GpuLease(host=node.host, gpu_index=gpu, job_id=job_id) for node in nodes for gpu in node.gpu_ids
+        )
         attempt = session.execute(select(Job.attempt).where(Job.id == job_id)).scalar_one()
-    return Claim(job_id, ClaimOutcome.CLAIMED, attempt=attempt, gpu_ids=gpu_ids)
+        session.execute(delete(JobNode).where(JobNode.job_id == job_id))
+        session.add_all(
+            JobNode(
+                job_id=job_id,
+                node_rank=node.node_rank,
+                attempt=attempt,
+                host=node.host,
+                address=node.address,
+                gpu_ids=node.gpu_ids,
+                heartbeat_at=now,
+            )
+            for node in nodes
+        )
+        session.flush()
+    return Claim(job_id, ClaimOutcome.CLAIMED, attempt=attempt, nodes=nodes)
 
 
-def release_leases(session: Session, job_id: int, host: str) -> None:
-    session.execute(delete(GpuLease).where(GpuLease.job_id == job_id, GpuLease.host == host))
+def _where(nodes: list[NodeChoice]) -> str:
+    return ", ".join(
+        f"{node.host} GPUs [{', '.join(map(str, node.gpu_ids))}]" if node.gpu_ids else f"{node.host} CPU"
+        for node in nodes
+    )
+
+
+def release_leases(session: Session, job_id: int) -> None:
+    """Every host's GPUs of the job: its nodes start and end together."""
+    session.execute(delete(GpuLease).where(GpuLease.job_id == job_id))
 
 
 def ring_waiting_jobs() -> list[int]:

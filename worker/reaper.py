@@ -14,7 +14,7 @@ from sqlalchemy import ColumnElement, and_, func, or_, select, update
 
 from app.core.config import get_settings
 from app.core.db import session_scope
-from app.models import Job, JobEvent, Worker, utcnow
+from app.models import Job, JobEvent, JobNode, Worker, utcnow
 from app.services.transitions import move, move_from_any
 from app.states import JobStatus
 from worker.celery_app import enqueue_job
@@ -39,11 +39,34 @@ def beat() -> None:
     settings = get_settings()
     gpus = [gpu.public() for gpu in host_gpus(settings)]
     with session_scope() as session:
-        session.merge(Worker(id=worker_id(), host=settings.hostname, gpus=gpus, heartbeat_at=utcnow()))
+        session.merge(
+            Worker(
+                id=worker_id(),
+                host=settings.hostname,
+                address=settings.advertise_address,
+                gpus=gpus,
+                heartbeat_at=utcnow(),
+            )
+        )
+
+
+def _quiet_node(cutoff: datetime) -> ColumnElement[bool]:
+    """A node of the job's attempt, still meant to run, whose host stopped heartbeating it."""
+    return (
+        select(JobNode.job_id)
+        .where(
+            JobNode.job_id == Job.id,
+            JobNode.attempt == Job.attempt,
+            JobNode.finished.is_(False),
+            JobNode.heartbeat_at < cutoff,
+        )
+        .exists()
+    )
 
 
 def _expired(cutoff: datetime) -> ColumnElement[bool]:
-    return and_(Job.status.in_(OWNED), or_(Job.heartbeat_at < cutoff, Job.heartbeat_at.is_(None)))
+    stale = or_(Job.heartbeat_at < cutoff, Job.heartbeat_at.is_(None), _quiet_node(cutoff))
+    return and_(Job.status.in_(OWNED), stale)
 
 
 def _recover(job_id: int, cutoff: datetime) -> JobStatus | None:
@@ -57,7 +80,19 @@ def _recover(job_id: int, cutoff: datetime) -> JobStatus | None:
         if still_expired.rowcount != 1:  # type: ignore[attr-defined]
             return None
         job = session.get_one(Job, job_id, populate_existing=True)
-        lost = f"worker {job.worker_id} stopped heartbeating"
+        nodes = session.execute(
+            select(JobNode.host, JobNode.heartbeat_at).where(
+                JobNode.job_id == job_id, JobNode.attempt == job.attempt
+            )
+        ).all()
+        quiet = sorted({host for host, beat in nodes if as_utc(beat) < cutoff})
+        # Marked down until their worker beats again: the job must not be placed straight back on them.
+        session.execute(update(Worker).where(Worker.host.in_(quiet)).values(heartbeat_at=cutoff))
+        lost = (
+            f"host {', '.join(quiet)} stopped heartbeating"
+            if quiet
+            else f"worker {job.worker_id} stopped heartbeating"
+        )
         if job.status == JobStatus.CANCELLING:
             move(
                 session, job_id, JobStatus.CANCELLING, JobStatus.CANCELLED, reason="worker_lost", message=lost
@@ -73,12 +108,11 @@ def _recover(job_id: int, cutoff: datetime) -> JobStatus | None:
                 message=f"{lost}; requeued to resume from its latest checkpoint",
             )
             outcome = JobStatus.QUEUED
-        if job.host:
-            release_leases(session, job_id, job.host)
-        host, attempt = job.host, job.attempt
+        release_leases(session, job_id)
+        hosts, attempt = {host for host, _ in nodes} | {job.host}, job.attempt
     settings = get_settings()
-    if host == settings.hostname:  # its processes may have outlived their worker
-        kill_job(mark_for(job_id, attempt, host, settings.runs_dir), settings.cancel_grace_s)
+    if settings.hostname in hosts:  # its processes may have outlived their worker
+        kill_job(mark_for(job_id, attempt, settings.hostname, settings.runs_dir), settings.cancel_grace_s)
     return outcome
 
 

@@ -1,4 +1,5 @@
-"""One job from doorbell to end: claim, write the run directory, start torchrun, hand it to a supervisor."""
+"""One job from doorbell to end: place it on hosts, write the run directory, start torchrun on each, and hand
+each node to a supervisor."""
 
 from __future__ import annotations
 
@@ -12,19 +13,20 @@ from pathlib import Path
 
 from sqlalchemy import select, update
 
-from app.core.config import Settings, get_settings
+from app.core.config import ArtifactStore, Settings, get_settings
 from app.core.db import session_scope
-from app.models import Checkpoint, Job, utcnow
+from app.models import Checkpoint, Job, JobNode, utcnow
 from app.states import JobStatus
 from trainers.datadir import DATA_DIR_ENV
 from trainers.events import EVENTS_FILE, LAUNCHER_LOG, LOG_DIR, SPEC_FILE, PhaseEvent
 from trainers.plan import Plan, RunConfig
 from trainers.spec import JobSpec
+from worker.celery_app import dispatch_node
 from worker.failure import ERROR_FILE
-from worker.gpus import host_gpus
 from worker.kill import JobMark, kill_job, mark_for
 from worker.launch import Launch, build_launch
-from worker.leases import Claim, ClaimOutcome, claim_job
+from worker.leases import ClaimOutcome, claim_job, worker_id
+from worker.nodes import NodeTask, claim_launch, dispatch_other_nodes, meet
 from worker.publish import checkpoint_exists, local_resume_path
 from worker.supervise import CANCELLED, Outcome, RunningJob, Supervisor, finish, ring_others, runtime_deadline
 from worker.tail import EventTail, apply_events
@@ -39,36 +41,54 @@ SHUTDOWN = threading.Event()
 
 
 def run_job(job_id: int) -> None:
+    """The shared queue's task: place the job on hosts, then start each node on the host placed for it."""
     if SHUTDOWN.is_set():
         return  # the job stays queued and the reaper of a live worker rings it again
-    settings = get_settings()
-    claim = claim_job(job_id, [gpu.index for gpu in host_gpus(settings)])
+    claim = claim_job(job_id)
     log.info("job %s: %s", job_id, claim.outcome)
     if claim.outcome is not ClaimOutcome.CLAIMED:
         return
+    here = get_settings().hostname
+    local = [node for node in claim.nodes if node.host == here]
+    for node in claim.nodes:
+        if node not in local:
+            dispatch_node(job_id, claim.attempt, node.node_rank, node.host)
+    # Placed here: run it in this task rather than wait for a second message.
+    for node in local:
+        run_node(job_id, claim.attempt, node.node_rank)
+
+
+def run_node(job_id: int, attempt: int, node_rank: int) -> None:
+    """This host's node of a placed job, through every restart that keeps it here."""
+    if SHUTDOWN.is_set():
+        return  # the node's heartbeat ages, and the reaper requeues the job for a live host
+    settings = get_settings()
+    task = NodeTask(job_id, attempt, node_rank)
     # Each pass is one attempt; a retryable failure hands back the next one, on the same leased GPUs.
-    while (running := launch_or_finish(claim, settings)) is not None:
+    while (running := launch_or_finish(task, settings)) is not None:
         next_attempt = Supervisor(running, SHUTDOWN).run()
         if next_attempt is None:
             return
-        claim = replace(claim, attempt=next_attempt)
+        task = replace(task, attempt=next_attempt)
+        if running.nnodes > 1:
+            dispatch_other_nodes(task)
 
 
-def launch_or_finish(claim: Claim, settings: Settings) -> RunningJob | None:
-    """Start the claimed attempt; when it cannot start, record how the job ended and return None."""
-    job_id = claim.job_id
-    mark = mark_for(job_id, claim.attempt, settings.hostname, settings.runs_dir)
+def launch_or_finish(task: NodeTask, settings: Settings) -> RunningJob | None:
+    """Start this node of the attempt; when it cannot start, record how the job ended and return None."""
+    job_id = task.job_id
+    mark = mark_for(job_id, task.attempt, settings.hostname, settings.runs_dir)
     try:
-        running = launch(mark, claim, settings)
+        running = launch(mark, task, settings)
     except Exception as exc:
         log.exception("job %s: could not launch", job_id)
         # The failure may have come after the process started (a failed commit): it must not run on.
         kill_job(mark, settings.cancel_grace_s)
-        finish(job_id, claim.attempt, settings.hostname, Outcome(JobStatus.FAILED, "launch_error", str(exc)))
+        finish(job_id, task.attempt, Outcome(JobStatus.FAILED, "launch_error", str(exc)))
         ring_others()
         return None
-    if running is None:  # cancelled while being dispatched: training never starts
-        finish(job_id, claim.attempt, settings.hostname, CANCELLED)
+    # Cancelled while being dispatched, training never starts; a repeated or stale message changes nothing.
+    if running is None and finish(job_id, task.attempt, CANCELLED):
         ring_others()
     return running
 
@@ -91,13 +111,13 @@ def _catch_up(job_id: int, run_dir: Path) -> EventTail:
             return tail
 
 
-def _leased_plan(job: Job, claim: Claim, run_dir: Path) -> Plan:
+def _leased_plan(job: Job, gpu_ids: list[int], attempt: int, run_dir: Path) -> Plan:
     """The plan with the GPUs leased and where to resume: a requeued attempt continues from the job's latest
     checkpoint that still exists, a first one from what the API chose; one held in the object store is
     downloaded into `run_dir` unless this host wrote it."""
     plan = Plan.model_validate(job.plan)
     resume_path = plan.resume_path
-    if claim.attempt > 1:
+    if attempt > 1:
         with session_scope() as session:
             saved = session.scalars(
                 select(Checkpoint.path)
@@ -105,35 +125,42 @@ def _leased_plan(job: Job, claim: Claim, run_dir: Path) -> Plan:
                 .order_by(Checkpoint.step.desc(), Checkpoint.id.desc())
             ).all()
         resume_path = next((path for path in saved if checkpoint_exists(path)), resume_path)
-    gpus = claim.gpu_ids if plan.device == "cuda" else plan.gpus
+    gpus = gpu_ids if plan.device == "cuda" else plan.gpus
     return plan.model_copy(update={"gpus": gpus, "resume_path": local_resume_path(resume_path, run_dir)})
 
 
 def _prepare_run_dir(run_dir: Path, config: RunConfig) -> None:
     (run_dir / LOG_DIR).mkdir(parents=True, exist_ok=True)
-    (run_dir / SPEC_FILE).write_text(config.model_dump_json(indent=2), encoding="utf-8")
+    # Replaced whole: on a shared disk the other nodes' ranks may be reading it right now.
+    staged = run_dir / f".{SPEC_FILE}.{os.getpid()}"
+    staged.write_text(config.model_dump_json(indent=2), encoding="utf-8")
+    staged.replace(run_dir / SPEC_FILE)
     # A previous attempt's root cause must not be reported as this one's.
     (run_dir / ERROR_FILE).unlink(missing_ok=True)
 
 
 def _start_if_starting(
-    claim: Claim, plan: Plan, command: Launch, run_dir: Path
+    task: NodeTask, plan: Plan, command: Launch, run_dir: Path
 ) -> subprocess.Popen[bytes] | None:
-    """Start torchrun only if the job is still `starting` for this attempt.
+    """Start torchrun only if the job is still `starting` for this attempt and this node never started.
 
     The check is a write that holds the row until the process has started: a cancel lands either before
     (nothing starts) or after (the supervisor sees it on its first look).
     """
     with session_scope() as session:
+        # Node 0's view of the plan (its argv) is the one the API shows.
+        shown = {"plan": plan.public(), "worker_id": worker_id()} if task.node_rank == 0 else {}
         still_ours = session.execute(
             update(Job)
-            .where(Job.id == claim.job_id, Job.attempt == claim.attempt, Job.status == JobStatus.STARTING)
-            .values(plan=plan.public(), heartbeat_at=utcnow())
+            .where(Job.id == task.job_id, Job.attempt == task.attempt, Job.status == JobStatus.STARTING)
+            .values(heartbeat_at=utcnow(), **shown)
         )
-        if still_ours.rowcount != 1:  # type: ignore[attr-defined]
+        if still_ours.rowcount != 1 or not claim_launch(session, task):  # type: ignore[attr-defined]
             return None
         with (run_dir / LOG_DIR / LAUNCHER_LOG).open("ab") as launcher_log:
-            launcher_log.write(f"=== attempt {claim.attempt}: {' '.join(command.argv)}\n".encode())
+            launcher_log.write(
+                f"=== attempt {task.attempt} node {task.node_rank}: {' '.join(command.argv)}\n".encode()
+            )
             launcher_log.flush()
             return subprocess.Popen(
                 command.argv,
@@ -148,39 +175,60 @@ def _start_if_starting(
             )
 
 
-def launch(mark: JobMark, claim: Claim, settings: Settings) -> RunningJob | None:
-    """Start torchrun for a claimed job, or return None when the job left `starting` before it could."""
+def _tails_events(node_rank: int, settings: Settings) -> bool:
+    """Global rank 0 writes the events, on whichever node the rendezvous put it. On a shared disk every node
+    sees that one file, and node 0 alone reads it; otherwise each node reads its own disk's."""
+    return node_rank == 0 or settings.artifact_store is not ArtifactStore.SHARED
+
+
+def launch(mark: JobMark, task: NodeTask, settings: Settings) -> RunningJob | None:
+    """Start torchrun for this node, or return None when the attempt left `starting` or is not this host's."""
     with session_scope() as session:
-        job = session.get(Job, claim.job_id)
-    if job is None:
+        job = session.get(Job, task.job_id)
+        node = session.get(JobNode, (task.job_id, task.node_rank))
+    if job is None or node is None or (node.attempt, node.host) != (task.attempt, settings.hostname):
         return None
     spec = JobSpec.model_validate(job.spec)
-    tail = _catch_up(job.id, mark.run_dir)
-    plan = _leased_plan(job, claim, mark.run_dir)
+    tail = _catch_up(job.id, mark.run_dir) if _tails_events(task.node_rank, settings) else None
+    plan = _leased_plan(job, node.gpu_ids, task.attempt, mark.run_dir)
+    rendezvous = None
+    if plan.nnodes > 1:
+        rendezvous = meet(task, plan.nnodes, settings, SHUTDOWN)
+        if rendezvous is None:
+            return None
     command = build_launch(
         plan,
-        job_id=claim.job_id,
-        attempt=claim.attempt,
+        job_id=task.job_id,
+        attempt=task.attempt,
         host=settings.hostname,
         run_dir=mark.run_dir,
-        gpu_ids=claim.gpu_ids,
+        gpu_ids=node.gpu_ids,
         python=sys.executable,
         # The data dir the API checked data.root against, resolved here: the trainer runs from another cwd.
         base_env={**os.environ, **mark.env(), DATA_DIR_ENV: str(settings.data_dir)},
+        rendezvous=rendezvous,
     )
     plan = plan.model_copy(update={"argv": command.argv})
-    _prepare_run_dir(mark.run_dir, RunConfig(job_id=job.id, attempt=claim.attempt, spec=spec, plan=plan))
-    process = _start_if_starting(claim, plan, command, mark.run_dir)
+    _prepare_run_dir(mark.run_dir, RunConfig(job_id=job.id, attempt=task.attempt, spec=spec, plan=plan))
+    process = _start_if_starting(task, plan, command, mark.run_dir)
     if process is None:
         return None
-    log.info("job %s attempt %s: started torchrun pid %s", job.id, claim.attempt, process.pid)
+    log.info(
+        "job %s attempt %s node %s: started torchrun pid %s",
+        job.id,
+        task.attempt,
+        task.node_rank,
+        process.pid,
+    )
     return RunningJob(
         job_id=job.id,
-        attempt=claim.attempt,
+        attempt=task.attempt,
         mark=mark,
         process=process,
         tail=tail,
         deadline=runtime_deadline(job.started_at, spec.limits.max_runtime_s),
         max_runtime_s=spec.limits.max_runtime_s,
         max_restarts=spec.limits.max_restarts,
+        node_rank=task.node_rank,
+        nnodes=plan.nnodes,
     )

@@ -23,6 +23,7 @@ from worker.celery_app import enqueue_job
 from worker.failure import classify_failure, root_cause
 from worker.kill import JobMark, kill_job
 from worker.leases import release_leases, ring_waiting_jobs
+from worker.nodes import NodeTask, beat_node, next_attempt_of_nodes, unfinished_after
 from worker.publish import LogPublisher
 from worker.tail import EventTail, apply_events
 
@@ -51,10 +52,16 @@ class RunningJob:
     attempt: int
     mark: JobMark
     process: subprocess.Popen[bytes]
-    tail: EventTail
+    tail: EventTail | None  # None on a node that leaves the shared events file to node 0
     deadline: datetime | None  # from spec.limits.max_runtime_s
     max_runtime_s: int | None
     max_restarts: int = 0
+    node_rank: int = 0
+    nnodes: int = 1
+
+    @property
+    def node(self) -> NodeTask:
+        return NodeTask(self.job_id, self.attempt, self.node_rank)
 
 
 def exit_outcome(run_dir: Path, code: int) -> Outcome:
@@ -75,7 +82,7 @@ def runtime_deadline(started_at: datetime | None, max_runtime_s: int | None) -> 
     return as_utc(started_at) + timedelta(seconds=max_runtime_s)
 
 
-def own(session: Session, job_id: int, attempt: int) -> bool:
+def own(session: Session, job_id: int, attempt: int, node: NodeTask | None = None) -> bool:
     """Heartbeat the job if this attempt still owns it; the write also locks the row for the rest of the
     transaction (SQLite: the database), so a reaper or a cancel cannot slip in between check and change."""
     result = session.execute(
@@ -83,15 +90,18 @@ def own(session: Session, job_id: int, attempt: int) -> bool:
         .where(Job.id == job_id, Job.attempt == attempt, Job.status.in_(OWNED))
         .values(heartbeat_at=utcnow())
     )
+    if node is not None:
+        beat_node(session, node)
     return result.rowcount == 1  # type: ignore[attr-defined]
 
 
-def finish(job_id: int, attempt: int, host: str, outcome: Outcome) -> bool:
-    """Record the end of this attempt and free its GPUs in one transaction; False if it was not ours."""
+def finish(job_id: int, attempt: int, outcome: Outcome) -> bool:
+    """Record the end of this attempt and free its GPUs on every host in one transaction; False if it was not
+    ours, or if a cancel found it still starting (a repeated message: nothing moves then)."""
     with session_scope() as session:
         if not own(session, job_id, attempt):
             return False
-        moved = outcome.status is not JobStatus.CANCELLED and move_from_any(
+        moved = outcome.status is not JobStatus.CANCELLED and None is not move_from_any(
             session,
             job_id,
             [JobStatus.RUNNING, JobStatus.STARTING],
@@ -100,7 +110,7 @@ def finish(job_id: int, attempt: int, host: str, outcome: Outcome) -> bool:
             message=outcome.message,
         )
         if not moved:  # a cancel arrived first, and cancel wins
-            move(
+            moved = move(
                 session,
                 job_id,
                 JobStatus.CANCELLING,
@@ -108,8 +118,9 @@ def finish(job_id: int, attempt: int, host: str, outcome: Outcome) -> bool:
                 reason=CANCELLED.reason,
                 message=CANCELLED.message,
             )
-        release_leases(session, job_id, host)
-    return True
+        if moved:
+            release_leases(session, job_id)
+    return moved
 
 
 def restarts_used(session: Session, job_id: int) -> int:
@@ -147,7 +158,17 @@ def begin_restart(job: RunningJob, outcome: Outcome) -> int | None:
             heartbeat_at=utcnow(),
             running_at=None,
         )
+        next_attempt_of_nodes(session, job.job_id, job.attempt + 1)
     return job.attempt + 1
+
+
+def last_node_done(job: RunningJob) -> bool:
+    """Mark this node finished; True when it was the attempt's last, which then records the job's end."""
+    if job.nnodes == 1:
+        return True
+    with session_scope() as session:
+        # own() first: its write holds the job's row, so nodes finishing at once count one after the other.
+        return own(session, job.job_id, job.attempt) and unfinished_after(session, job.node) == 0
 
 
 def ring_others() -> None:
@@ -206,6 +227,8 @@ class Supervisor:
     def _pump(self, *, drain: bool = False) -> None:
         """Move new events into SQL; on a database error the offset goes back so none is lost."""
         tail = self.job.tail
+        if tail is None:
+            return
         start = tail.offset
         events = tail.drain() if drain else tail.read()
         if not events:
@@ -228,7 +251,7 @@ class Supervisor:
         now = time.monotonic()
         if now >= self.next_heartbeat:
             with session_scope() as session:
-                own(session, self.job.job_id, self.job.attempt)
+                own(session, self.job.job_id, self.job.attempt, self.job.node)
             self.logs.publish()
             self.next_heartbeat = now + self.settings.heartbeat_s
 
@@ -250,7 +273,12 @@ class Supervisor:
             if job.max_restarts:
                 used_up = f"all {job.max_restarts} restarts used"
                 outcome = replace(outcome, message=f"{outcome.message} ({used_up})")
-        if not finish(job.job_id, job.attempt, self.settings.hostname, outcome):
+        if outcome.status is JobStatus.SUCCEEDED and not last_node_done(job):
+            log.info(
+                "job %s attempt %s: node %s done, others still run", job.job_id, job.attempt, job.node_rank
+            )
+            return True
+        if not finish(job.job_id, job.attempt, outcome):
             return True
         log.info("job %s attempt %s: %s (%s)", job.job_id, job.attempt, outcome.status, outcome.reason)
         if outcome.status is JobStatus.QUEUED:

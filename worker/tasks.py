@@ -8,7 +8,7 @@ from celery import shared_task
 from celery.signals import worker_ready, worker_shutdown, worker_shutting_down
 
 from worker import runner
-from worker.celery_app import RUN_JOB_TASK
+from worker.celery_app import RUN_JOB_TASK, RUN_NODE_TASK
 from worker.reaper import ReaperThread
 
 _reapers: list[ReaperThread] = []
@@ -18,6 +18,12 @@ _reapers: list[ReaperThread] = []
 def run_job(job_id: int) -> None:
     """The message carries only the id; the runner re-reads the row, so a repeated message is harmless."""
     runner.run_job(job_id)
+
+
+@shared_task(name=RUN_NODE_TASK)
+def run_node(job_id: int, attempt: int, node_rank: int) -> None:
+    """Sent only to the queue of the host the node was placed on; stale or repeated messages do nothing."""
+    runner.run_node(job_id, attempt, node_rank)
 
 
 @worker_ready.connect

@@ -15,7 +15,7 @@ from app.services.errors import InvalidSpec
 from trainers.spec import ParallelSpec
 
 
-def _freshest_per_host(workers: Iterable[Worker]) -> dict[str, Worker]:
+def freshest_per_host(workers: Iterable[Worker]) -> dict[str, Worker]:
     """A restarted worker leaves its old row behind until the reaper drops it; the newest heartbeat speaks."""
     hosts: dict[str, Worker] = {}
     for worker in workers:
@@ -26,7 +26,7 @@ def _freshest_per_host(workers: Iterable[Worker]) -> dict[str, Worker]:
 
 def live_hosts(session: Session, settings: Settings) -> dict[str, Worker]:
     cutoff = utcnow() - timedelta(seconds=settings.lease_timeout_s)
-    return _freshest_per_host(session.scalars(select(Worker).where(Worker.heartbeat_at > cutoff)))
+    return freshest_per_host(session.scalars(select(Worker).where(Worker.heartbeat_at > cutoff)))
 
 
 def gpu_indices(worker: Worker) -> list[int]:
@@ -35,9 +35,12 @@ def gpu_indices(worker: Worker) -> list[int]:
 
 def list_host_gpus(session: Session, settings: Settings) -> HostsPublic:
     holders = {(lease.host, lease.gpu_index): lease.job_id for lease in session.scalars(select(GpuLease))}
+    live = live_hosts(session, settings)
     hosts = [
         HostGpus(
             host=host,
+            address=worker.address,
+            status="up" if host in live else "down",
             worker_id=worker.id,
             heartbeat_at=worker.heartbeat_at,
             gpus=[
@@ -45,7 +48,7 @@ def list_host_gpus(session: Session, settings: Settings) -> HostsPublic:
                 for gpu in sorted(worker.gpus, key=lambda gpu: int(gpu["index"]))
             ],
         )
-        for host, worker in sorted(live_hosts(session, settings).items())
+        for host, worker in sorted(freshest_per_host(session.scalars(select(Worker))).items())
     ]
     return HostsPublic(data=hosts)
 
@@ -53,7 +56,7 @@ def list_host_gpus(session: Session, settings: Settings) -> HostsPublic:
 def _inventory(session: Session, settings: Settings) -> dict[str, list[int]]:
     """GPU ids per live host; while no host is live (workers restarting) the last report of each stands in,
     so a submission is judged against the cluster as last seen rather than refused outright."""
-    hosts = live_hosts(session, settings) or _freshest_per_host(session.scalars(select(Worker)))
+    hosts = live_hosts(session, settings) or freshest_per_host(session.scalars(select(Worker)))
     return {host: gpu_indices(worker) for host, worker in hosts.items()}
 
 
@@ -61,13 +64,28 @@ def _has(ids: list[int]) -> str:
     return "has GPUs " + ", ".join(map(str, ids)) if ids else "has no GPUs"
 
 
+def _check_hosts(inventory: dict[str, list[int]], parallel: ParallelSpec) -> None:
+    hosts = ", ".join(sorted(inventory))
+    if parallel.host is not None and parallel.host not in inventory:
+        raise InvalidSpec("parallel.host", f"no worker registered host {parallel.host}; hosts: {hosts}")
+    if parallel.nnodes > len(inventory):
+        raise InvalidSpec(
+            "parallel.nnodes",
+            f"{parallel.nnodes} hosts asked for but {len(inventory)} are registered ({hosts}); "
+            f"ask for at most {len(inventory)}",
+        )
+
+
 def check_gpus_exist(session: Session, settings: Settings, parallel: ParallelSpec) -> None:
-    """Refuse GPUs no registered host has. With no worker registered yet, accept: the worker that claims
-    the job fails it as infeasible if it cannot fit."""
-    if not parallel.gpus and not parallel.num_gpus:
-        return
+    """Refuse hosts and GPUs no registered host has. With no worker registered yet, accept: the worker that
+    places the job fails it as infeasible if it cannot fit."""
     inventory = _inventory(session, settings)
     if not inventory:
+        return
+    _check_hosts(inventory, parallel)
+    if parallel.host is not None:
+        inventory = {parallel.host: inventory[parallel.host]}
+    if not parallel.gpus and not parallel.num_gpus:
         return
     if parallel.gpus is not None:
         wanted = set(parallel.gpus)

@@ -209,10 +209,11 @@ class Stack:
         self._spawn("api", argv, self.api_env)
         wait_for(lambda: httpx.get(f"{self.url}/healthz").status_code == 200, 60, "api")
 
-    def start_worker(self, name: str = "worker") -> None:
-        """Several workers may run side by side under different names, as on several GPU hosts."""
+    def start_worker(self, name: str = "worker", **env: str) -> None:
+        """Several workers may run side by side under different names, as on several GPU hosts; `env` gives
+        one its own settings (TRAINYARD_HOSTNAME: a host identity of its own)."""
         registered = self.sql("SELECT count(*) FROM workers")
-        self._spawn(name, [sys.executable, "-m", "worker"])
+        self._spawn(name, [sys.executable, "-m", "worker"], env)
         # A worker announces itself (and its GPUs, none here) in the workers table with its first heartbeat.
         wait_for(lambda: self.sql("SELECT count(*) FROM workers") > registered, 90, name)
 

@@ -65,23 +65,23 @@ def test_patch_priority_validates_the_body(client: TestClient) -> None:
 
 def test_lower_priority_job_does_not_take_gpus_a_higher_one_waits_for(database: WorkerDb) -> None:
     holder = database.add_job(database.spec(gpus=[0]))
-    assert claim_job(holder, database.gpus).outcome is ClaimOutcome.CLAIMED
+    assert claim_job(holder).outcome is ClaimOutcome.CLAIMED
     urgent = database.add_job(database.spec(gpus=[0, 1]), priority=5)
-    assert claim_job(urgent, database.gpus).outcome is ClaimOutcome.WAITING
+    assert claim_job(urgent).outcome is ClaimOutcome.WAITING
     # GPU 1 is free, but the urgent job needs it as soon as GPU 0 frees up.
     later = database.add_job(database.spec(gpus=[1]))
-    assert claim_job(later, database.gpus).outcome is ClaimOutcome.WAITING
+    assert claim_job(later).outcome is ClaimOutcome.WAITING
     assert f"queued jobs {urgent} have a higher priority" in (database.job(later).message or "")
     # A job that needs none of the reserved GPUs still starts.
     other = database.add_job(database.spec(num_gpus=2))
-    claim = claim_job(other, database.gpus)
+    claim = claim_job(other)
     assert (claim.outcome, claim.gpu_ids) == (ClaimOutcome.CLAIMED, [2, 3])
 
 
 def test_equal_priority_jobs_do_not_reserve(database: WorkerDb) -> None:
     holder = database.add_job(database.spec(gpus=[0]))
-    assert claim_job(holder, database.gpus).outcome is ClaimOutcome.CLAIMED
+    assert claim_job(holder).outcome is ClaimOutcome.CLAIMED
     waiting = database.add_job(database.spec(gpus=[0, 1]))
-    assert claim_job(waiting, database.gpus).outcome is ClaimOutcome.WAITING
+    assert claim_job(waiting).outcome is ClaimOutcome.WAITING
     later = database.add_job(database.spec(gpus=[1]))
-    assert claim_job(later, database.gpus).outcome is ClaimOutcome.CLAIMED
+    assert claim_job(later).outcome is ClaimOutcome.CLAIMED

@@ -9,7 +9,7 @@ from sqlalchemy import select
 
 from app.core.config import get_settings
 from app.core.db import session_scope
-from app.models import GpuLease, Job, JobEvent, Worker, utcnow
+from app.models import GpuLease, Job, JobEvent, JobNode, Worker, utcnow
 from app.services.transitions import move
 from app.states import JobStatus
 from worker.leases import claim_job, worker_id
@@ -39,13 +39,14 @@ def leased_jobs() -> list[int]:
 def test_expired_heartbeat_requeues_and_rings(database: WorkerDb, doorbell: Doorbell) -> None:
     lost = database.add_job(database.spec(gpus=[0]))
     alive = database.add_job(database.spec(gpus=[1]))
-    claim_job(lost, database.gpus)
-    claim_job(alive, database.gpus)
+    claim_job(lost)
+    claim_job(alive)
     with session_scope() as session:
         move(session, lost, JobStatus.STARTING, JobStatus.RUNNING)
     timeout = get_settings().lease_timeout_s
-    with session_scope() as session:  # only `alive` heartbeats on
+    with session_scope() as session:  # only `alive` heartbeats on, the job and its node
         session.get_one(Job, alive).heartbeat_at = later(timeout)
+        session.get_one(JobNode, (alive, 0)).heartbeat_at = later(timeout)
 
     report = reap({}, now=later(timeout + 1))
 
@@ -57,12 +58,12 @@ def test_expired_heartbeat_requeues_and_rings(database: WorkerDb, doorbell: Door
     assert leased_jobs() == [alive]
     assert doorbell.rung == [lost]
     # The next attempt claims it again, with a higher attempt number.
-    assert claim_job(lost, database.gpus).attempt == 2
+    assert claim_job(lost).attempt == 2
 
 
 def test_expired_cancelling_job_is_cancelled(database: WorkerDb, doorbell: Doorbell) -> None:
     job_id = database.add_job(database.spec(gpus=[2]))
-    claim_job(job_id, database.gpus)
+    claim_job(job_id)
     with session_scope() as session:
         move(session, job_id, JobStatus.STARTING, JobStatus.CANCELLING, reason="user")
 

@@ -88,7 +88,7 @@ def checkpoints() -> list[str]:
 
 def test_batches_land_in_sql_and_retailing_changes_nothing(database: WorkerDb) -> None:
     job_id = database.add_job()
-    claim_job(job_id, [])
+    claim_job(job_id)
     run_dir = database.runs_dir / str(job_id)
     run_dir.mkdir(parents=True)
     path = run_dir / "events.jsonl"

@@ -23,6 +23,7 @@ from trainers.plan import Plan, resolve_plan
 from trainers.spec import JobSpec
 from worker import celery_app, launch, runner
 from worker.launch import Launch
+from worker.reaper import beat
 
 
 def _clear_caches() -> None:
@@ -80,6 +81,7 @@ def worker_db(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, database_url: str
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     _clear_caches()
     Base.metadata.create_all(get_engine())
+    beat()  # this host's worker registers its GPUs, as a live worker's reaper does at once
     yield WorkerDb(tmp_path)
     get_engine().dispose()
     _clear_caches()
@@ -90,8 +92,13 @@ class Doorbell:
 
     def __init__(self) -> None:
         self.rung: list[int] = []
+        self.nodes: list[tuple[str, list[int]]] = []  # (host queue, [job, attempt, node rank])
 
-    def send_task(self, name: str, args: list[int]) -> None:
+    def send_task(self, name: str, args: list[int], queue: str | None = None) -> None:
+        if name == celery_app.RUN_NODE_TASK:
+            assert queue is not None
+            self.nodes.append((queue, args))
+            return
         assert name == celery_app.RUN_JOB_TASK
         self.rung.extend(args)
 
@@ -160,7 +167,7 @@ def race_sixteen_jobs_for_four_gpus(database: WorkerDb) -> dict[int, int]:
 
     def claim(job_id: int) -> None:
         barrier.wait()
-        outcomes[job_id] = claim_job(job_id, database.gpus).outcome
+        outcomes[job_id] = claim_job(job_id).outcome
 
     threads = [threading.Thread(target=claim, args=(job_id,)) for job_id in jobs]
     for thread in threads:

@@ -122,11 +122,13 @@ class PipelineStrategy(ParallelStrategy):
         losses: list[torch.Tensor] = []
         args = (x,) if self.is_first else ()
         self._schedule.step(*args, target=y if self.is_last else None, losses=losses)
+        # Also on stages without a loss: a GradScaler sets up its scale on its first scale() call, and
+        # unscaling this stage's gradients needs it (equal on every stage, as overflows are shared).
+        scale = precision.scale(torch.ones((), device=self.env.device))
         if not self.is_last:
             return torch.zeros((), device=self.env.device)
         # The schedule reports what the loss function returned, one per micro-batch (some torch versions
         # call it once more to infer shapes, so counting calls would not do); undo the scaling.
-        scale = precision.scale(torch.ones((), device=self.env.device))
         return torch.stack(losses).detach().mean() * self._loss_divisor / scale
 
     @torch.no_grad()

@@ -1,0 +1,138 @@
+"""Where a job runs: a host and its GPUs for each of the job's nodes, chosen over every registered host.
+
+Plain functions over plain data; worker/leases.py reads the hosts from SQL and leases the choice in one
+transaction. A multi-node job gets all of its hosts at once or none: no host holds GPUs while it waits.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
+
+from trainers.plan import Plan
+
+
+@dataclass(frozen=True)
+class HostView:
+    name: str
+    address: str
+    gpu_ids: list[int]
+    live: bool  # its worker heartbeats
+    held: dict[int, int] = field(default_factory=dict)  # GPU -> the job holding or reserving it
+    active_jobs: int = 0
+
+    @property
+    def free(self) -> int:
+        return sum(gpu not in self.held for gpu in self.gpu_ids)
+
+
+@dataclass(frozen=True)
+class NodeChoice:
+    node_rank: int
+    host: str
+    address: str
+    gpu_ids: list[int]
+
+
+def _format_ids(ids: Iterable[int]) -> str:
+    return ", ".join(str(i) for i in ids) or "none"
+
+
+def infeasibility(plan: Plan, host_gpu_ids: list[int], host: str) -> str | None:
+    """Why this host can never run one node of the plan, or None when it could once its GPUs are free."""
+    have = f"host {host} has GPUs [{_format_ids(host_gpu_ids)}]"
+    if plan.gpus is not None:
+        missing = sorted(set(plan.gpus) - set(host_gpu_ids))
+        if missing:
+            return f"asked for GPUs [{_format_ids(plan.gpus)}] but {have} (no GPU {_format_ids(missing)})"
+    elif plan.num_gpus > len(host_gpu_ids):
+        return f"asked for {plan.num_gpus} GPUs but {have}"
+    return None
+
+
+def pick_gpus(plan: Plan, host_gpu_ids: list[int], held: dict[int, int]) -> tuple[list[int], str | None]:
+    """The GPUs of one node given those held (gpu -> job), or ([], the reason to wait)."""
+    if plan.gpus is not None:
+        busy = [gpu for gpu in plan.gpus if gpu in held]
+        if busy:
+            return [], "waiting for " + ", ".join(f"GPU {gpu}, held by job {held[gpu]}" for gpu in busy)
+        return sorted(plan.gpus), None
+    free = [gpu for gpu in sorted(host_gpu_ids) if gpu not in held]
+    if len(free) < plan.num_gpus:
+        holders = ", ".join(f"GPU {gpu} by job {job}" for gpu, job in sorted(held.items()))
+        return [], f"waiting for {plan.num_gpus} free GPUs, {len(free)} free; held: {holders}"
+    return free[: plan.num_gpus], None
+
+
+def _candidates(plan: Plan, hosts: list[HostView]) -> list[HostView]:
+    return [host for host in hosts if plan.host is None or host.name == plan.host]
+
+
+def never_fits(plan: Plan, hosts: list[HostView]) -> str | None:
+    """Why no set of the known hosts, up or down, can ever run the plan; None when some can."""
+    if plan.host is not None and not _candidates(plan, hosts):
+        known = ", ".join(sorted(host.name for host in hosts)) or "none"
+        return f"parallel.host={plan.host} is not a host any worker registered (hosts: {known})"
+    reasons = [infeasibility(plan, host.gpu_ids, host.name) for host in _candidates(plan, hosts)]
+    able = sum(reason is None for reason in reasons)
+    if able >= plan.nnodes:
+        return None
+    why = "; ".join(reason for reason in reasons if reason)
+    if plan.nnodes == 1:
+        return why
+    return f"parallel.nnodes={plan.nnodes} needs that many hosts able to run a node, and {able} can ({why})"
+
+
+def choose_nodes(plan: Plan, hosts: list[HostView]) -> tuple[list[NodeChoice], str | None]:
+    """A live host for each node, distinct hosts, or ([], why the job waits).
+
+    The hosts with the most free GPUs (for a GPU job) and then the fewest jobs go first, so jobs spread."""
+    fits: list[tuple[HostView, list[int]]] = []
+    waits: list[str] = []
+    for host in _candidates(plan, hosts):
+        if infeasibility(plan, host.gpu_ids, host.name) is not None:
+            continue
+        if not host.live:
+            waits.append(f"host {host.name} is down")
+            continue
+        gpus, wait = pick_gpus(plan, host.gpu_ids, host.held)
+        if wait is None:
+            fits.append((host, gpus))
+        else:
+            waits.append(wait if len(hosts) == 1 else f"host {host.name}: {wait}")
+    if len(fits) < plan.nnodes:
+        if plan.nnodes > 1:
+            waits.insert(0, f"waiting for {plan.nnodes} hosts with room, {len(fits)} have it")
+        return [], "; ".join(waits) or "waiting for a worker to register its host"
+    wants_gpus = bool(plan.gpus or plan.num_gpus)
+    fits.sort(key=lambda fit: (-fit[0].free if wants_gpus else 0, fit[0].active_jobs, fit[0].name))
+    nodes = [
+        NodeChoice(rank, host.name, host.address, gpus)
+        for rank, (host, gpus) in enumerate(fits[: plan.nnodes])
+    ]
+    return nodes, None
+
+
+def reserve(hosts: list[HostView], job_id: int, plan: Plan) -> list[HostView]:
+    """The hosts with `plan`'s GPUs marked as held by `job_id`: where it would start now, or, while it waits,
+    the free GPUs of the live host that can run it with most free, so no lower priority takes them."""
+    if not (plan.gpus or plan.num_gpus) or never_fits(plan, hosts) is not None:
+        return hosts
+    nodes, _ = choose_nodes(plan, hosts)
+    if nodes:
+        wanted = {node.host: node.gpu_ids for node in nodes}
+    else:
+        able = [
+            h for h in _candidates(plan, hosts) if h.live and infeasibility(plan, h.gpu_ids, h.name) is None
+        ]
+        if not able:
+            return hosts
+        best = max(able, key=lambda host: (host.free, host.name))
+        free = [gpu for gpu in sorted(best.gpu_ids) if gpu not in best.held]
+        wanted = {best.name: [gpu for gpu in (plan.gpus or free[: plan.num_gpus]) if gpu in free]}
+    return [
+        replace(host, held={**host.held, **{gpu: job_id for gpu in wanted[host.name]}})
+        if host.name in wanted
+        else host
+        for host in hosts
+    ]
