@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
@@ -139,13 +139,15 @@ class GpuPublic(BaseModel):
 
 class HostGpus(BaseModel):
     host: str
+    address: str = Field(description="where the other hosts reach it (a multi-host job's rendezvous)")
+    status: Literal["up", "down"] = Field(description="down: its worker stopped heartbeating")
     worker_id: str
     heartbeat_at: UtcDatetime
     gpus: list[GpuPublic]
 
 
 class HostsPublic(BaseModel):
-    data: list[HostGpus] = Field(description="live worker hosts; empty until a worker has registered")
+    data: list[HostGpus] = Field(description="every host a worker registered, up or down; empty until then")
 
 
 class Health(BaseModel):

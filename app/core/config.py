@@ -23,6 +23,13 @@ class ArtifactStore(StrEnum):
     S3 = "s3"  # checkpoints and logs are uploaded to an S3-compatible bucket the API reads
 
 
+def _own_address(hostname: str) -> str:
+    try:
+        return socket.gethostbyname(hostname)
+    except OSError:  # a hostname nothing resolves: only this host can reach itself
+        return "127.0.0.1"
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="TRAINYARD_", extra="ignore")
 
@@ -33,6 +40,13 @@ class Settings(BaseSettings):
     host: str = "127.0.0.1"
     port: int = Field(8000, ge=1, le=65535)
     hostname: str = Field(default_factory=socket.gethostname, description="this worker's host identity")
+    advertise_address: str = Field(
+        default_factory=lambda: _own_address(socket.gethostname()),
+        description="where the other hosts reach this one: a multi-host job's rendezvous and collectives",
+    )
+    rendezvous_timeout_s: float = Field(
+        300.0, gt=0, le=3600, description="how long a multi-host job's nodes wait for each other to start"
+    )
     worker_concurrency: int = Field(4, ge=1, le=256, description="jobs one worker supervises at once")
     heartbeat_s: float = Field(2.0, gt=0, le=300)
     lease_timeout_s: float = Field(30.0, gt=0, le=3600, description="older heartbeat: reaped")
