@@ -51,4 +51,4 @@ lint: install
 
 # Wheels of the web/queue/db stack for the GPU machine's Python 3.12 (see bench/README.md).
 gpu-wheels:
-	../shared/tools/gpu-wheels.sh nvidia-ml-py
+	../shared/tools/gpu-wheels.sh nvidia-ml-py psutil prometheus_client boto3
