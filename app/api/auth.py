@@ -2,26 +2,42 @@
 
 from __future__ import annotations
 
+import time
+
 from fastapi import HTTPException, status
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
-from sqlalchemy.orm import Session
 
 from app.core.config import AuthMode, Settings
-from app.services.keys import LOCAL_CALLER, Caller, caller_for_token
+from app.core.db import read_in_session
+from app.services.keys import LOCAL_CALLER, Caller, caller_for_token, hash_token
 
 # auto_error=False: a missing header is answered below with 401 and a message, not HTTPBearer's bare 403.
 bearer = HTTPBearer(auto_error=False, description="an API key from `trainyard keys create --user NAME`")
 
 _CHALLENGE = {"WWW-Authenticate": "Bearer"}
+# A client polling its jobs sends the same key many times a second; one lookup per key per this many seconds
+# serves them all. A key whose row is deleted therefore keeps working for at most this long.
+KEY_TTL_S = 10.0
+# Only keys found valid are kept, so this holds at most one entry per stored key, keyed by its hash.
+_known_keys: dict[str, tuple[float, Caller]] = {}
 
 
 def unauthorized(detail: str) -> HTTPException:
     return HTTPException(status.HTTP_401_UNAUTHORIZED, detail, headers=_CHALLENGE)
 
 
-def authenticate(
-    session: Session, settings: Settings, credentials: HTTPAuthorizationCredentials | None
-) -> Caller:
+async def _caller_for(token: str) -> Caller | None:
+    key_hash, now = hash_token(token), time.monotonic()
+    known = _known_keys.get(key_hash)
+    if known is not None and known[0] > now:
+        return known[1]
+    caller = await read_in_session(caller_for_token, token)
+    if caller is not None:
+        _known_keys[key_hash] = (now + KEY_TTL_S, caller)
+    return caller
+
+
+async def authenticate(settings: Settings, credentials: HTTPAuthorizationCredentials | None) -> Caller:
     if settings.auth is AuthMode.OFF:
         return LOCAL_CALLER
     if credentials is None:
@@ -29,7 +45,7 @@ def authenticate(
             "this route needs an API key: send 'Authorization: Bearer <key>'; "
             "an admin creates one with `trainyard keys create --user NAME`"
         )
-    caller = caller_for_token(session, credentials.credentials)
+    caller = await _caller_for(credentials.credentials)
     if caller is None:
         raise unauthorized("the API key is not valid; ask an admin for a new one")
     return caller

@@ -1,4 +1,8 @@
-"""Dependencies shared by the routes, typed so route signatures read like declarations."""
+"""Dependencies shared by the routes, typed so route signatures read like declarations.
+
+FastAPI runs every plain `def` dependency in a pool thread, one hop per dependency per request; the ones
+here that do no blocking work are `async def` so they run on the event loop instead.
+"""
 
 from __future__ import annotations
 
@@ -21,19 +25,22 @@ def get_db() -> Iterator[Session]:
         yield session
 
 
+async def current_settings() -> Settings:
+    return get_settings()
+
+
 SessionDep = Annotated[Session, Depends(get_db)]
-SettingsDep = Annotated[Settings, Depends(get_settings)]
+SettingsDep = Annotated[Settings, Depends(current_settings)]
 # Ids and steps are 32-bit INTEGER columns on PostgreSQL; larger values could only miss anyway.
 DB_INT_MAX = 2**31 - 1
 JobId = Annotated[int, Path(ge=1, le=DB_INT_MAX, description="job id")]
 
 
-def get_caller(
-    session: SessionDep,
+async def get_caller(
     settings: SettingsDep,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Security(bearer)],
 ) -> Caller:
-    return authenticate(session, settings, credentials)
+    return await authenticate(settings, credentials)
 
 
 # Every /v1 router depends on get_caller (app/main.py); routes that need to know who is asking name it again,

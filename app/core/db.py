@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from functools import lru_cache
+from functools import lru_cache, partial
 from pathlib import Path
-from typing import Any
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
+from anyio import to_thread
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.orm import Session, sessionmaker
 
 from app.core.config import get_settings
+
+P = ParamSpec("P")
+T = TypeVar("T")
 
 
 def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
@@ -30,7 +34,17 @@ def engine_for(url: str) -> Engine:
             Path(path).parent.mkdir(parents=True, exist_ok=True)
         # pysqlite opens a transaction only before the first write, so read-then-CAS code never has to
         # upgrade a read snapshot (which SQLite refuses at once); the timeout waits out other writers.
-        engine = create_engine(url, connect_args={"timeout": 30, "check_same_thread": False})
+        # A thread that waits for a pooled connection holds one of the API's thread-pool slots meanwhile,
+        # and a request holding a connection may need such a slot to finish (FastAPI validates a sync
+        # route's response in the pool): with more requests in flight than connections, both sides waited
+        # out the pool's 30 s timeout. SQLite connections are cheap local handles, so the pool never makes
+        # anyone wait: it keeps as many as the thread pool runs at once (40) and opens more when asked.
+        engine = create_engine(
+            url,
+            connect_args={"timeout": 30, "check_same_thread": False},
+            pool_size=40,
+            max_overflow=-1,
+        )
         event.listen(engine, "connect", _sqlite_pragmas)
         return engine
     return create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20)
@@ -61,3 +75,25 @@ def session_scope() -> Iterator[Session]:
         raise
     finally:
         session.close()
+
+
+def _in_session(work: Callable[Concatenate[Session, P], T], *args: P.args, **kwargs: P.kwargs) -> T:
+    with new_session() as session:
+        return work(session, *args, **kwargs)
+
+
+async def read_in_session(work: Callable[Concatenate[Session, P], T], *args: P.args, **kwargs: P.kwargs) -> T:
+    """Run a short read, `work(session, ...)`, from async code, in a session of its own. On SQLite it runs
+    right here on the event loop: a WAL reader never waits for writers and an indexed lookup is microseconds
+    of C, less than the hop to a pool thread and back (and the GIL hand-offs between that thread and the
+    loop under load). A server database answers over the network, so there the work goes to a pool thread."""
+    if get_settings().is_sqlite:
+        return _in_session(work, *args, **kwargs)
+    return await to_thread.run_sync(partial(_in_session, work, *args, **kwargs))
+
+
+async def run_in_session(work: Callable[Concatenate[Session, P], T], *args: P.args, **kwargs: P.kwargs) -> T:
+    """Run `work(session, ...)`, which may block (a write waits for SQLite's lock), in a pool thread and a
+    session of its own: one hop for the request's whole unit of work, and its connection is back in the
+    pool before the hop ends."""
+    return await to_thread.run_sync(partial(_in_session, work, *args, **kwargs))

@@ -2,22 +2,26 @@
 
 from __future__ import annotations
 
-from sqlalchemy import func, select
+from sqlalchemy import bindparam, func, select
 from sqlalchemy.orm import Session
 
 from app.core.config import Settings
-from app.models import Job
+from app.models import Base, Job
 from app.services.errors import QuotaExceeded
 from app.states import TERMINAL
 from trainers.plan import Plan
+
+_JOBS = Base.metadata.tables[Job.__tablename__]
+# Built once on the table's columns: a statement rebuilt per submission recomputes its cache key every time.
+_UNFINISHED_USAGE = select(
+    func.count(), func.coalesce(func.sum(_JOBS.c.plan["num_gpus"].as_integer()), 0)
+).where(_JOBS.c.owner == bindparam("owner"), _JOBS.c.status.not_in(TERMINAL))
 
 
 def unfinished_usage(session: Session, owner: str) -> tuple[int, int]:
     """Unfinished jobs and the GPUs they ask for, counted by the database: this runs on every submission,
     and loading every queued plan made submissions slow down as the queue grew."""
-    gpus = func.coalesce(func.sum(Job.plan["num_gpus"].as_integer()), 0)
-    query = select(func.count(), gpus).where(Job.owner == owner, Job.status.not_in(TERMINAL))
-    jobs, asked = session.execute(query).one()
+    jobs, asked = session.execute(_UNFINISHED_USAGE, {"owner": owner}).one()
     return int(jobs), int(asked)
 
 

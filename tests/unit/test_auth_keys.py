@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 
 import pytest
 from fastapi.testclient import TestClient
-from sqlalchemy import select
+from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
+from app.api import auth
 from app.core.config import Settings, get_settings
 from app.main import create_app
 from app.models import ApiKey
@@ -82,3 +84,17 @@ def test_idempotency_keys_belong_to_one_user(auth_on: Settings, session: Session
 
 def test_auth_off_acts_as_the_local_admin(client: TestClient) -> None:
     assert client.get("/v1/jobs").status_code == 200
+
+
+def test_a_valid_key_is_looked_up_once_per_ttl(
+    auth_on: Settings, session: Session, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    token = create_key(session, "alice", admin=False)
+    client = TestClient(create_app())
+    assert client.get("/v1/jobs", headers=bearer(token)).status_code == 200
+    session.execute(delete(ApiKey))
+    session.commit()
+    assert client.get("/v1/jobs", headers=bearer(token)).status_code == 200  # still within KEY_TTL_S
+    now = time.monotonic()
+    monkeypatch.setattr(auth.time, "monotonic", lambda: now + auth.KEY_TTL_S)
+    assert client.get("/v1/jobs", headers=bearer(token)).status_code == 401

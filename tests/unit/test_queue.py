@@ -48,6 +48,15 @@ def test_patch_priority_reorders_the_queue(client: TestClient) -> None:
     assert client.get(f"/v1/jobs/{first}").json()["queue_position"] == 2
 
 
+def test_queue_position_counts_the_jobs_that_start_first(client: TestClient, session: Session) -> None:
+    old, high, new, running = (submit(client, priority=p)["id"] for p in (0, 5, 0, 9))
+    session.execute(update(Job).where(Job.id == running).values(status=JobStatus.RUNNING))
+    session.commit()
+    positions = {job["id"]: job["queue_position"] for job in client.get("/v1/jobs").json()["data"]}
+    assert positions == {high: 1, old: 2, new: 3, running: None}
+    assert [client.get(f"/v1/jobs/{i}").json()["queue_position"] for i in (old, high, new)] == [2, 1, 3]
+
+
 def test_patch_priority_refused_once_the_job_left_the_queue(client: TestClient) -> None:
     job_id = submit(client)["id"]
     assert client.post(f"/v1/jobs/{job_id}/cancel").status_code == 200

@@ -7,11 +7,13 @@ from typing import Annotated
 from fastapi import APIRouter, Header, Query, Response, status
 from sqlalchemy.orm import Session
 
-from app.api.deps import DB_INT_MAX, CallerDep, OwnedJobId, SessionDep, SettingsDep
+from app.api.deps import DB_INT_MAX, CallerDep, JobId, OwnedJobId, SessionDep, SettingsDep
 from app.api.openapi import BODY_PROBLEMS, problem, problems
-from app.models import Job
+from app.core.config import Settings
+from app.core.db import read_in_session, run_in_session
 from app.schemas import JobEventPublic, JobEventsPublic, JobPublic, JobsPublic, JobSubmitted, JobUpdate
 from app.services import jobs, submit
+from app.services.keys import Caller
 from app.states import JobStatus
 from trainers.plan import Plan
 from trainers.spec import JobSpec
@@ -19,13 +21,9 @@ from trainers.spec import JobSpec
 router = APIRouter(prefix="/jobs", tags=["jobs"])
 
 
-def _public(session: Session, job: Job) -> JobPublic:
-    [public] = jobs.describe(session, [job])
-    return public
-
-
-def _submitted(session: Session, job: Job) -> JobSubmitted:
-    return JobSubmitted(job=_public(session, job), plan=Plan.model_validate(job.plan))
+def _submitted(session: Session, job_id: int, caller: Caller) -> JobSubmitted:
+    job = jobs.public_job(session, job_id, caller)
+    return JobSubmitted(job=job, plan=Plan.model_validate(job.plan))
 
 
 @router.post(
@@ -38,22 +36,30 @@ def _submitted(session: Session, job: Job) -> JobSubmitted:
         **problems(429),
     },
 )
-def create_job(
+async def create_job(
     spec: JobSpec,
-    session: SessionDep,
     settings: SettingsDep,
     caller: CallerDep,
     response: Response,
     dry_run: bool = False,
     idempotency_key: Annotated[str | None, Header(min_length=1, max_length=128)] = None,
 ) -> JobSubmitted:
+    # async, with the whole unit of work in one pool-thread hop: a sync route and its sync dependencies hop
+    # once each, and a hop that waits for a free thread while holding a connection can stall the others.
     if dry_run:
         response.status_code = status.HTTP_200_OK
-        return JobSubmitted(job=None, plan=submit.dry_run(session, settings, spec, caller))
-    job, created = submit.submit_job(session, settings, spec, caller, idempotency_key=idempotency_key)
+        return JobSubmitted(job=None, plan=await run_in_session(submit.dry_run, settings, spec, caller))
+    submitted, created = await run_in_session(_submit, settings, spec, caller, idempotency_key)
     if not created:
         response.status_code = status.HTTP_200_OK
-    return _submitted(session, job)
+    return submitted
+
+
+def _submit(
+    session: Session, settings: Settings, spec: JobSpec, caller: Caller, idempotency_key: str | None
+) -> tuple[JobSubmitted, bool]:
+    job_id, created = submit.submit_job(session, settings, spec, caller, idempotency_key=idempotency_key)
+    return _submitted(session, job_id, caller), created
 
 
 @router.get("")
@@ -67,19 +73,21 @@ def list_jobs(
     limit: Annotated[int, Query(ge=1, le=200)] = 50,
 ) -> JobsPublic:
     page, next_cursor = jobs.list_jobs(session, caller, status_filter, cursor, limit)
-    return JobsPublic(data=jobs.describe(session, page), next_cursor=next_cursor)
+    return JobsPublic(data=page, next_cursor=next_cursor)
 
 
 @router.get("/{job_id}", responses=problems(404))
-def get_job(job_id: OwnedJobId, session: SessionDep) -> JobPublic:
-    return _public(session, jobs.get_job(session, job_id))
+async def get_job(job_id: JobId, caller: CallerDep) -> JobPublic:
+    # The API's hottest route (clients poll it): one indexed read and no pool-thread hop on SQLite.
+    return await read_in_session(jobs.public_job, job_id, caller)
 
 
 @router.patch(
     "/{job_id}", responses={**problems(404), **BODY_PROBLEMS, 409: problem("the job is no longer queued")}
 )
-def update_job(job_id: OwnedJobId, update: JobUpdate, session: SessionDep) -> JobPublic:
-    return _public(session, jobs.set_priority(session, job_id, update.priority))
+def update_job(job_id: OwnedJobId, update: JobUpdate, session: SessionDep, caller: CallerDep) -> JobPublic:
+    jobs.set_priority(session, job_id, update.priority)
+    return jobs.public_job(session, job_id, caller)
 
 
 @router.post(
@@ -90,11 +98,11 @@ def update_job(job_id: OwnedJobId, update: JobUpdate, session: SessionDep) -> Jo
         409: problem("the job has already finished"),
     },
 )
-def cancel_job(job_id: OwnedJobId, session: SessionDep, response: Response) -> JobPublic:
+def cancel_job(job_id: OwnedJobId, session: SessionDep, caller: CallerDep, response: Response) -> JobPublic:
     job = jobs.cancel_job(session, job_id)
     if job.status == JobStatus.CANCELLING:
         response.status_code = status.HTTP_202_ACCEPTED
-    return _public(session, job)
+    return jobs.public_job(session, job_id, caller)
 
 
 @router.post(
@@ -105,7 +113,7 @@ def cancel_job(job_id: OwnedJobId, session: SessionDep, response: Response) -> J
 def retry_job(
     job_id: OwnedJobId, session: SessionDep, settings: SettingsDep, caller: CallerDep
 ) -> JobSubmitted:
-    return _submitted(session, submit.retry_job(session, settings, job_id, caller))
+    return _submitted(session, submit.retry_job(session, settings, job_id, caller), caller)
 
 
 @router.delete(
