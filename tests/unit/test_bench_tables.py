@@ -6,7 +6,7 @@ import argparse
 
 import pytest
 
-from bench.api_load import Phase
+from bench.api_load import Phase, results_table
 from bench.overheads import latency_table, reporting_table
 from bench.profile_stacks import summarize
 from bench.result import Result, failed
@@ -63,9 +63,11 @@ def test_profile_summary_counts_innermost_libraries_and_our_functions_once() -> 
 
 
 def test_phase_quantiles() -> None:
-    phase = Phase("GET", sent=100, ok=100, seconds=1.0, latencies_ms=[float(i) for i in range(1, 101)])
+    latencies = [float(i) for i in range(1, 101)]
+    phase = Phase("GET", sent=100, ok=100, seconds=1.0, latencies_ms=latencies, server_cpu_s=0.05)
     assert phase.quantile(0.5) == pytest.approx(50.5)
     assert phase.quantile(0.99) == pytest.approx(99.01)
+    assert results_table([phase]).splitlines()[2] == "| GET | 100/100 | 100 | 50.5 | 99.0 | 100.0 | 0.50 |"
 
 
 @pytest.mark.parametrize("call", [1, 2])
