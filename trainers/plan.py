@@ -40,6 +40,11 @@ class Plan(BaseModel):
     def public(self) -> dict[str, Any]:
         return self.model_dump(mode="json")
 
+    @property
+    def total_gpus(self) -> int:
+        """num_gpus is per host; a multi-host job takes that many on each of its hosts."""
+        return self.num_gpus * self.nnodes
+
 
 def scaled_lr(train: TrainSpec) -> float:
     ratio = train.batch_size / train.base_batch_size

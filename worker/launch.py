@@ -28,6 +28,18 @@ class Rendezvous:
     local_addr: str  # where the other nodes reach this one
     join_timeout_s: int
 
+    @classmethod
+    def placeholder(cls, nnodes: int, job_id: int | str, join_timeout_s: float) -> Rendezvous:
+        """Node 0's view before placement, for the plan shown at submit: what a worker fills in, named."""
+        return cls(
+            nnodes,
+            0,
+            "<node 0 address>:<port>",
+            f"trainyard-{job_id}-<attempt>",
+            "<host address>",
+            int(join_timeout_s),
+        )
+
     def argv(self) -> list[str]:
         is_host = "true" if self.node_rank == 0 else "false"
         return [

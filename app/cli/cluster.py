@@ -15,18 +15,19 @@ from app.services.keys import create_key
 @click.command()
 @click.pass_obj
 def gpus(client: TrainyardClient) -> None:
-    """GPUs of every live worker host and the job holding each."""
+    """GPUs of every worker host (up or down, with its address) and the job holding each."""
     hosts = client.gpus().data
     if not hosts:
-        console.print("no live worker host; start one with `python -m worker`")
+        console.print("no worker host has registered; start one with `python -m worker`")
         return
-    table = Table("host", "gpu", "name", "memory MB", "job")
+    table = Table("host", "address", "status", "gpu", "name", "memory MB", "job")
     for host in hosts:
+        where = (host.host, host.address, host.status)
         if not host.gpus:
-            table.add_row(host.host, "-", "no GPUs (CPU jobs only)", "-", "-")
+            table.add_row(*where, "-", "no GPUs (CPU jobs only)", "-", "-")
         for gpu in host.gpus:
             job = str(gpu.job_id) if gpu.job_id is not None else "free"
-            table.add_row(host.host, str(gpu.index), gpu.name or "-", str(gpu.memory_total_mb or "-"), job)
+            table.add_row(*where, str(gpu.index), gpu.name or "-", str(gpu.memory_total_mb or "-"), job)
     console.print(table)
 
 

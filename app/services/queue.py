@@ -31,15 +31,18 @@ QUEUE_POSITION = case((JOBS.c.status == JobStatus.QUEUED, _queued_ahead() + 1)).
 
 
 def wanted_devices(plan: dict[str, object]) -> str:
-    """What the job waits for, as a person would say it: 'GPUs [1, 2]', '2 GPUs' or '2 processes on CPU'."""
+    """What the job waits for, as a person would say it: 'GPUs [1, 2]', '2 GPUs', '2 processes on CPU', and
+    for a multi-host job '2 hosts x 4 GPUs'."""
+    nnodes = plan.get("nnodes", 1)
+    hosts = f"{nnodes} hosts x " if isinstance(nnodes, int) and nnodes > 1 else ""
     gpus = plan.get("gpus")
     if isinstance(gpus, list) and gpus:
-        return "GPUs [" + ", ".join(str(gpu) for gpu in gpus) + "]"
+        return hosts + "GPUs [" + ", ".join(str(gpu) for gpu in gpus) + "]"
     num_gpus = plan.get("num_gpus")
     if isinstance(num_gpus, int) and num_gpus:
-        return f"{num_gpus} GPU" + ("s" if num_gpus > 1 else "")
-    world = plan.get("world_size", 1)
-    return f"{world} process{'es' if world != 1 else ''} on CPU"
+        return hosts + f"{num_gpus} GPU" + ("s" if num_gpus > 1 else "")
+    world = plan.get("nproc_per_node", plan.get("world_size", 1)) if hosts else plan.get("world_size", 1)
+    return hosts + f"{world} process{'es' if world != 1 else ''} on CPU"
 
 
 def list_queue(session: Session, owner: str | None = None) -> QueuePublic:

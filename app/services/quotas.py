@@ -13,9 +13,11 @@ from trainers.plan import Plan
 
 _JOBS = Base.metadata.tables[Job.__tablename__]
 # Built once on the table's columns: a statement rebuilt per submission recomputes its cache key every time.
-_UNFINISHED_USAGE = select(
-    func.count(), func.coalesce(func.sum(_JOBS.c.plan["num_gpus"].as_integer()), 0)
-).where(_JOBS.c.owner == bindparam("owner"), _JOBS.c.status.not_in(TERMINAL))
+# GPUs per host times hosts; plans stored before multi-host jobs have no nnodes and span one host.
+_GPUS_ASKED = _JOBS.c.plan["num_gpus"].as_integer() * func.coalesce(_JOBS.c.plan["nnodes"].as_integer(), 1)
+_UNFINISHED_USAGE = select(func.count(), func.coalesce(func.sum(_GPUS_ASKED), 0)).where(
+    _JOBS.c.owner == bindparam("owner"), _JOBS.c.status.not_in(TERMINAL)
+)
 
 
 def unfinished_usage(session: Session, owner: str) -> tuple[int, int]:
@@ -39,9 +41,9 @@ def check_quota(session: Session, settings: Settings, owner: str, plan: Plan) ->
             f"(TRAINYARD_QUOTA_MAX_JOBS={settings.quota_max_jobs}); wait for one to finish or cancel one",
             retry,
         )
-    if gpus + plan.num_gpus > settings.quota_max_gpus:
+    if gpus + plan.total_gpus > settings.quota_max_gpus:
         raise QuotaExceeded(
-            f"user {owner}'s unfinished jobs ask for {gpus} GPUs; {plan.num_gpus} more would pass "
+            f"user {owner}'s unfinished jobs ask for {gpus} GPUs; {plan.total_gpus} more would pass "
             f"TRAINYARD_QUOTA_MAX_GPUS={settings.quota_max_gpus}; wait for a job to finish or cancel one",
             retry,
         )

@@ -25,7 +25,7 @@ from app.states import JobStatus
 from trainers.plan import Plan, resolve_plan
 from trainers.spec import JobSpec
 from worker.celery_app import enqueue_job
-from worker.launch import torchrun_argv
+from worker.launch import Rendezvous, torchrun_argv
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +58,12 @@ def _plan(session: Session, settings: Settings, spec: JobSpec, caller: Caller) -
 
 
 def _with_argv(plan: Plan, settings: Settings, run_id: int | str) -> Plan:
-    plan.argv = torchrun_argv(plan, run_dir(settings, run_id), sys.executable)
+    spanning = (
+        None
+        if plan.nnodes == 1
+        else Rendezvous.placeholder(plan.nnodes, run_id, settings.rendezvous_timeout_s)
+    )
+    plan.argv = torchrun_argv(plan, run_dir(settings, run_id), sys.executable, spanning)
     return plan
 
 

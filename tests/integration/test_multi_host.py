@@ -14,7 +14,9 @@ from tests.integration.jobs import example_spec, job_processes, metric_values, s
 from tests.integration.servers import Postgres, Redis, Stack, wait_for
 
 HOSTS = ("host-a", "host-b")
-DDP = example_spec("digits_ddp_cpu.json", train={"epochs": None, "max_steps": 40}, metrics={"every_n_steps": 5})
+DDP = example_spec(
+    "digits_ddp_cpu.json", train={"epochs": None, "max_steps": 40}, metrics={"every_n_steps": 5}
+)
 # Long enough to be caught between checkpoints, as in the single-host worker-fault test.
 LONG = example_spec(
     "digits_ddp_cpu.json",

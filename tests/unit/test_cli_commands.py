@@ -19,7 +19,7 @@ from app.cli.render import console
 from app.client import TrainyardClient
 from app.core.config import Settings
 from app.core.db import new_session, session_scope
-from app.models import Job, Metric, utcnow
+from app.models import Job, Metric, Worker, utcnow
 from app.services.keys import caller_for_token
 from app.services.runs import log_path
 from app.states import JobStatus
@@ -172,3 +172,14 @@ def test_keys_create_prints_a_working_key(settings: Settings) -> None:
     assert caller is not None and (caller.user, caller.is_admin) == ("grace", True)
     refused = CliRunner().invoke(cli, ["keys", "create", "--user", "no spaces"])
     assert refused.exit_code == 1 and "is not a valid name" in refused.output
+
+
+def test_gpus_lists_every_host_with_its_address_and_status(run: CliRunnerCall) -> None:
+    assert "no worker host has registered" in run("gpus").output
+    stale = utcnow() - timedelta(hours=1)
+    with session_scope() as session:
+        session.add(Worker(id="a:1", host="box-a", address="10.0.0.1", gpus=[{"index": 0, "name": "H200"}]))
+        session.add(Worker(id="b:1", host="box-b", address="10.0.0.2", gpus=[], heartbeat_at=stale))
+    lines = run("gpus").output.splitlines()
+    assert any("box-a" in line and "10.0.0.1" in line and "up" in line and "free" in line for line in lines)
+    assert any("box-b" in line and "10.0.0.2" in line and "down" in line for line in lines)

@@ -15,6 +15,8 @@ from app.core.db import session_scope
 from app.models import GpuLease, Job, JobNode, Worker, utcnow
 from app.states import JobStatus
 from tests.unit.worker_fixtures import Doorbell, WorkerDb
+from trainers.plan import resolve_plan
+from trainers.spec import JobSpec
 from worker.celery_app import host_queue
 from worker.leases import ClaimOutcome, claim_job
 from worker.reaper import reap
@@ -32,7 +34,9 @@ def add_host(name: str, gpus: list[int], *, seconds_ago: float = 0) -> None:
                 id=f"{name}:1",
                 host=name,
                 address=f"10.0.0.{len(name)}",
-                gpus=[{"index": gpu, "name": "fake", "memory_total_mb": 1, "memory_used_mb": 0} for gpu in gpus],
+                gpus=[
+                    {"index": gpu, "name": "fake", "memory_total_mb": 1, "memory_used_mb": 0} for gpu in gpus
+                ],
                 heartbeat_at=utcnow() - timedelta(seconds=seconds_ago),
             )
         )
@@ -70,7 +74,9 @@ def test_a_pinned_host_is_honoured_and_an_unknown_one_refused(database: WorkerDb
     assert claim_job(pinned).nodes[0].host == OTHER
     unknown = database.add_job(database.spec(num_gpus=1, host="nowhere"))
     assert claim_job(unknown).outcome is ClaimOutcome.INFEASIBLE
-    assert "parallel.host=nowhere is not a host any worker registered" in (database.job(unknown).message or "")
+    assert "parallel.host=nowhere is not a host any worker registered" in (
+        database.job(unknown).message or ""
+    )
 
 
 def test_a_job_pinned_to_a_down_host_waits_for_it(database: WorkerDb) -> None:
@@ -162,3 +168,19 @@ def test_a_quiet_node_requeues_the_whole_job(database: WorkerDb, doorbell: Doorb
     assert (job.status, job.status_reason) == (JobStatus.QUEUED, "worker_lost")
     assert f"host {OTHER} stopped heartbeating" in (job.message or "")
     assert leases() == {}  # every host's GPUs, not only the quiet one's
+
+
+@pytest.mark.parametrize(
+    ("parallel", "refusal"),
+    [
+        (
+            {"strategy": "pipeline", "nnodes": 2, "nproc_per_node": 2},
+            "spans hosts with strategy ddp or fsdp only",
+        ),
+        ({"strategy": "ddp", "nnodes": 2, "host": "box"}, "parallel.host pins a one-host job"),
+    ],
+)
+def test_what_cannot_span_hosts_is_refused(parallel: dict[str, object], refusal: str) -> None:
+    spec = {"model": {"arch": "mlp"}, "data": {"dataset": "synthetic"}, "parallel": parallel}
+    with pytest.raises(ValueError, match=refusal):
+        resolve_plan(JobSpec.model_validate(spec))

@@ -8,7 +8,7 @@ import pytest
 
 from trainers.plan import Plan, resolve_plan
 from trainers.spec import JobSpec
-from worker.launch import JOB_TOKEN_ENV, build_launch
+from worker.launch import JOB_TOKEN_ENV, Rendezvous, build_launch, torchrun_argv
 
 RUN_DIR = Path("/runs/7")
 
@@ -73,3 +73,16 @@ def test_cpu_job_sees_no_gpu_even_when_the_worker_does() -> None:
 def test_lease_that_does_not_match_the_plan_is_refused() -> None:
     with pytest.raises(ValueError, match="needs 2 GPUs but 1 were leased"):
         launch(plan_for(num_gpus=2), [0])
+
+
+def test_a_node_of_a_multi_host_job_meets_at_node_0_by_c10d() -> None:
+    plan = plan_for(strategy="ddp", nnodes=2, nproc_per_node=2)
+    node_1 = Rendezvous(2, 1, "10.0.0.1:29400", "trainyard-7-3", "10.0.0.2", 300)
+    argv = torchrun_argv(plan, RUN_DIR, "python", node_1)
+    assert "--standalone" not in argv
+    assert argv[argv.index("--nnodes") + 1] == "2" and argv[argv.index("--node-rank") + 1] == "1"
+    assert argv[argv.index("--rdzv-endpoint") + 1] == "10.0.0.1:29400"
+    assert argv[argv.index("--rdzv-id") + 1] == "trainyard-7-3"  # per attempt: a restart never meets the last
+    assert argv[argv.index("--rdzv-conf") + 1] == "is_host=false,join_timeout=300"
+    assert argv[argv.index("--local-addr") + 1] == "10.0.0.2"
+    assert argv[argv.index("--nproc-per-node") + 1] == "2" and plan.world_size == 4

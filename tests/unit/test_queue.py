@@ -94,3 +94,13 @@ def test_equal_priority_jobs_do_not_reserve(database: WorkerDb) -> None:
     assert claim_job(waiting).outcome is ClaimOutcome.WAITING
     later = database.add_job(database.spec(gpus=[1]))
     assert claim_job(later).outcome is ClaimOutcome.CLAIMED
+
+
+def test_what_a_multi_host_job_waits_for_names_its_hosts() -> None:
+    from app.services.queue import wanted_devices
+
+    assert wanted_devices({"nnodes": 2, "num_gpus": 4, "gpus": None}) == "2 hosts x 4 GPUs"
+    assert (
+        wanted_devices({"nnodes": 3, "nproc_per_node": 2, "world_size": 6}) == "3 hosts x 2 processes on CPU"
+    )
+    assert wanted_devices({"num_gpus": 1, "world_size": 1}) == "1 GPU"

@@ -43,3 +43,12 @@ def test_gpus_asked_for_count_against_the_gpu_quota(small_quota: TestClient) -> 
     assert refused.status_code == 429, refused.text
     assert "TRAINYARD_QUOTA_MAX_GPUS=3" in refused.json()["detail"]
     submit(small_quota, parallel={"num_gpus": 1})
+
+
+def test_a_multi_host_job_counts_its_gpus_on_every_host(small_quota: TestClient) -> None:
+    """num_gpus is per host: 2 hosts x 1 GPU is 2 GPUs of the quota of 3, so one more GPU fits, two do not."""
+    submit(small_quota, parallel={"strategy": "ddp", "nnodes": 2, "num_gpus": 1})
+    refused = small_quota.post("/v1/jobs", json=job_body(parallel={"num_gpus": 2}))
+    assert refused.status_code == 429, refused.text
+    assert "ask for 2 GPUs; 2 more would pass" in refused.json()["detail"]
+    submit(small_quota, parallel={"num_gpus": 1})

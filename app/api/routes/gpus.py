@@ -1,4 +1,4 @@
-"""/v1/gpus: the GPUs of every live worker host and the job holding each."""
+"""/v1/gpus: every worker host (up or down, with its address), its GPUs and the job holding each."""
 
 from __future__ import annotations
 
