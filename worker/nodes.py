@@ -32,28 +32,23 @@ class NodeTask:
     node_rank: int = 0
 
 
-def beat_node(session: Session, task: NodeTask) -> None:
-    session.execute(
-        update(JobNode)
-        .where(
-            JobNode.job_id == task.job_id,
-            JobNode.node_rank == task.node_rank,
-            JobNode.attempt == task.attempt,
-        )
-        .values(heartbeat_at=utcnow())
+def _this_node(task: NodeTask) -> tuple[ColumnElement[bool], ...]:
+    return (
+        JobNode.job_id == task.job_id,
+        JobNode.node_rank == task.node_rank,
+        JobNode.attempt == task.attempt,
     )
+
+
+def beat_node(session: Session, task: NodeTask) -> None:
+    session.execute(update(JobNode).where(*_this_node(task)).values(heartbeat_at=utcnow()))
 
 
 def claim_launch(session: Session, task: NodeTask) -> bool:
     """Mark the node launched; False when it already was (a repeated message) or is of another attempt."""
     result = session.execute(
         update(JobNode)
-        .where(
-            JobNode.job_id == task.job_id,
-            JobNode.node_rank == task.node_rank,
-            JobNode.attempt == task.attempt,
-            JobNode.launched.is_(False),
-        )
+        .where(*_this_node(task), JobNode.launched.is_(False))
         .values(launched=True, heartbeat_at=utcnow())
     )
     return result.rowcount == 1  # type: ignore[attr-defined]
@@ -61,15 +56,7 @@ def claim_launch(session: Session, task: NodeTask) -> bool:
 
 def unfinished_after(session: Session, task: NodeTask) -> int:
     """Mark this node's torchrun finished; how many nodes of the attempt still run."""
-    session.execute(
-        update(JobNode)
-        .where(
-            JobNode.job_id == task.job_id,
-            JobNode.node_rank == task.node_rank,
-            JobNode.attempt == task.attempt,
-        )
-        .values(finished=True)
-    )
+    session.execute(update(JobNode).where(*_this_node(task)).values(finished=True))
     query = select(func.count()).where(
         JobNode.job_id == task.job_id, JobNode.attempt == task.attempt, JobNode.finished.is_(False)
     )
@@ -109,7 +96,7 @@ def _still_starting(session: Session, task: NodeTask) -> bool:
 
 
 def _node_zero(task: NodeTask) -> tuple[ColumnElement[bool], ...]:
-    return (JobNode.job_id == task.job_id, JobNode.node_rank == 0, JobNode.attempt == task.attempt)
+    return _this_node(NodeTask(task.job_id, task.attempt, 0))
 
 
 def meet(task: NodeTask, nnodes: int, settings: Settings, stop: threading.Event) -> Rendezvous | None:

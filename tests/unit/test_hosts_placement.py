@@ -3,7 +3,6 @@ requeueing a job whose node's host went quiet."""
 
 from __future__ import annotations
 
-import threading
 from collections import Counter
 from datetime import timedelta
 
@@ -14,7 +13,7 @@ from app.core.config import get_settings
 from app.core.db import session_scope
 from app.models import GpuLease, Job, JobNode, Worker, utcnow
 from app.states import JobStatus
-from tests.unit.worker_fixtures import Doorbell, WorkerDb
+from tests.unit.worker_fixtures import Doorbell, WorkerDb, claim_at_once
 from trainers.plan import resolve_plan
 from trainers.spec import JobSpec
 from worker.celery_app import host_queue
@@ -118,18 +117,7 @@ def test_racing_two_host_claims_never_double_book(database: WorkerDb) -> None:
     add_host(OTHER, [0, 1])
     specs = [database.spec(num_gpus=1, nnodes=2) if i % 2 else database.spec(num_gpus=1) for i in range(16)]
     jobs = [database.add_job(spec) for spec in specs]
-    barrier = threading.Barrier(len(jobs))
-    outcomes: dict[int, ClaimOutcome] = {}
-
-    def claim(job_id: int) -> None:
-        barrier.wait()
-        outcomes[job_id] = claim_job(job_id).outcome
-
-    threads = [threading.Thread(target=claim, args=(job_id,)) for job_id in jobs]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    outcomes = claim_at_once(jobs)
     per_job = Counter(leases().values())  # keyed by (host, GPU): none is ever held twice
     assert per_job
     for job_id, spec in zip(jobs, specs, strict=True):

@@ -9,7 +9,7 @@ import threading
 from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import pytest
 from sqlalchemy import select
@@ -24,6 +24,9 @@ from trainers.spec import JobSpec
 from worker import celery_app, launch, runner
 from worker.launch import Launch
 from worker.reaper import beat
+
+if TYPE_CHECKING:
+    from worker.leases import ClaimOutcome
 
 
 def _clear_caches() -> None:
@@ -153,15 +156,10 @@ def fake_trainer(monkeypatch: pytest.MonkeyPatch) -> Callable[[str], None]:
     return use
 
 
-def race_sixteen_jobs_for_four_gpus(database: WorkerDb) -> dict[int, int]:
-    """16 jobs (half by GPU id, half by count) claim at once from threads; returns GPU -> job held.
+def claim_at_once(jobs: list[int]) -> dict[int, ClaimOutcome]:
+    """Every job claims from a thread of its own, all released by one barrier: the outcome of each."""
+    from worker.leases import claim_job
 
-    Exactly four win, and no GPU goes to two of them: the lease table's primary key decides, whatever the
-    database."""
-    from worker.leases import ClaimOutcome, claim_job
-
-    specs = [database.spec(num_gpus=1) if i % 2 else database.spec(gpus=[i % 4]) for i in range(16)]
-    jobs = [database.add_job(spec) for spec in specs]
     barrier = threading.Barrier(len(jobs))
     outcomes: dict[int, ClaimOutcome] = {}
 
@@ -174,6 +172,18 @@ def race_sixteen_jobs_for_four_gpus(database: WorkerDb) -> dict[int, int]:
         thread.start()
     for thread in threads:
         thread.join()
+    return outcomes
+
+
+def race_sixteen_jobs_for_four_gpus(database: WorkerDb) -> dict[int, int]:
+    """16 jobs (half by GPU id, half by count) claim at once from threads; returns GPU -> job held.
+
+    Exactly four win, and no GPU goes to two of them: the lease table's primary key decides, whatever the
+    database."""
+    from worker.leases import ClaimOutcome
+
+    specs = [database.spec(num_gpus=1) if i % 2 else database.spec(gpus=[i % 4]) for i in range(16)]
+    outcomes = claim_at_once([database.add_job(spec) for spec in specs])
     assert Counter(outcomes.values()) == {ClaimOutcome.CLAIMED: 4, ClaimOutcome.WAITING: 12}
     with session_scope() as session:
         started = session.scalars(select(Job).where(Job.status == JobStatus.STARTING)).all()
