@@ -42,7 +42,7 @@ from trainers.schedule import (
     set_lr,
     sparse_parameters,
 )
-from trainers.spec import CheckpointSpec, JobSpec, ParallelSpec, TrainSpec
+from trainers.spec import CheckpointSpec, JobSpec, ParallelSpec, Strategy, TrainSpec
 from trainers.stages import default_split_at
 from trainers.strategies import ParallelStrategy, Reduce, build_strategy
 from trainers.tensorboard import TensorBoard
@@ -139,7 +139,7 @@ def build(spec: JobSpec, plan: Plan, env: DistEnv) -> Components:
     )
     if spec.performance.activation_checkpointing:
         model = checkpoint_activations(model)
-    set_cudnn_benchmark(spec.performance, env.device)
+    set_cudnn_benchmark(spec.performance, env.device, replicas_in_threads=plan.strategy is Strategy.DP)
     if shape.channels_last:
         model.to(memory_format=torch.channels_last)
 

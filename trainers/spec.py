@@ -282,7 +282,10 @@ class PerformanceSpec(Section):
     channels_last: bool = False
     compile: bool = Field(False, description="torch.compile the model; not under hogwild")
     activation_checkpointing: bool = Field(False, description="recompute activations in backward")
-    cudnn_benchmark: bool = Field(True, description="let cuDNN pick the fastest kernels for fixed shapes")
+    cudnn_benchmark: bool = Field(
+        True,
+        description="let cuDNN pick the fastest kernels for fixed shapes; off under dp (per-thread plans)",
+    )
 
 
 class CheckpointSpec(Section):

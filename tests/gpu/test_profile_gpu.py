@@ -65,3 +65,8 @@ def test_cudnn_benchmark_follows_the_spec() -> None:
     assert torch.backends.cudnn.benchmark
     set_cudnn_benchmark(PerformanceSpec(cudnn_benchmark=False), torch.device("cuda:0"))
     assert not torch.backends.cudnn.benchmark
+    # DataParallel's replica threads would autotune again every step.
+    set_cudnn_benchmark(
+        PerformanceSpec(cudnn_benchmark=True), torch.device("cuda:0"), replicas_in_threads=True
+    )
+    assert not torch.backends.cudnn.benchmark
