@@ -23,10 +23,13 @@ SOLO = DistEnv(rank=0, local_rank=0, world_size=1, device=torch.device("cpu"))
 
 
 class FakeDDP(nn.Module):
-    def __init__(self, module: nn.Module, device_ids: list[int] | None) -> None:
+    def __init__(
+        self, module: nn.Module, device_ids: list[int] | None, gradient_as_bucket_view: bool
+    ) -> None:
         super().__init__()
         self.module = module
         self.device_ids = device_ids
+        self.gradient_as_bucket_view = gradient_as_bucket_view
         self.syncs_skipped = 0
 
     @contextmanager
@@ -82,6 +85,7 @@ def test_ddp_on_cpu_wraps_without_device_ids_and_unwraps_to_the_bare_module(fake
     model = nn.Linear(2, 2)
     wrapped = strategy.setup(model)
     assert isinstance(wrapped, FakeDDP) and wrapped.device_ids is None
+    assert wrapped.gradient_as_bucket_view  # no copy of the reduced buckets back into .grad
     assert strategy.unwrap() is model
 
 

@@ -32,7 +32,9 @@ class DDPStrategy(ParallelStrategy):
 
     def wrap(self, module: nn.Module) -> nn.Module:
         device_ids = [self.env.device.index] if self.env.device.type == "cuda" else None
-        self._ddp = DistributedDataParallel(module, device_ids=device_ids)
+        # Gradients as views into DDP's buckets: the all-reduced bucket is the gradient, with no copy back
+        # into .grad every step (the hand-written ceiling in bench/ does the same).
+        self._ddp = DistributedDataParallel(module, device_ids=device_ids, gradient_as_bucket_view=True)
         return self._ddp
 
     def no_sync(self) -> AbstractContextManager[None]:
