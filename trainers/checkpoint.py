@@ -1,12 +1,16 @@
 """Checkpoints rank 0 writes atomically, prunes to keep_last, and every rank loads to resume.
 
 A checkpoint is a plain dict of tensors and numbers, so it loads with weights_only=True: opening one never
-runs pickled code.
+runs pickled code. Training does not wait for the disk: save() copies the state into host memory (pinned,
+queued on the GPU's stream behind the step that produced it) and a thread writes it, so the loop stops only
+for the copy. One write is in flight at a time, and a checkpoint's event is appended once its file is
+durable, so the worker never announces a checkpoint that a crash could still lose.
 """
 
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +37,24 @@ def bare_keys(model_state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         state[key] = value
     return state
 
+
+def _host_copy(value: Any) -> Any:
+    """A copy of value whose tensors are in host memory that training never writes to.
+
+    GPU tensors go to pinned memory by a non-blocking copy, which the stream orders before the next step
+    updates the source; CPU tensors are copied too, since the optimizer updates CPU parameters in place."""
+    if isinstance(value, dict):
+        return {key: _host_copy(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return type(value)(_host_copy(item) for item in value)
+    if not isinstance(value, torch.Tensor):
+        return value
+    value = value.detach()
+    if value.layout != torch.strided:
+        return value.to("cpu", copy=True)  # sparse state is rare and small: a plain blocking copy
+    on_gpu = value.device.type == "cuda"
+    host = torch.empty_like(value, device="cpu", pin_memory=on_gpu)
+    return host.copy_(value, non_blocking=on_gpu)
 
 
 def rng_state(device: torch.device) -> dict[str, torch.Tensor | None]:
@@ -88,7 +110,9 @@ def load_checkpoint(path: Path, device: torch.device) -> dict[str, Any]:
 
 
 class Checkpointer:
-    """Writes checkpoints with the events that announce and retire them; only rank 0 should call save."""
+    """Writes checkpoints in the background with the events that announce and retire them; only rank 0
+    should call save. Call wait() before reporting the run done or exiting: it joins the last write and
+    raises what a write raised."""
 
     def __init__(self, run_dir: Path, keep_last: int, name: str, events: EventLog) -> None:
         self.run_dir = run_dir
@@ -96,6 +120,8 @@ class Checkpointer:
         self.keep_last = keep_last
         self.name = name
         self.events = events
+        self._writer: threading.Thread | None = None
+        self._failure: BaseException | None = None
 
     def save(
         self,
@@ -105,26 +131,53 @@ class Checkpointer:
         step: int,
         epoch: int,
     ) -> Path:
-        """The states as ParallelStrategy.full_state gives them: unsharded, whatever the strategy."""
-        state = {
-            "model": bare_keys(model_state),
-            "optimizer": optimizer_state,
-            "scaler": precision.state_dict(),
-            "rng": rng_state(precision.device),
-            "step": step,
-            "epoch": epoch,
-            "name": self.name,
-        }
-        self.directory.mkdir(parents=True, exist_ok=True)
-        remove_temp_files(self.directory)
-        path = self.directory / checkpoint_name(step)
-        write_atomically(state, path)
-        self.events.append(
-            CheckpointEvent(step=step, epoch=epoch, path=self._relative(path), size_bytes=path.stat().st_size)
+        """The states as ParallelStrategy.full_state gives them: unsharded, whatever the strategy. Returns
+        the path the checkpoint is being written to."""
+        self.wait()  # the previous snapshot is written and freed before another is taken
+        state = _host_copy(
+            {
+                "model": bare_keys(model_state),
+                "optimizer": optimizer_state,
+                "scaler": precision.state_dict(),
+                "rng": rng_state(precision.device),
+                "step": step,
+                "epoch": epoch,
+                "name": self.name,
+            }
         )
-        for removed in prune(self.directory, self.keep_last):
-            self.events.append(CheckpointRemovedEvent(path=self._relative(removed)))
+        copied = torch.cuda.Event() if precision.device.type == "cuda" else None
+        if copied is not None:
+            copied.record(torch.cuda.current_stream(precision.device))
+        path = self.directory / checkpoint_name(step)
+        self._writer = threading.Thread(
+            target=self._write, args=(state, copied, path, epoch), name="checkpoint-writer", daemon=True
+        )
+        self._writer.start()
         return path
+
+    def wait(self) -> None:
+        if self._writer is not None:
+            self._writer.join()
+            self._writer = None
+        if self._failure is not None:
+            failure, self._failure = self._failure, None
+            raise RuntimeError("writing a checkpoint failed") from failure
+
+    def _write(self, state: dict[str, Any], copied: torch.cuda.Event | None, path: Path, epoch: int) -> None:
+        try:
+            if copied is not None:
+                copied.synchronize()  # the non-blocking copies into host memory have landed
+            self.directory.mkdir(parents=True, exist_ok=True)
+            remove_temp_files(self.directory)
+            write_atomically(state, path)
+            checkpoint = CheckpointEvent(
+                step=state["step"], epoch=epoch, path=self._relative(path), size_bytes=path.stat().st_size
+            )
+            self.events.append(checkpoint)
+            for removed in prune(self.directory, self.keep_last):
+                self.events.append(CheckpointRemovedEvent(path=self._relative(removed)))
+        except BaseException as failure:  # re-raised on the training thread by wait()
+            self._failure = failure
 
     def _relative(self, path: Path) -> str:
         return path.relative_to(self.run_dir).as_posix()

@@ -130,6 +130,7 @@ def train_hogwild(config: RunConfig, run_dir: Path, env: DistEnv) -> bool:
         crew.join()
     finally:
         crew.kill()
+    checkpointer.wait()
     stopped = stop_at != 0 and stop_at < total
     if not stopped:
         events.append(DoneEvent(step=total))

@@ -237,12 +237,13 @@ def train(config: RunConfig, run_dir: Path, env: DistEnv) -> bool:
             model_state, optimizer_state = c.strategy.full_state(c.optimizer)
             if env.is_main:
                 checkpointer.save(model_state, optimizer_state, c.precision, step, at.epoch)
-            # Others wait, so a checkpoint event means every rank got this far and the file is complete.
-            c.strategy.barrier()
         if stopping:
             break
     profiler.close()
     board.close()
+    # The last checkpoint is durable before the run says done or exits; teardown's barrier holds the other
+    # ranks until then.
+    checkpointer.wait()
     if not stopping:
         events.append(DoneEvent(step=total))
 

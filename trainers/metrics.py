@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import resource
+import threading
 import time
 from pathlib import Path
 
@@ -14,15 +15,18 @@ from trainers.strategies.base import ParallelStrategy, Reduce
 
 
 class EventLog:
-    """Every rank holds one so callers need no rank checks; only rank 0's writes."""
+    """Every rank holds one so callers need no rank checks; only rank 0's writes. The checkpoint writer
+    thread appends too, so lines never interleave."""
 
     def __init__(self, run_dir: Path, enabled: bool) -> None:
         self.path = run_dir / EVENTS_FILE
         self.enabled = enabled
+        self._lock = threading.Lock()
 
     def append(self, event: BaseModel) -> None:
         if self.enabled:
-            append_event(self.path, event)
+            with self._lock:
+                append_event(self.path, event)
 
 
 def peak_memory_mb(device: torch.device) -> float:

@@ -1,13 +1,17 @@
-"""Checkpoints: bare keys, an atomic write that loads with weights_only=True, exact restore, keep_last."""
+"""Checkpoints: bare keys, an atomic write that loads with weights_only=True, exact restore, keep_last, and
+a background write that neither sees later updates nor announces a file before it is durable."""
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
-from typing import cast
+from typing import Any, cast
 
+import pytest
 import torch
 from torch import nn
 
+from trainers import checkpoint
 from trainers.checkpoint import Checkpointer, bare_keys, checkpoint_name, load_checkpoint, restore
 from trainers.dist_env import DistEnv
 from trainers.events import CheckpointEvent, CheckpointRemovedEvent, parse_event
@@ -55,7 +59,9 @@ def test_wrapper_prefixes_are_stripped() -> None:
 def test_round_trip_restores_model_optimizer_rng_and_step(tmp_path: Path) -> None:
     model, optimizer = trained_model()
     fp32 = MixedPrecision(Precision.FP32, CPU)
-    path = checkpointer(tmp_path).save(Wrapper(model).state_dict(), optimizer.state_dict(), fp32, 12, 2)
+    saver = checkpointer(tmp_path)
+    path = saver.save(Wrapper(model).state_dict(), optimizer.state_dict(), fp32, 12, 2)
+    saver.wait()
     expected_draw = torch.rand(3)
 
     assert path == tmp_path / "checkpoints" / checkpoint_name(12)
@@ -81,7 +87,9 @@ def test_round_trip_restores_model_optimizer_rng_and_step(tmp_path: Path) -> Non
 def test_save_announces_the_file_relative_to_the_run_dir(tmp_path: Path) -> None:
     model, optimizer = trained_model()
     fp32 = MixedPrecision(Precision.FP32, CPU)
-    path = checkpointer(tmp_path).save(model.state_dict(), optimizer.state_dict(), fp32, 5, 1)
+    saver = checkpointer(tmp_path)
+    path = saver.save(model.state_dict(), optimizer.state_dict(), fp32, 5, 1)
+    saver.wait()
     (event,) = events(tmp_path)
     assert isinstance(event, CheckpointEvent)
     assert (event.step, event.epoch, event.path) == (5, 1, "checkpoints/step-00000005.pt")
@@ -94,6 +102,7 @@ def test_keep_last_deletes_the_oldest_and_says_so(tmp_path: Path) -> None:
     saver = checkpointer(tmp_path, keep_last=2)
     for step in (10, 20, 30, 40):
         saver.save(model.state_dict(), optimizer.state_dict(), MixedPrecision(Precision.FP32, CPU), step, 1)
+    saver.wait()
     assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == [
         "step-00000030.pt",
         "step-00000040.pt",
@@ -105,3 +114,52 @@ def test_keep_last_deletes_the_oldest_and_says_so(tmp_path: Path) -> None:
 def test_other_ranks_write_no_events(tmp_path: Path) -> None:
     EventLog(tmp_path, enabled=False).append(CheckpointRemovedEvent(path="x"))
     assert not (tmp_path / "events.jsonl").exists()
+
+
+def held_writes(monkeypatch: pytest.MonkeyPatch) -> threading.Event:
+    """Make the writer thread wait for the returned event before it writes, as a slow disk would."""
+    release = threading.Event()
+    write = checkpoint.write_atomically
+
+    def held(state: dict[str, Any], path: Path) -> None:
+        release.wait(timeout=30)
+        write(state, path)
+
+    monkeypatch.setattr(checkpoint, "write_atomically", held)
+    return release
+
+
+def test_training_on_while_the_write_is_pending_changes_nothing_saved(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    release = held_writes(monkeypatch)
+    model, optimizer = trained_model()
+    before = {key: value.clone() for key, value in model.state_dict().items()}
+    saver = checkpointer(tmp_path)
+    path = saver.save(model.state_dict(), optimizer.state_dict(), MixedPrecision(Precision.FP32, CPU), 7, 1)
+    model(torch.randn(8, 4)).sum().backward()
+    optimizer.step()  # updates the parameters in place while the checkpoint waits for the disk
+    assert not (tmp_path / "events.jsonl").exists()  # nothing is announced before the file is durable
+    release.set()
+    saver.wait()
+    saved = torch.load(path, weights_only=True)["model"]
+    for key, value in before.items():
+        assert torch.equal(saved[key], value), key
+    assert [type(e) for e in events(tmp_path)] == [CheckpointEvent]
+
+
+def test_a_failed_write_is_raised_by_wait_and_announces_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def disk_full(state: dict[str, Any], path: Path) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(checkpoint, "write_atomically", disk_full)
+    model, optimizer = trained_model()
+    saver = checkpointer(tmp_path)
+    saver.save(model.state_dict(), optimizer.state_dict(), MixedPrecision(Precision.FP32, CPU), 3, 1)
+    with pytest.raises(RuntimeError, match="writing a checkpoint failed") as raised:
+        saver.wait()
+    assert isinstance(raised.value.__cause__, OSError)
+    assert not (tmp_path / "events.jsonl").exists()
+    saver.wait()  # reported once
