@@ -24,6 +24,7 @@ class Result:
     world_size: int = 1
     final_loss: float | None = None  # proof that the timed steps trained, not only ran
     error: str = ""  # set by the parent when the child gave no result
+    tail_s: float | None = None  # overheads: from the last step's report to done (the final checkpoint)
 
 
 def failed(variant: str, error: str) -> Result:

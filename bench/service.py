@@ -60,12 +60,19 @@ class Finished:
             return None
         return first_step - datetime.fromisoformat(self.job["created_at"]).timestamp()
 
-    def seconds_after(self, step: int) -> float | None:
-        """The trainer's clock from its report at `step` to just after its last step (final checkpoint
-        included): every later step, whatever it reported or saved in between."""
-        at_step = next((e.time for e in self.events if isinstance(e, MetricsEvent) and e.step == step), None)
-        done = self._time(DoneEvent)
-        return None if at_step is None or done is None else done - at_step
+    def _report_time(self, step: int) -> float | None:
+        return next((e.time for e in self.events if isinstance(e, MetricsEvent) and e.step == step), None)
+
+    def seconds_between(self, start: int, end: int) -> float | None:
+        """The trainer's clock from its report at step `start` to its report at step `end`: the steps in
+        between, with whatever they reported or saved (a report waits for the GPU, so the work is done)."""
+        begin, finish = self._report_time(start), self._report_time(end)
+        return None if begin is None or finish is None else finish - begin
+
+    def seconds_to_done(self, step: int) -> float | None:
+        """From the report at `step` to the done event: after the last step, the final checkpoint's write."""
+        begin, done = self._report_time(step), self._time(DoneEvent)
+        return None if begin is None or done is None else done - begin
 
     def peak_mem_mb(self) -> float | None:
         peaks = [value for _, value in self.metric("peak_mem_mb")]

@@ -40,8 +40,9 @@ def test_steady_rate_is_the_median_after_warm_up_or_the_last_report() -> None:
 
 def test_times_come_from_the_trainer_events_against_the_post() -> None:
     assert FINISHED.start_latency_s() == 9.5
-    assert FINISHED.seconds_after(20) == 2.5
-    assert FINISHED.seconds_after(15) is None
+    assert FINISHED.seconds_between(20, 40) == 2.0
+    assert FINISHED.seconds_between(15, 40) is None
+    assert FINISHED.seconds_to_done(40) == 0.5
     assert FINISHED.peak_mem_mb() == 1000.0
     assert Finished(FINISHED.job, FINISHED.events[1:]).start_latency_s() is None
 

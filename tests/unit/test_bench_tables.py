@@ -33,8 +33,8 @@ def test_gpu_counts_start_at_one() -> None:
 
 
 def test_reporting_cost_is_against_the_run_that_never_reports() -> None:
-    table = reporting_table([Result("quiet", 1000.0, None), Result("metrics", 990.0, None)])
-    assert table.splitlines()[3] == "| metrics | 990 | +1.00 % |"
+    table = reporting_table([Result("quiet", 1000.0, None), Result("metrics", 990.0, None, tail_s=0.25)])
+    assert table.splitlines()[3] == "| metrics | 990 | +1.00 % | 0.25 |"
 
 
 def test_latency_table_gives_p50_max_and_the_failures() -> None:
