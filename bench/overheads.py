@@ -1,6 +1,6 @@
 """What the service costs a job (issue 4, targets 4-6): reporting, start-up latency, and AMP's memory saving.
 
-    python -m bench.overheads [--steps N] [--submissions 5] [--smoke]
+    python -m bench.overheads [--parts amp,reporting,latency] [--steps N] [--submissions 5] [--smoke]
 
 One service, ResNet-50 224 px, 128 images per GPU, jobs one after another:
 
@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
+from collections.abc import Callable
 from dataclasses import replace
 
 from bench.budget import Budget
@@ -36,6 +37,16 @@ BUDGET_S = 300
 REPORTING_STEPS, AMP_STEPS, LATENCY_STEPS = 160, 20, 5  # reporting: K = 20 warm-up + 160 / 2
 NO_CHECKPOINTS = {"every_n_epochs": 0, "every_n_steps": 0, "save_final": False}
 DEFAULT_CHECKPOINTS = {"every_n_epochs": 1, "every_n_steps": 0, "save_final": True}
+PARTS = ("amp", "reporting", "latency")
+SPEC_MIN_SAMPLES = 16  # data.num_samples's lower bound
+
+
+def part_names(text: str) -> tuple[str, ...]:
+    names = tuple(part.strip() for part in text.split(",") if part.strip())
+    unknown = [n for n in names if n not in PARTS]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(f"--parts takes some of {', '.join(PARTS)}, not {text!r}")
+    return names
 
 
 def reporting(service: Service, workload: Workload, budget: Budget) -> list[Result]:
@@ -46,7 +57,9 @@ def reporting(service: Service, workload: Workload, budget: Budget) -> list[Resu
     steps = 2 * marker - 1
     base = with_sections(
         job_spec(replace(workload, warmup=0, steps=steps), 1, False),
-        data={"num_samples": marker * workload.batch_per_rank},  # epochs of K steps: one save at step K
+        # Epochs of K steps: one save at step K. Smoke sizes fall under the spec's floor, so their epoch is
+        # longer and they save only at the end.
+        data={"num_samples": max(SPEC_MIN_SAMPLES, marker * workload.batch_per_rank)},
     )
     every_10 = {"every_n_steps": 10 if marker % 10 == 0 else 1}  # the marker step must report in all three
     variants = {
@@ -162,6 +175,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, help="timed steps of the reporting runs (after warm-up)")
     parser.add_argument("--submissions", type=int, help="start-up latency jobs per GPU count (default 5)")
+    parser.add_argument("--parts", type=part_names, default=PARTS, help=f"some of {','.join(PARTS)}")
     parser.add_argument("--smoke", action="store_true", help="tiny sizes on the CPU (gloo); prints only")
     parser.add_argument("--budget-s", type=float, default=BUDGET_S, help="skip jobs past this")
     args = parser.parse_args()
@@ -172,11 +186,16 @@ def main() -> int:
     budget = Budget(args.budget_s)
     parts: dict[str, list[Result]] = {}
 
+    measures: dict[str, Callable[[Service], list[Result]]] = {
+        "amp": lambda service: amp_memory(service, workload, budget),
+        "reporting": lambda service: reporting(service, workload, budget),
+        "latency": lambda service: start_latencies(service, workload, submissions, budget),
+    }
+
     def series(service: Service) -> list[Result]:
-        # Cheapest first, so a spent budget skips the longest part rather than every part.
-        parts["amp"] = amp_memory(service, workload, budget)
-        parts["reporting"] = reporting(service, workload, budget)
-        parts["latency"] = start_latencies(service, workload, submissions, budget)
+        # In PARTS order, cheapest first, so a spent budget skips the longest part rather than every part.
+        for part in (p for p in PARTS if p in args.parts):
+            parts[part] = measures[part](service)
         return [row for rows in parts.values() for row in rows]
 
     device, results = run_series(2, workload.device == "cuda", series)

@@ -34,7 +34,8 @@ def job_spec(workload: Workload, gpus: int, compile_model: bool) -> dict[str, An
             "num_samples": max(MIN_SAMPLES, 8 * global_batch),
             "num_classes": NUM_CLASSES,
             "val_fraction": 0.0,
-            "placement": "gpu",  # resident on the compute device: the CPU itself in --smoke
+            # Resident on the GPU; on the CPU (--smoke) auto keeps it in host memory, where it is anyway.
+            "placement": "gpu" if on_gpu else "auto",
         },
         "train": {
             "max_steps": workload.warmup + workload.steps,
