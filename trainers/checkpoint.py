@@ -1,10 +1,10 @@
 """Checkpoints rank 0 writes atomically, prunes to keep_last, and every rank loads to resume.
 
 A checkpoint is a plain dict of tensors and numbers, so it loads with weights_only=True: opening one never
-runs pickled code. Training does not wait for the disk: save() copies the state into host memory (pinned,
-queued on the GPU's stream behind the step that produced it) and a thread writes it, so the loop stops only
-for the copy. One write is in flight at a time, and a checkpoint's event is appended once its file is
-durable, so the worker never announces a checkpoint that a crash could still lose.
+runs pickled code. Training does not wait for the disk: save() takes a snapshot of the state (see
+trainers/snapshot.py) and a thread writes it, so the loop stops only for the copy. One write is in flight
+at a time, and a checkpoint's event is appended once its file is durable, so the worker never announces a
+checkpoint that a crash could still lose.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import torch
 from trainers.events import CHECKPOINT_DIR, CheckpointEvent, CheckpointRemovedEvent
 from trainers.metrics import EventLog
 from trainers.precision import MixedPrecision
+from trainers.snapshot import Snapshot
 from trainers.strategies.base import ParallelStrategy
 
 _WRAPPER_PREFIXES = ("module.", "_orig_mod.")  # DistributedDataParallel, torch.compile
@@ -36,25 +37,6 @@ def bare_keys(model_state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
             key = key.split(".", 1)[1]
         state[key] = value
     return state
-
-
-def _host_copy(value: Any) -> Any:
-    """A copy of value whose tensors are in host memory that training never writes to.
-
-    GPU tensors go to pinned memory by a non-blocking copy, which the stream orders before the next step
-    updates the source; CPU tensors are copied too, since the optimizer updates CPU parameters in place."""
-    if isinstance(value, dict):
-        return {key: _host_copy(item) for key, item in value.items()}
-    if isinstance(value, list | tuple):
-        return type(value)(_host_copy(item) for item in value)
-    if not isinstance(value, torch.Tensor):
-        return value
-    value = value.detach()
-    if value.layout != torch.strided:
-        return value.to("cpu", copy=True)  # sparse state is rare and small: a plain blocking copy
-    on_gpu = value.device.type == "cuda"
-    host = torch.empty_like(value, device="cpu", pin_memory=on_gpu)
-    return host.copy_(value, non_blocking=on_gpu)
 
 
 def rng_state(device: torch.device) -> dict[str, torch.Tensor | None]:
@@ -134,7 +116,7 @@ class Checkpointer:
         """The states as ParallelStrategy.full_state gives them: unsharded, whatever the strategy. Returns
         the path the checkpoint is being written to."""
         self.wait()  # the previous snapshot is written and freed before another is taken
-        state = _host_copy(
+        snapshot = Snapshot.take(
             {
                 "model": bare_keys(model_state),
                 "optimizer": optimizer_state,
@@ -145,12 +127,9 @@ class Checkpointer:
                 "name": self.name,
             }
         )
-        copied = torch.cuda.Event() if precision.device.type == "cuda" else None
-        if copied is not None:
-            copied.record(torch.cuda.current_stream(precision.device))
         path = self.directory / checkpoint_name(step)
         self._writer = threading.Thread(
-            target=self._write, args=(state, copied, path, epoch), name="checkpoint-writer", daemon=True
+            target=self._write, args=(snapshot, path, epoch), name="checkpoint-writer", daemon=True
         )
         self._writer.start()
         return path
@@ -163,10 +142,9 @@ class Checkpointer:
             failure, self._failure = self._failure, None
             raise RuntimeError("writing a checkpoint failed") from failure
 
-    def _write(self, state: dict[str, Any], copied: torch.cuda.Event | None, path: Path, epoch: int) -> None:
+    def _write(self, snapshot: Snapshot, path: Path, epoch: int) -> None:
         try:
-            if copied is not None:
-                copied.synchronize()  # the non-blocking copies into host memory have landed
+            state = snapshot.on_host()
             self.directory.mkdir(parents=True, exist_ok=True)
             remove_temp_files(self.directory)
             write_atomically(state, path)

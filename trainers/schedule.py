@@ -4,11 +4,11 @@ optimizer it drives."""
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 
 import torch
-from torch.distributed.tensor import DTensor
 
 from trainers.spec import Optimizer, Schedule, TrainSpec
 
@@ -161,7 +161,10 @@ def build_optimizer(
     params = list(params)
     # On CUDA one fused kernel updates every parameter, instead of a launch per tensor. FSDP's parameters
     # are DTensor shards, and DTensor has no sharding rule for fused SGD: those take the foreach kernels.
-    sharded = any(isinstance(p, DTensor) for p in params)
+    # DTensor's module is loaded only by fsdp jobs (importing it costs a start-up half a second): when it
+    # is not loaded, no parameter can be one.
+    dtensor = sys.modules.get("torch.distributed.tensor")
+    sharded = dtensor is not None and any(isinstance(p, dtensor.DTensor) for p in params)
     fused = True if device.type == "cuda" and not sharded else None
     if train.optimizer is Optimizer.SGD:
         return torch.optim.SGD(

@@ -7,25 +7,61 @@ from collections.abc import Callable
 from trainers.dist_env import DistEnv
 from trainers.spec import ParallelSpec, Strategy
 from trainers.strategies.base import ParallelStrategy, Reduce
-from trainers.strategies.ddp import DDPStrategy
-from trainers.strategies.dp import DataParallelStrategy
-from trainers.strategies.fsdp import FSDPStrategy
-from trainers.strategies.hogwild import HogwildStrategy
-from trainers.strategies.model_parallel import ModelParallelStrategy
-from trainers.strategies.pipeline import PipelineStrategy
-from trainers.strategies.single import SingleDeviceStrategy
 
+
+def _single(env: DistEnv, parallel: ParallelSpec) -> ParallelStrategy:
+    from trainers.strategies.single import SingleDeviceStrategy
+
+    return SingleDeviceStrategy(env, parallel.placement)
+
+
+def _dp(env: DistEnv, parallel: ParallelSpec) -> ParallelStrategy:
+    from trainers.strategies.dp import DataParallelStrategy
+
+    return DataParallelStrategy(env)
+
+
+def _model_parallel(env: DistEnv, parallel: ParallelSpec) -> ParallelStrategy:
+    from trainers.strategies.model_parallel import ModelParallelStrategy
+
+    return ModelParallelStrategy(env, parallel.split_at or [])
+
+
+def _pipeline(env: DistEnv, parallel: ParallelSpec) -> ParallelStrategy:
+    from trainers.strategies.pipeline import PipelineStrategy
+
+    return PipelineStrategy(env, parallel.split_at or [], parallel.microbatches or 1)
+
+
+def _ddp(env: DistEnv, parallel: ParallelSpec) -> ParallelStrategy:
+    from trainers.strategies.ddp import DDPStrategy
+
+    return DDPStrategy(env, sync_batchnorm=parallel.sync_batchnorm)
+
+
+def _fsdp(env: DistEnv, parallel: ParallelSpec) -> ParallelStrategy:
+    from trainers.strategies.fsdp import FSDPStrategy
+
+    return FSDPStrategy(env)
+
+
+def _hogwild(env: DistEnv, parallel: ParallelSpec) -> ParallelStrategy:
+    from trainers.strategies.hogwild import HogwildStrategy
+
+    return HogwildStrategy(env)
+
+
+# Each strategy's module is imported only when a job uses it: fsdp pulls in torch.distributed.checkpoint
+# and DTensor, pipeline torch._dynamo, seconds of import that every other job would pay at start-up.
+# The loop fills in split_at (per-arch defaults) and microbatches from the plan before building these.
 _STRATEGIES: dict[Strategy, Callable[[DistEnv, ParallelSpec], ParallelStrategy]] = {
-    Strategy.SINGLE: lambda env, parallel: SingleDeviceStrategy(env, parallel.placement),
-    Strategy.DP: lambda env, parallel: DataParallelStrategy(env),
-    # The loop fills in split_at (per-arch defaults) and microbatches from the plan before building these.
-    Strategy.MODEL_PARALLEL: lambda env, parallel: ModelParallelStrategy(env, parallel.split_at or []),
-    Strategy.PIPELINE: lambda env, parallel: PipelineStrategy(
-        env, parallel.split_at or [], parallel.microbatches or 1
-    ),
-    Strategy.DDP: lambda env, parallel: DDPStrategy(env, sync_batchnorm=parallel.sync_batchnorm),
-    Strategy.FSDP: lambda env, parallel: FSDPStrategy(env),
-    Strategy.HOGWILD: lambda env, parallel: HogwildStrategy(env),
+    Strategy.SINGLE: _single,
+    Strategy.DP: _dp,
+    Strategy.MODEL_PARALLEL: _model_parallel,
+    Strategy.PIPELINE: _pipeline,
+    Strategy.DDP: _ddp,
+    Strategy.FSDP: _fsdp,
+    Strategy.HOGWILD: _hogwild,
 }
 
 
