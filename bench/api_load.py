@@ -3,17 +3,19 @@
     python -m bench.api_load [--submissions 1000] [--requests 5000] [--profile] [--smoke]
 
 Starts the API as `make run` does (alembic, SQLite in WAL mode, the embedded SQLAlchemy broker, a real
-uvicorn on loopback) without a worker, so submissions are real POSTs that validate, plan, store the job and
-ring the broker's doorbell, but nothing trains. Then, with httpx.AsyncClient, one client (one keep-alive
-connection, opened by an untimed GET /healthz) per request in flight:
+uvicorn on loopback at log level warning) without a worker, so submissions are real POSTs that validate,
+plan, store the job and ring the broker's doorbell, but nothing trains. Then, with bench.lean_http, one client
+(one keep-alive connection, opened by an untimed GET /healthz) per request in flight:
 
 1. POST /v1/jobs `submissions` times from SUBMIT_CONCURRENCY clients: accepted (201) per second.
 2. GET /v1/jobs/{id} over the stored jobs `requests` times from GET_CONCURRENCY clients: p50/p99 latency.
 3. The same GETs against `noop_app`, a server that answers at once: the floor this client sets here.
 
-Each phase stops by itself after PHASE_LIMIT_S. Client and server share the machine, so the client's own
-work is in the figures; the server's CPU time per request is not, and on a machine shared with other work
-it is the steadier figure. Targets: p99 <= 25 ms at 64 clients, >= 200 accepted submissions/s.
+Every answer is checked (a 201 whose body holds the new job's id; a 200 whose body is the asked-for job), and
+what failed is counted by kind below the table. Each phase stops by itself after PHASE_LIMIT_S. Client and
+server share the machine, so the client's own work is in the figures; the table gives both sides' CPU time
+per request, steadier than wall time on a machine shared with other work. Targets: p99 <= 25 ms at 64
+clients, >= 200 accepted submissions/s.
 `--profile` samples the API process with py-spy during both phases and prints the functions that dominate.
 """
 
@@ -22,21 +24,26 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
+import json
 import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import AsyncExitStack, asynccontextmanager
-from dataclasses import dataclass
+from collections import Counter
+from collections.abc import AsyncIterator, Callable, Coroutine
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, TypeVar
 
 import httpx
 import psutil
+import uvloop
 from starlette.types import Receive, Scope, Send
 
+from bench.lean_http import Connection, ProtocolError, Reply, encode_request
 from bench.profile_stacks import summarize
 from bench.report import record, section
 from bench.table import markdown, number
@@ -44,8 +51,12 @@ from tests.integration.servers import ROOT, Stack, free_port, stop, wait_for
 
 SUBMIT_CONCURRENCY, GET_CONCURRENCY = 32, 64
 PHASE_LIMIT_S = 60.0
+# Past the phase's limit, requests still unanswered after this long are abandoned and counted as failed.
+STUCK_S = 30.0
 FLOOR = "GET, no-op server (floor)"
-NOOP_BODY = b"x" * 2100  # about a JobPublic of SPEC as JSON
+NOOP_JOB_ID = 1
+# About a JobPublic of SPEC as JSON, and JSON with an id, so the client checks it as it checks a real job.
+NOOP_BODY = json.dumps({"id": NOOP_JOB_ID, "padding": "x" * 2080}).encode()
 NOOP_HEADERS = [(b"content-type", b"application/json"), (b"content-length", str(len(NOOP_BODY)).encode())]
 # A CPU job the API accepts at once: no GPU to check, nothing on disk.
 SPEC = {
@@ -54,6 +65,10 @@ SPEC = {
     "data": {"dataset": "synthetic", "image_size": 8, "num_samples": 64},
     "train": {"max_steps": 1, "batch_size": 16},
 }
+JSON = "application/json"
+# As `make run` starts it: no access log line per request.
+MAKE_RUN_API_ENV = {"UVICORN_LOG_LEVEL": "warning"}
+T = TypeVar("T")
 
 
 class ApiOnly(Stack):
@@ -71,6 +86,8 @@ class Phase:
     seconds: float
     latencies_ms: list[float]
     server_cpu_s: float  # user + system time of the server process during the phase
+    client_cpu_s: float | None = None  # the same of this process, the load client
+    failures: dict[str, int] = field(default_factory=dict)  # what went wrong, and how often
 
     def quantile(self, q: float) -> float | None:
         if len(self.latencies_ms) < 2:
@@ -78,90 +95,141 @@ class Phase:
         return statistics.quantiles(self.latencies_ms, n=100, method="inclusive")[round(q * 100) - 1]
 
 
-Call = Callable[[httpx.AsyncClient, int], Awaitable[httpx.Response]]
+# What a request must get back: None when the reply is right, else what was wrong with it.
+Check = Callable[[int, Reply], str | None]
 
 
-def cpu_seconds(server: psutil.Process) -> float:
-    """The server's CPU time so far: on a shared machine, what requests cost it however slow the wall clock
+def cpu_seconds(process: psutil.Process) -> float:
+    """A process's CPU time so far: on a shared machine, what requests cost it however slow the wall clock
     runs."""
-    times = server.cpu_times()
+    times = process.cpu_times()
     return times.user + times.system
 
 
-async def hammer(
-    name: str, count: int, clients: list[httpx.AsyncClient], call: Call, ok: int, server: psutil.Process
-) -> Phase:
-    """`count` requests shared out over `clients`, one in flight each, each timed from send to response;
-    stops at the limit."""
-    latencies: list[float] = []
-    good = 0
-    next_index = 0
-    deadline = time.monotonic() + PHASE_LIMIT_S
+def job_id_in(reply: Reply, status: int, *path: str) -> int | str:
+    """The job id at `path` in a reply's JSON body, or what is wrong with the reply."""
+    if reply.status != status:
+        return f"HTTP {reply.status}"
+    try:
+        document = json.loads(reply.body)
+        for key in path:
+            document = document[key]
+    except (ValueError, KeyError, TypeError):
+        return f"HTTP {status} without a job id at {'.'.join(path)}"
+    return document if isinstance(document, int) else f"HTTP {status} with a non-integer job id"
 
-    async def client_loop(client: httpx.AsyncClient) -> None:
+
+def check_job(ids: list[int]) -> Check:
+    """GET /v1/jobs/{ids[index % len(ids)]} must answer 200 with that job."""
+
+    def check(index: int, reply: Reply) -> str | None:
+        found = job_id_in(reply, 200, "id")
+        if isinstance(found, str):
+            return found
+        return None if found == ids[index % len(ids)] else "HTTP 200 with another job than the one asked for"
+
+    return check
+
+
+async def hammer(
+    name: str,
+    requests: list[bytes],
+    connections: list[Connection],
+    check: Check,
+    server: psutil.Process,
+) -> Phase:
+    """`requests` (encoded) shared out over `connections`, one in flight each, each timed from send to
+    response and checked; stops at the limit. A connection that fails is counted and opened anew."""
+    latencies: list[float] = []
+    failures: Counter[str] = Counter()
+    good = next_index = 0
+    deadline = time.monotonic() + PHASE_LIMIT_S
+    url = f"http://{connections[0].host}"
+
+    async def client_loop(slot: int) -> None:
         nonlocal good, next_index
-        while next_index < count and time.monotonic() < deadline:
+        while next_index < len(requests) and time.monotonic() < deadline:
             index, next_index = next_index, next_index + 1
             start = time.perf_counter()
-            response = await call(client, index)
+            try:
+                reply = await connections[slot].send(requests[index])
+            except (OSError, ProtocolError) as exc:
+                failures[type(exc).__name__] += 1
+                await connections[slot].close()
+                connections[slot] = await Connection.open(url)
+                continue
             latencies.append((time.perf_counter() - start) * 1000)
-            good += response.status_code == ok
+            wrong = check(index, reply)
+            if wrong is None:
+                good += 1
+            else:
+                failures[wrong] += 1
 
     # A full collection of the client's heap pauses every request in flight at once (~100-200 ms here): the
     # client's hiccup, not the server's latency, so the client collects before a phase and not during it.
     gc.collect()
     gc.disable()
-    start, cpu = time.perf_counter(), cpu_seconds(server)
+    start, cpu, client_cpu = time.perf_counter(), cpu_seconds(server), time.process_time()
     try:
-        await asyncio.gather(*(client_loop(client) for client in clients))
+        async with asyncio.timeout(PHASE_LIMIT_S + STUCK_S):
+            await asyncio.gather(*(client_loop(slot) for slot in range(len(connections))))
+    except TimeoutError:
+        failures[f"no answer within {PHASE_LIMIT_S + STUCK_S:.0f} s"] += next_index - sum(failures.values())
     finally:
         seconds = time.perf_counter() - start
+        client_cpu = time.process_time() - client_cpu
         gc.enable()
-    return Phase(name, len(latencies), good, seconds, latencies, cpu_seconds(server) - cpu)
+    server_cpu = cpu_seconds(server) - cpu
+    return Phase(name, next_index, good, seconds, latencies, server_cpu, client_cpu, dict(failures))
 
 
 @asynccontextmanager
-async def clients(url: str, count: int, warm_path: str) -> AsyncIterator[list[httpx.AsyncClient]]:
-    """`count` clients with one keep-alive connection each, as that many separate programs would be, each
-    connected by an untimed GET of `warm_path`. One AsyncClient with a pool of `count` connections is not
-    that: its pool's bookkeeping grows with the connections in use, and at 64 it alone held a server that
-    answers at once to ~200 requests/s."""
-    async with AsyncExitStack() as stack:
-        limits = httpx.Limits(max_connections=1, max_keepalive_connections=1)
-        connected = [
-            await stack.enter_async_context(httpx.AsyncClient(base_url=url, timeout=30, limits=limits))
-            for _ in range(count)
-        ]
-        await asyncio.gather(*(client.get(warm_path) for client in connected))
+async def clients(url: str, count: int, warm_path: str) -> AsyncIterator[list[Connection]]:
+    """`count` keep-alive connections, as that many separate programs would hold, each opened by an
+    untimed GET of `warm_path`."""
+    connected = [await Connection.open(url) for _ in range(count)]
+    try:
+        warm = await asyncio.gather(*(connection.request("GET", warm_path) for connection in connected))
+        if any(reply.status != 200 for reply in warm):
+            raise RuntimeError(f"GET {warm_path} did not answer 200: {sorted({r.status for r in warm})}")
         yield connected
+    finally:
+        await asyncio.gather(*(connection.close() for connection in connected))
+
+
+def submission(host: str, index: int) -> bytes:
+    body = json.dumps({**SPEC, "name": f"load-{index}"}).encode()
+    return encode_request("POST", "/v1/jobs", host, body, JSON)
 
 
 async def load(url: str, server: psutil.Process, submissions: int, requests: int) -> list[Phase]:
     ids: list[int] = []
 
-    async def post(client: httpx.AsyncClient, index: int) -> httpx.Response:
-        response = await client.post("/v1/jobs", json={**SPEC, "name": f"load-{index}"})
-        if response.status_code == 201:
-            ids.append(response.json()["job"]["id"])
-        return response
-
-    async def get(client: httpx.AsyncClient, index: int) -> httpx.Response:
-        return await client.get(f"/v1/jobs/{ids[index % len(ids)]}")
+    def accepted(_index: int, reply: Reply) -> str | None:
+        found = job_id_in(reply, 201, "job", "id")
+        if isinstance(found, str):
+            return found
+        ids.append(found)
+        return None
 
     async with clients(url, SUBMIT_CONCURRENCY, "/healthz") as submitters:
-        posts = await hammer("POST /v1/jobs", submissions, submitters, post, 201, server)
+        posts = [submission(submitters[0].host, index) for index in range(submissions)]
+        post_phase = await hammer("POST /v1/jobs", posts, submitters, accepted, server)
     if not ids:
-        return [posts]
+        return [post_phase]
     async with clients(url, GET_CONCURRENCY, "/healthz") as readers:
-        gets = await hammer("GET /v1/jobs/{id}", requests, readers, get, 200, server)
-    return [posts, gets]
+        host = readers[0].host
+        gets = [encode_request("GET", f"/v1/jobs/{ids[i % len(ids)]}", host) for i in range(requests)]
+        get_phase = await hammer("GET /v1/jobs/{id}", gets, readers, check_job(ids), server)
+    return [post_phase, get_phase]
 
 
 async def floor(url: str, server: psutil.Process, requests: int) -> Phase:
     """The GET phase against a server that does nothing (noop_app): what the client and uvicorn alone cost
     on this machine, the least any API could score here."""
     async with clients(url, GET_CONCURRENCY, "/") as readers:
-        return await hammer(FLOOR, requests, readers, lambda client, _: client.get("/"), 200, server)
+        gets = [encode_request("GET", f"/v1/jobs/{NOOP_JOB_ID}", readers[0].host)] * requests
+        return await hammer(FLOOR, gets, readers, check_job([NOOP_JOB_ID]), server)
 
 
 async def noop_app(scope: Scope, receive: Receive, send: Send) -> None:
@@ -170,6 +238,12 @@ async def noop_app(scope: Scope, receive: Receive, send: Send) -> None:
         return
     await send({"type": "http.response.start", "status": 200, "headers": NOOP_HEADERS})
     await send({"type": "http.response.body", "body": NOOP_BODY})
+
+
+def on_uvloop(load: Coroutine[Any, Any, T]) -> T:
+    """Runs the client on uvloop, the loop uvicorn serves on: it costs the client less CPU per request."""
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        return runner.run(load)
 
 
 def start_noop_server() -> tuple[subprocess.Popen[bytes], str]:
@@ -191,11 +265,27 @@ def results_table(phases: list[Phase]) -> str:
             number(p.quantile(0.99), 1),
             number(max(p.latencies_ms, default=None), 1),
             number(p.server_cpu_s * 1000 / p.sent if p.sent else None, 2),
+            number(p.client_cpu_s * 1000 / p.sent if p.sent and p.client_cpu_s is not None else None, 2),
         ]
         for p in phases
     ]
-    header = ("request", "ok/sent", "ok per s", "p50 ms", "p99 ms", "max ms", "server CPU ms/request")
-    return markdown(header, rows)
+    header = (
+        "request",
+        "ok/sent",
+        "ok per s",
+        "p50 ms",
+        "p99 ms",
+        "max ms",
+        "server CPU ms/req",
+        "client CPU ms/req",
+    )
+    table = markdown(header, rows)
+    failed = [
+        f"{p.name}: " + ", ".join(f"{n} x {what}" for what, n in p.failures.items())
+        for p in phases
+        if p.failures
+    ]
+    return "\n\n".join([table, *(f"Failed: {line}" for line in failed)])
 
 
 def start_py_spy(pid: int, output: Path) -> subprocess.Popen[bytes]:
@@ -211,7 +301,7 @@ def start_py_spy(pid: int, output: Path) -> subprocess.Popen[bytes]:
 def measure_floor(requests: int) -> Phase:
     server, url = start_noop_server()
     try:
-        return asyncio.run(floor(url, psutil.Process(server.pid), requests))
+        return on_uvloop(floor(url, psutil.Process(server.pid), requests))
     finally:
         stop(server)
 
@@ -227,15 +317,12 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="trainyard-load-") as tmp:
         workdir = Path(tmp)
         # Quotas count unfinished jobs per user; every submission here stays queued.
-        stack = ApiOnly.embedded(
-            workdir,
-            TRAINYARD_QUOTA_MAX_JOBS=str(10 * submissions),
-        )
+        stack = ApiOnly.embedded(workdir, MAKE_RUN_API_ENV, TRAINYARD_QUOTA_MAX_JOBS=str(10 * submissions))
         raw = workdir / "api.stacks"
         spy = start_py_spy(stack.procs["api"].pid, raw) if args.profile else None
         try:
             api = psutil.Process(stack.procs["api"].pid)
-            phases = asyncio.run(load(stack.url, api, submissions, requests))
+            phases = on_uvloop(load(stack.url, api, submissions, requests))
         finally:
             if spy is not None:
                 spy.send_signal(2)  # SIGINT: py-spy writes what it sampled and exits
@@ -244,10 +331,12 @@ def main() -> int:
         profile = summarize(raw.read_text()) if raw.exists() else ""
     phases.append(measure_floor(requests))
     note = (
-        f"Real uvicorn + SQLite (WAL) + embedded broker, no worker; httpx.AsyncClient on the same machine, "
-        f"one connection per client: POST from {SUBMIT_CONCURRENCY} clients, GET from {GET_CONCURRENCY}; "
-        "the floor row is the same GETs against a server that answers at once. Targets: GET p99 <= 25 ms, "
-        ">= 200 accepted POST/s."
+        "Real uvicorn (log level warning, as `make run`) + SQLite (WAL) + embedded broker, no worker; "
+        "bench.lean_http (asyncio streams on uvloop) on the same machine, one keep-alive connection per "
+        f"client: POST from {SUBMIT_CONCURRENCY} clients, GET from {GET_CONCURRENCY}; every answer checked "
+        "(status, and the job's id in the body). The floor row is the same GETs against a server that "
+        "answers at once. CPU ms/req: each process's user + system time over the requests sent. "
+        "Targets: GET p99 <= 25 ms, >= 200 accepted POST/s."
     )
     body = f"{note}\n\n{results_table(phases)}" + (f"\n\n{profile}" if profile else "")
     record(section("2-core dev machine (shared with other work)", None, body), args.smoke)
