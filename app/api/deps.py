@@ -9,11 +9,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Annotated
 
-from fastapi import Depends, Path, Security
-from fastapi.security import HTTPAuthorizationCredentials
+from fastapi import Depends, Path
 from sqlalchemy.orm import Session
 
-from app.api.auth import authenticate, bearer
+from app.api.auth import BearerKeyAuth, bearer
 from app.core.config import Settings, get_settings
 from app.core.db import new_session
 from app.services.jobs import get_owned_job
@@ -36,13 +35,7 @@ DB_INT_MAX = 2**31 - 1
 JobId = Annotated[int, Path(ge=1, le=DB_INT_MAX, description="job id")]
 
 
-async def get_caller(
-    settings: SettingsDep,
-    credentials: Annotated[HTTPAuthorizationCredentials | None, Security(bearer)],
-) -> Caller:
-    return await authenticate(settings, credentials)
-
-
+get_caller = BearerKeyAuth(bearer)
 # Every /v1 router depends on get_caller (app/main.py); routes that need to know who is asking name it again,
 # and FastAPI runs it once per request.
 CallerDep = Annotated[Caller, Depends(get_caller)]

@@ -8,8 +8,9 @@ from functools import lru_cache, partial
 from pathlib import Path
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
-from anyio import to_thread
-from sqlalchemy import Engine, create_engine, event
+from anyio import CapacityLimiter, to_thread
+from anyio.lowlevel import RunVar
+from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.orm import Session, sessionmaker
 
 from app.core.config import get_settings
@@ -82,18 +83,56 @@ def _in_session(work: Callable[Concatenate[Session, P], T], *args: P.args, **kwa
         return work(session, *args, **kwargs)
 
 
-async def read_in_session(work: Callable[Concatenate[Session, P], T], *args: P.args, **kwargs: P.kwargs) -> T:
-    """Run a short read, `work(session, ...)`, from async code, in a session of its own. On SQLite it runs
-    right here on the event loop: a WAL reader never waits for writers and an indexed lookup is microseconds
-    of C, less than the hop to a pool thread and back (and the GIL hand-offs between that thread and the
-    loop under load). A server database answers over the network, so there the work goes to a pool thread."""
+def _in_connection(work: Callable[Concatenate[Connection, P], T], *args: P.args, **kwargs: P.kwargs) -> T:
+    with get_engine().connect() as connection:
+        return work(connection, *args, **kwargs)
+
+
+async def _read(read: Callable[[], T]) -> T:
+    """On SQLite a short read runs right here on the event loop: a WAL reader never waits for writers and an
+    indexed lookup is microseconds of C, less than the hop to a pool thread and back (and the GIL hand-offs
+    between that thread and the loop under load). A server database answers over the network, so there the
+    read goes to a pool thread."""
     if get_settings().is_sqlite:
-        return _in_session(work, *args, **kwargs)
-    return await to_thread.run_sync(partial(_in_session, work, *args, **kwargs))
+        return read()
+    return await to_thread.run_sync(read)
+
+
+async def read_in_session(work: Callable[Concatenate[Session, P], T], *args: P.args, **kwargs: P.kwargs) -> T:
+    """Run a short read, `work(session, ...)`, from async code, in a session of its own."""
+    return await _read(partial(_in_session, work, *args, **kwargs))
+
+
+async def read_in_connection(
+    work: Callable[Concatenate[Connection, P], T], *args: P.args, **kwargs: P.kwargs
+) -> T:
+    """Run a short Core read, `work(connection, ...)`, from async code, on a pooled connection of its own:
+    for the hottest reads, which need no ORM, a Session's bookkeeping costs more than the query."""
+    return await _read(partial(_in_connection, work, *args, **kwargs))
+
+
+# Units of work run_in_session lets into pool threads at once on SQLite. They are Python (GIL-bound) around
+# writes that SQLite lets in one at a time, making the others sleep and retry: 32 at once (from 32 clients)
+# fought over the GIL and the write lock, and the unluckiest waited seconds (POST p99 ~2 s, max 3-6 s).
+# Two keep a core busy; the rest queue in order, as coroutines on the event loop rather than as threads.
+SQLITE_UNITS_AT_ONCE = 2
+_sqlite_units: RunVar[CapacityLimiter] = RunVar("trainyard_sqlite_units")
+
+
+def _units_limiter() -> CapacityLimiter | None:
+    """One limiter per event loop (tests start several); None, FastAPI's own pool, on a server database."""
+    if not get_settings().is_sqlite:
+        return None
+    try:
+        return _sqlite_units.get()
+    except LookupError:
+        limiter = CapacityLimiter(SQLITE_UNITS_AT_ONCE)
+        _sqlite_units.set(limiter)
+        return limiter
 
 
 async def run_in_session(work: Callable[Concatenate[Session, P], T], *args: P.args, **kwargs: P.kwargs) -> T:
     """Run `work(session, ...)`, which may block (a write waits for SQLite's lock), in a pool thread and a
     session of its own: one hop for the request's whole unit of work, and its connection is back in the
     pool before the hop ends."""
-    return await to_thread.run_sync(partial(_in_session, work, *args, **kwargs))
+    return await to_thread.run_sync(partial(_in_session, work, *args, **kwargs), limiter=_units_limiter())

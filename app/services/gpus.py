@@ -3,21 +3,39 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from datetime import timedelta
+from datetime import datetime, timedelta
+from typing import Any, Protocol, TypeVar
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from app.core.config import Settings
 from app.models import GpuLease, Worker, utcnow
-from app.schemas import GpuPublic, HostGpus, HostsPublic
+from app.schemas import GpuPublic, HostGpus, HostsPublic, as_utc
 from app.services.errors import InvalidSpec
 from trainers.spec import ParallelSpec
 
 
-def freshest_per_host(workers: Iterable[Worker]) -> dict[str, Worker]:
+class WorkerReport(Protocol):
+    """What these views read of a worker's row: a Worker, or a Core row of just these columns."""
+
+    @property
+    def host(self) -> str: ...
+    @property
+    def gpus(self) -> list[dict[str, Any]]: ...
+    @property
+    def heartbeat_at(self) -> datetime: ...
+
+
+R = TypeVar("R", bound=WorkerReport)
+# Submissions check GPUs against these three columns alone: Core rows, one statement built once (the ORM
+# entities cost more than the query on this hot path).
+_REPORTS = select(Worker.__table__.c.host, Worker.__table__.c.gpus, Worker.__table__.c.heartbeat_at)
+
+
+def freshest_per_host(workers: Iterable[R]) -> dict[str, R]:
     """A restarted worker leaves its old row behind until the reaper drops it; the newest heartbeat speaks."""
-    hosts: dict[str, Worker] = {}
+    hosts: dict[str, R] = {}
     for worker in workers:
         if worker.host not in hosts or worker.heartbeat_at > hosts[worker.host].heartbeat_at:
             hosts[worker.host] = worker
@@ -29,7 +47,7 @@ def live_hosts(session: Session, settings: Settings) -> dict[str, Worker]:
     return freshest_per_host(session.scalars(select(Worker).where(Worker.heartbeat_at > cutoff)))
 
 
-def gpu_indices(worker: Worker) -> list[int]:
+def gpu_indices(worker: WorkerReport) -> list[int]:
     return sorted(int(gpu["index"]) for gpu in worker.gpus)
 
 
@@ -56,8 +74,10 @@ def list_host_gpus(session: Session, settings: Settings) -> HostsPublic:
 def _inventory(session: Session, settings: Settings) -> dict[str, list[int]]:
     """GPU ids per live host; while no host is live (workers restarting) the last report of each stands in,
     so a submission is judged against the cluster as last seen rather than refused outright."""
-    hosts = live_hosts(session, settings) or freshest_per_host(session.scalars(select(Worker)))
-    return {host: gpu_indices(worker) for host, worker in hosts.items()}
+    reports = session.execute(_REPORTS).all()
+    cutoff = utcnow() - timedelta(seconds=settings.lease_timeout_s)
+    live = [report for report in reports if as_utc(report.heartbeat_at) > cutoff]
+    return {host: gpu_indices(report) for host, report in freshest_per_host(live or reports).items()}
 
 
 def _has(ids: list[int]) -> str:

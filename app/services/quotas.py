@@ -15,25 +15,30 @@ _JOBS = Base.metadata.tables[Job.__tablename__]
 # Built once on the table's columns: a statement rebuilt per submission recomputes its cache key every time.
 # GPUs per host times hosts; plans stored before multi-host jobs have no nnodes and span one host.
 _GPUS_ASKED = _JOBS.c.plan["num_gpus"].as_integer() * func.coalesce(_JOBS.c.plan["nnodes"].as_integer(), 1)
-_UNFINISHED_USAGE = select(func.count(), func.coalesce(func.sum(_GPUS_ASKED), 0)).where(
-    _JOBS.c.owner == bindparam("owner"), _JOBS.c.status.not_in(TERMINAL)
-)
+_UNFINISHED = (_JOBS.c.owner == bindparam("owner"), _JOBS.c.status.not_in(TERMINAL))
+_UNFINISHED_JOBS = select(func.count()).where(*_UNFINISHED)
+_UNFINISHED_GPUS = select(func.coalesce(func.sum(_GPUS_ASKED), 0)).where(*_UNFINISHED)
 
 
-def unfinished_usage(session: Session, owner: str) -> tuple[int, int]:
-    """Unfinished jobs and the GPUs they ask for, counted by the database: this runs on every submission,
-    and loading every queued plan made submissions slow down as the queue grew."""
-    jobs, asked = session.execute(_UNFINISHED_USAGE, {"owner": owner}).one()
-    return int(jobs), int(asked)
+def unfinished_jobs(session: Session, owner: str) -> int:
+    return int(session.execute(_UNFINISHED_JOBS, {"owner": owner}).scalar_one())
+
+
+def unfinished_gpus(session: Session, owner: str) -> int:
+    """The GPUs `owner`'s unfinished jobs ask for, summed by the database (loading every queued plan made
+    submissions slow down as the queue grew). It still parses each one's plan: ~4 us a job, ~3.5 ms at 800
+    unfinished jobs on the dev machine, where counting them alone takes ~0.4 ms."""
+    return int(session.execute(_UNFINISHED_GPUS, {"owner": owner}).scalar_one())
 
 
 def check_quota(session: Session, settings: Settings, owner: str, plan: Plan) -> None:
-    """Refuse a job that would take `owner` past quota_max_jobs or quota_max_gpus.
+    """Refuse a job that would take `owner` past quota_max_jobs or quota_max_gpus. A job that asks for no
+    GPUs takes nobody past the GPU quota, so its check skips the costly sum of the GPUs asked for.
 
     Two submissions at the same instant can both pass (the check is a read); the overshoot is bounded by the
     number of concurrent requests, which is acceptable for a fairness limit that guards no invariant.
     """
-    jobs, gpus = unfinished_usage(session, owner)
+    jobs = unfinished_jobs(session, owner)
     retry = settings.quota_retry_after_s
     if jobs + 1 > settings.quota_max_jobs:
         raise QuotaExceeded(
@@ -41,6 +46,9 @@ def check_quota(session: Session, settings: Settings, owner: str, plan: Plan) ->
             f"(TRAINYARD_QUOTA_MAX_JOBS={settings.quota_max_jobs}); wait for one to finish or cancel one",
             retry,
         )
+    if not plan.total_gpus:
+        return
+    gpus = unfinished_gpus(session, owner)
     if gpus + plan.total_gpus > settings.quota_max_gpus:
         raise QuotaExceeded(
             f"user {owner}'s unfinished jobs ask for {gpus} GPUs; {plan.total_gpus} more would pass "

@@ -10,7 +10,7 @@ from sqlalchemy.orm import Session
 from app.api.deps import DB_INT_MAX, CallerDep, JobId, OwnedJobId, SessionDep, SettingsDep
 from app.api.openapi import BODY_PROBLEMS, problem, problems
 from app.core.config import Settings
-from app.core.db import read_in_session, run_in_session
+from app.core.db import read_in_connection, run_in_session
 from app.schemas import JobEventPublic, JobEventsPublic, JobPublic, JobsPublic, JobSubmitted, JobUpdate
 from app.services import jobs, submit
 from app.services.keys import Caller
@@ -22,7 +22,7 @@ router = APIRouter(prefix="/jobs", tags=["jobs"])
 
 
 def _submitted(session: Session, job_id: int, caller: Caller) -> JobSubmitted:
-    job = jobs.public_job(session, job_id, caller)
+    job = jobs.public_job(session.connection(), job_id, caller)
     return JobSubmitted(job=job, plan=Plan.model_validate(job.plan))
 
 
@@ -79,7 +79,7 @@ def list_jobs(
 @router.get("/{job_id}", responses=problems(404))
 async def get_job(job_id: JobId, caller: CallerDep) -> JobPublic:
     # The API's hottest route (clients poll it): one indexed read and no pool-thread hop on SQLite.
-    return await read_in_session(jobs.public_job, job_id, caller)
+    return await read_in_connection(jobs.public_job, job_id, caller)
 
 
 @router.patch(
@@ -87,7 +87,7 @@ async def get_job(job_id: JobId, caller: CallerDep) -> JobPublic:
 )
 def update_job(job_id: OwnedJobId, update: JobUpdate, session: SessionDep, caller: CallerDep) -> JobPublic:
     jobs.set_priority(session, job_id, update.priority)
-    return jobs.public_job(session, job_id, caller)
+    return jobs.public_job(session.connection(), job_id, caller)
 
 
 @router.post(
@@ -102,7 +102,7 @@ def cancel_job(job_id: OwnedJobId, session: SessionDep, caller: CallerDep, respo
     job = jobs.cancel_job(session, job_id)
     if job.status == JobStatus.CANCELLING:
         response.status_code = status.HTTP_202_ACCEPTED
-    return jobs.public_job(session, job_id, caller)
+    return jobs.public_job(session.connection(), job_id, caller)
 
 
 @router.post(
