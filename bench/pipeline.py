@@ -1,11 +1,13 @@
 """Pipeline vs model parallel (issue 4, target 3): ResNet-50 over two GPUs, with and without micro-batches.
 
-    python -m bench.pipeline [--microbatches 4,8] [--steps N] [--smoke]
+    python -m bench.pipeline [--microbatches 4,8] [--split-at layer2,layer3] [--steps N] [--smoke]
 
 One service runs, one after another: strategy model_parallel on GPUs [0, 1] (one process, the stages run in
 turn, so one GPU idles while the other works), then strategy pipeline on the same GPUs with each micro-batch
-count (stages overlap on successive micro-batches). Same global batch (two GPUs' worth of bench.run's per-GPU
-batch), bf16, channels_last, data on the GPU. Target: pipeline >= 1.4x model_parallel's img/s.
+count (stages overlap on successive micro-batches), at the default stage split and at each --split-at module
+(the second stage starts there), so a better default split shows up beside the one in use. Same global
+batch (two GPUs' worth of bench.run's per-GPU batch), bf16, channels_last, data on the GPU.
+Target: pipeline >= 1.4x model_parallel's img/s.
 On the CPU (--smoke) the stages are CPU devices: model_parallel in one process, pipeline in two gloo ranks.
 """
 
@@ -32,7 +34,9 @@ GPU_MICROBATCHES, SMOKE_MICROBATCHES = (4, 8), (2, 4)
 COLUMNS = ("strategy", "img/s", "x model_parallel", "peak MB", "POST→first step s")
 
 
-def split_spec(workload: Workload, strategy: str, microbatches: int | None) -> dict[str, Any]:
+def split_spec(
+    workload: Workload, strategy: str, microbatches: int | None, split_at: str | None = None
+) -> dict[str, Any]:
     """The bench job with its parallel section replaced: two GPUs (or two CPU stages) for one model."""
     spec = job_spec(workload, STAGES, False)
     parallel: dict[str, Any] = {"strategy": strategy}
@@ -42,6 +46,8 @@ def split_spec(workload: Workload, strategy: str, microbatches: int | None) -> d
         parallel["nproc_per_node"] = STAGES  # one gloo process per stage
     if microbatches is not None:
         parallel["microbatches"] = microbatches
+    if split_at is not None:
+        parallel["split_at"] = [split_at]
     return {**spec, "name": f"bench-{workload.arch}-{strategy}", "parallel": parallel}
 
 
@@ -49,27 +55,43 @@ def counts(text: str) -> tuple[int, ...]:
     return tuple(int(part) for part in text.split(",") if part.strip())
 
 
+def names(text: str) -> tuple[str, ...]:
+    return tuple(part.strip() for part in text.split(",") if part.strip())
+
+
+def variant_name(strategy: str, microbatches: int | None, split_at: str | None) -> str:
+    details = [f"{microbatches} micro-batches"] if microbatches is not None else []
+    details += [f"split at {split_at}"] if split_at is not None else []
+    return f"{strategy} ({', '.join(details)})" if details else strategy
+
+
 def run_all(
-    service: Service, workload: Workload, microbatches: tuple[int, ...], budget: Budget
+    service: Service,
+    workload: Workload,
+    microbatches: tuple[int, ...],
+    splits: tuple[str, ...],
+    budget: Budget,
 ) -> list[Result]:
     on_gpu = workload.device == "cuda"
-    variants = [("model_parallel", None), *(("pipeline", m) for m in microbatches)]
+    variants: list[tuple[str, int | None, str | None]] = [("model_parallel", None, None)]
+    variants += [("pipeline", m, split) for split in (None, *splits) for m in microbatches]
     return [
         service.result(
-            strategy if m is None else f"{strategy} ({m} micro-batches)",
-            split_spec(workload, strategy, m),
+            variant_name(strategy, m, split),
+            split_spec(workload, strategy, m, split),
             budget,
             JOB_CAP_S,
             workload.warmup,
             on_gpu,
         )
-        for strategy, m in variants
+        for strategy, m, split in variants
     ]
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--microbatches", type=counts, help="micro-batch counts for the pipeline jobs")
+    parser.add_argument("--split-at", type=names, default=(), help="other modules to start stage 2 at")
     parser.add_argument("--steps", type=int, help="timed steps (after warm-up) per job")
     parser.add_argument("--smoke", action="store_true", help="tiny sizes on the CPU (gloo); prints only")
     parser.add_argument("--budget-s", type=float, default=BUDGET_S, help="skip jobs past this")
@@ -78,7 +100,9 @@ def main() -> int:
     microbatches = args.microbatches or (SMOKE_MICROBATCHES if args.smoke else GPU_MICROBATCHES)
     budget = Budget(args.budget_s)
     device, results = run_series(
-        STAGES, workload.device == "cuda", lambda service: run_all(service, workload, microbatches, budget)
+        STAGES,
+        workload.device == "cuda",
+        lambda service: run_all(service, workload, microbatches, args.split_at, budget),
     )
     base = results[0].images_per_s
     rows = [
@@ -93,7 +117,7 @@ def main() -> int:
     ]
     note = (
         f"resnet50 {workload.image_size} px, global batch {STAGES * workload.batch_per_rank}, bf16, "
-        f"channels_last, default stage split, {workload.warmup} warm-up + {workload.steps} timed steps."
+        f"channels_last, default stage split unless named, {workload.warmup} warm-up + {workload.steps} timed steps."
     )
     record(section(device, STAGES, f"{note}\n\n{markdown(COLUMNS, rows)}"), args.smoke)
     return exit_code(results)

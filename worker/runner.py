@@ -3,6 +3,7 @@ each node to a supervisor."""
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import subprocess
@@ -28,6 +29,7 @@ from worker.launch import Launch, build_launch
 from worker.leases import ClaimOutcome, claim_job, worker_id
 from worker.nodes import NodeTask, claim_launch, dispatch_other_nodes, meet
 from worker.publish import checkpoint_exists, local_resume_path
+from worker.standby import WarmLauncher
 from worker.supervise import CANCELLED, Outcome, RunningJob, Supervisor, finish, ring_others, runtime_deadline
 from worker.tail import EventTail, apply_events
 
@@ -157,22 +159,18 @@ def _start_if_starting(
         )
         if still_ours.rowcount != 1 or not claim_launch(session, task):  # type: ignore[attr-defined]
             return None
-        with (run_dir / LOG_DIR / LAUNCHER_LOG).open("ab") as launcher_log:
-            launcher_log.write(
+        launcher_log = run_dir / LOG_DIR / LAUNCHER_LOG
+        with launcher_log.open("ab") as header:
+            header.write(
                 f"=== attempt {task.attempt} node {task.node_rank}: {' '.join(command.argv)}\n".encode()
             )
-            launcher_log.flush()
-            return subprocess.Popen(
-                command.argv,
-                env=command.env,
-                cwd=PROJECT_ROOT,
-                stdin=subprocess.DEVNULL,
-                stdout=launcher_log,
-                stderr=subprocess.STDOUT,
-                # Out of the worker's process group: a Ctrl-C at the worker's terminal reaches only the
-                # worker, which then stops and requeues its jobs in order.
-                start_new_session=True,
-            )
+        return warm_launcher().start(command, launcher_log)
+
+
+@functools.cache
+def warm_launcher() -> WarmLauncher:
+    """The worker's one launcher (see worker/standby.py), shared by its supervising threads."""
+    return WarmLauncher(sys.executable, PROJECT_ROOT, enabled=get_settings().warm_launcher)
 
 
 def _tails_events(node_rank: int, settings: Settings) -> bool:

@@ -28,6 +28,7 @@ def run_node(job_id: int, attempt: int, node_rank: int) -> None:
 
 @worker_ready.connect
 def start_reaper(**_: Any) -> None:
+    runner.warm_launcher().prepare()  # the first job's torchrun, importing torch ahead of it
     reaper = ReaperThread()
     reaper.start()
     _reapers.append(reaper)

@@ -48,6 +48,9 @@ class Settings(BaseSettings):
         300.0, gt=0, le=3600, description="how long a multi-host job's nodes wait for each other to start"
     )
     worker_concurrency: int = Field(4, ge=1, le=256, description="jobs one worker supervises at once")
+    warm_launcher: bool = Field(
+        True, description="keep a torchrun process that has imported torch ready for the next job"
+    )
     heartbeat_s: float = Field(2.0, gt=0, le=300)
     lease_timeout_s: float = Field(30.0, gt=0, le=3600, description="older heartbeat: reaped")
     requeue_after_s: float = Field(10.0, gt=0, le=3600, description="re-ring the doorbell for queued jobs")
