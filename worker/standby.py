@@ -29,9 +29,13 @@ from worker.launch import Launch
 TORCHRUN_MODULE = "torch.distributed.run"
 
 
-def _torchrun_args(argv: list[str]) -> list[str]:
-    """What follows `-m torch.distributed.run` in a launch's argv."""
-    return argv[argv.index(TORCHRUN_MODULE) + 1 :]
+def _torchrun_args(argv: list[str]) -> list[str] | None:
+    """What follows `-m torch.distributed.run` in a launch's argv; None for a command that is not torchrun
+    (the tests' stand-in trainers), which starts cold."""
+    for i in range(len(argv) - 1):
+        if argv[i : i + 2] == ["-m", TORCHRUN_MODULE]:
+            return argv[i + 2 :]
+    return None
 
 
 class WarmLauncher:
@@ -62,18 +66,23 @@ class WarmLauncher:
 
     def start(self, command: Launch, log: Path) -> subprocess.Popen[bytes]:
         """torchrun for `command`, its output appended to `log`; the next standby starts meanwhile."""
+        args = _torchrun_args(command.argv)
         with self._lock:
-            standby, self._standby = self._standby, None
-        process = self._hand_over(standby, command, log) if standby is not None else None
+            standby = self._standby if args is not None else None
+            if standby is not None:
+                self._standby = None
+        process = None
+        if standby is not None and args is not None:
+            process = self._hand_over(standby, {"args": args, "env": command.env, "log": str(log)})
         if process is None:
             process = self._cold_start(command, log)
         self.prepare()
         return process
 
+    @staticmethod
     def _hand_over(
-        self, standby: subprocess.Popen[bytes], command: Launch, log: Path
+        standby: subprocess.Popen[bytes], request: dict[str, Any]
     ) -> subprocess.Popen[bytes] | None:
-        request = {"args": _torchrun_args(command.argv), "env": command.env, "log": str(log)}
         if standby.poll() is not None or standby.stdin is None:
             return None
         try:
