@@ -2,7 +2,7 @@
 
     python -m bench.overheads [--parts amp,reporting,latency] [--steps N] [--submissions 5] [--smoke]
 
-One service, ResNet-50 224 px, 128 images per GPU, jobs one after another:
+One service, ResNet-50 224 px, 256 images per GPU, jobs one after another:
 
 - reporting: the same job of 2K - 1 steps three times: reporting only at step K and at the end (no
   checkpoints), metrics every 10 steps, and metrics every 10 steps with the default checkpoint cadence (every

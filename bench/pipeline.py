@@ -117,7 +117,8 @@ def main() -> int:
     ]
     note = (
         f"resnet50 {workload.image_size} px, global batch {STAGES * workload.batch_per_rank}, bf16, "
-        f"channels_last, default stage split unless named, {workload.warmup} warm-up + {workload.steps} timed steps."
+        f"channels_last, default stage split unless named, {workload.warmup} warm-up + "
+        f"{workload.steps} timed steps."
     )
     record(section(device, STAGES, f"{note}\n\n{markdown(COLUMNS, rows)}"), args.smoke)
     return exit_code(results)

@@ -32,7 +32,7 @@ class Workload:
 
 
 # arch -> (image size, batch per GPU). AlexNet takes 227 px as in the articles; ResNet-50 its usual 224.
-GPU_SIZES = {"alexnet": (227, 256), "resnet50": (224, 128)}
+GPU_SIZES = {"alexnet": (227, 256), "resnet50": (224, 256)}  # issue 4: ResNet-50 at 256 per GPU
 # Just large enough for the architectures' pooling to leave a non-empty feature map.
 SMOKE_SIZES = {"alexnet": (64, 8), "resnet50": (32, 4)}
 GPU_WARMUP, GPU_STEPS = 20, 100
