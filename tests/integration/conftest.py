@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import shutil
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.integration.servers import Postgres, Redis, Stack
+from tests.integration.servers import Postgres, Redis, Stack, await_exit
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -40,20 +41,51 @@ def _start_stack(kind: str, workdir: Path, request: pytest.FixtureRequest) -> St
     return Stack.start(workdir, postgres.new_database(), redis.new_url())
 
 
-@pytest.fixture(scope="module", params=["embedded", "redis-postgres"])
-def stack(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    """One running service per backend, shared by a module's tests (starting one costs seconds)."""
-    workdir = tmp_path_factory.mktemp(f"stack-{request.param}")
-    running = _start_stack(request.param, workdir, request)
-    yield running
-    running.stop()
+@pytest.fixture(scope="session")
+def stopping() -> Iterator[list[subprocess.Popen[bytes]]]:
+    """Processes of embedded stacks, told to stop when their fixture ends and waited for together when the
+    session ends: a worker's warm shutdown takes seconds that the next tests need not wait for. (Stacks on
+    Redis + PostgreSQL are waited for at once: their servers stop at the end of the session too.)"""
+    told: list[subprocess.Popen[bytes]] = []
+    yield told
+    await_exit(told)
 
 
-@pytest.fixture(scope="module")
+# One running service per backend for the whole session: starting one and stopping it again costs about ten
+# seconds, and each test asserts only on the jobs it submitted itself. Modules that need settings of their
+# own (auth aside, which has its shared stack below) start a stack of their own.
+@pytest.fixture(scope="session")
 def embedded_stack(
+    tmp_path_factory: pytest.TempPathFactory,
+    request: pytest.FixtureRequest,
+    stopping: list[subprocess.Popen[bytes]],
+) -> Iterator[Stack]:
+    running = _start_stack("embedded", tmp_path_factory.mktemp("stack-embedded"), request)
+    yield running
+    stopping += running.terminate()
+
+
+@pytest.fixture(scope="session")
+def redis_postgres_stack(
     tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
 ) -> Iterator[Stack]:
-    workdir = tmp_path_factory.mktemp("stack-embedded")
-    running = _start_stack("embedded", workdir, request)
+    running = _start_stack("redis-postgres", tmp_path_factory.mktemp("stack-redis-postgres"), request)
     yield running
     running.stop()
+
+
+@pytest.fixture(scope="module", params=["embedded", "redis-postgres"])
+def stack(request: pytest.FixtureRequest) -> Stack:
+    """Each backend in turn, for tests that must pass on both."""
+    shared: Stack = request.getfixturevalue(f"{request.param.replace('-', '_')}_stack")
+    return shared
+
+
+@pytest.fixture(scope="session")
+def auth_stack(
+    tmp_path_factory: pytest.TempPathFactory, stopping: list[subprocess.Popen[bytes]]
+) -> Iterator[Stack]:
+    """Auth on (embedded backend): a user sees only their own jobs, so tests sharing it stay apart."""
+    running = Stack.embedded(tmp_path_factory.mktemp("stack-auth"), TRAINYARD_AUTH="on")
+    yield running
+    stopping += running.terminate()

@@ -38,7 +38,7 @@ def wait_status(client: httpx.Client, job_id: int, wanted: set[str], timeout: fl
             return job
         if job["status"] in TERMINAL:
             break
-        time.sleep(0.3)
+        time.sleep(0.1)
     raise AssertionError(f"job {job_id} never reached {wanted}: {job.get('status')} {job.get('message')}")
 
 

@@ -39,14 +39,27 @@ def wait_for(check: Callable[[], bool], timeout: float, what: str) -> None:
     raise TimeoutError(f"{what} not ready after {timeout:.0f}s")
 
 
-def stop(proc: subprocess.Popen[bytes], grace: float = 15.0) -> None:
-    if proc.poll() is None:
+def terminate(*procs: subprocess.Popen[bytes]) -> list[subprocess.Popen[bytes]]:
+    """SIGTERM to each one still running, all at once (a worker's warm shutdown takes seconds); those told."""
+    running = [proc for proc in procs if proc.poll() is None]
+    for proc in running:
         proc.send_signal(signal.SIGTERM)
+    return running
+
+
+def await_exit(procs: list[subprocess.Popen[bytes]], grace: float = 15.0) -> None:
+    """Wait for processes already told to stop; SIGKILL to any still running after the grace."""
+    deadline = time.monotonic() + grace
+    for proc in procs:
         try:
-            proc.wait(grace)
+            proc.wait(max(0.0, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+def stop(*procs: subprocess.Popen[bytes], grace: float = 15.0) -> None:
+    await_exit(terminate(*procs), grace)
 
 
 @dataclass
@@ -181,8 +194,9 @@ class Stack:
         stack = cls(env, workdir, api_env=api_env or {})
         alembic = [sys.executable, "-m", "alembic", "-c", "migrations/alembic.ini", "upgrade", "head"]
         subprocess.run(alembic, cwd=ROOT, env=env, check=True, capture_output=True)
-        stack.start_api()
-        stack.start_worker()
+        stack._spawn_api()
+        stack.start_worker()  # while the API starts: neither needs the other to come up
+        stack._wait_api()
         return stack
 
     @classmethod
@@ -203,10 +217,16 @@ class Stack:
         )
 
     def start_api(self) -> None:
+        self._spawn_api()
+        self._wait_api()
+
+    def _spawn_api(self) -> None:
         port = free_port()
         self.url = f"http://127.0.0.1:{port}"
         argv = [sys.executable, "-m", "uvicorn", "app.main:app", "--host", "127.0.0.1", "--port", str(port)]
         self._spawn("api", argv, self.api_env)
+
+    def _wait_api(self) -> None:
         wait_for(lambda: httpx.get(f"{self.url}/healthz").status_code == 200, 60, "api")
 
     def start_worker(self, name: str = "worker", **env: str) -> None:
@@ -233,5 +253,8 @@ class Stack:
         return (self.workdir / f"{name}.log").read_text(errors="replace")
 
     def stop(self) -> None:
-        for proc in self.procs.values():
-            stop(proc)
+        stop(*self.procs.values())
+
+    def terminate(self) -> list[subprocess.Popen[bytes]]:
+        """Tell every process to stop without waiting for them; the ones told, for `await_exit`."""
+        return terminate(*self.procs.values())

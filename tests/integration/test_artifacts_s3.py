@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import shutil
+import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -55,11 +56,15 @@ def bucket_client(env: dict[str, str]) -> Any:
 
 
 @pytest.fixture(scope="module")
-def split_stack(tmp_path_factory: pytest.TempPathFactory, s3_env: dict[str, str]) -> Iterator[Stack]:
+def split_stack(
+    tmp_path_factory: pytest.TempPathFactory,
+    s3_env: dict[str, str],
+    stopping: list[subprocess.Popen[bytes]],
+) -> Iterator[Stack]:
     workdir = tmp_path_factory.mktemp("stack-s3")
     running = Stack.embedded(workdir, api_env={"TRAINYARD_RUNS_DIR": str(workdir / "api-runs")}, **s3_env)
     yield running
-    running.stop()
+    stopping += running.terminate()
 
 
 def stored_keys(env: dict[str, str], job_id: int) -> list[str]:

@@ -141,13 +141,6 @@ def test_overview_pages_compare_gpus_and_queue(embedded_stack: Stack, page: Page
     expect(page.locator("main")).to_contain_text("Nothing is waiting.")
 
 
-@pytest.fixture
-def auth_stack(tmp_path: Path) -> Iterator[Stack]:
-    running = Stack.embedded(tmp_path, TRAINYARD_AUTH="on")
-    yield running
-    running.stop()
-
-
 def test_with_auth_on_the_key_box_lets_the_page_in(auth_stack: Stack, page: Page) -> None:
     create = [sys.executable, "-c", "from app.cli import main; main()", "keys", "create", "--user", "ada"]
     key = subprocess.run(create, cwd=ROOT, env=auth_stack.env, capture_output=True, text=True, check=True)

@@ -5,6 +5,9 @@ from __future__ import annotations
 import time
 from datetime import datetime
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from tests.integration.jobs import example_spec, job_processes, metric_values, statuses, submit, wait_status
 from tests.integration.servers import Stack
@@ -23,9 +26,18 @@ def runs_dir(stack: Stack) -> Path:
     return Path(stack.env["TRAINYARD_RUNS_DIR"])
 
 
-def test_resume_continues_at_the_next_step(embedded_stack: Stack) -> None:
+@pytest.fixture(scope="module")
+def side_by_side(embedded_stack: Stack) -> list[dict[str, Any]]:
+    """Two QUICK jobs submitted together, run to the end: the overlap test looks at when they ran, and the
+    resume test resumes from one of them (a job of its own would cost another torchrun start)."""
     with embedded_stack.client() as client:
-        first = wait_status(client, submit(client, QUICK)["id"], {"succeeded"})
+        ids = [submit(client, QUICK)["id"] for _ in range(2)]
+        return [wait_status(client, job_id, {"succeeded"}) for job_id in ids]
+
+
+def test_resume_continues_at_the_next_step(embedded_stack: Stack, side_by_side: list[dict[str, Any]]) -> None:
+    first = side_by_side[0]
+    with embedded_stack.client() as client:
         checkpoints = client.get(f"/v1/jobs/{first['id']}/checkpoints").json()["data"]
         middle = min(checkpoints, key=lambda c: c["step"])
         resumed = submit(
@@ -69,10 +81,7 @@ def test_cancel_during_dispatch_never_trains(embedded_stack: Stack) -> None:
         assert not job_processes(runs_dir(embedded_stack), job["id"])
 
 
-def test_two_jobs_run_side_by_side(embedded_stack: Stack) -> None:
-    with embedded_stack.client() as client:
-        ids = [submit(client, QUICK)["id"] for _ in range(2)]
-        done = [wait_status(client, job_id, {"succeeded"}) for job_id in ids]
-        start = [datetime.fromisoformat(job["started_at"]) for job in done]
-        end = [datetime.fromisoformat(job["finished_at"]) for job in done]
-        assert start[0] < end[1] and start[1] < end[0], "the two jobs did not overlap"
+def test_two_jobs_run_side_by_side(side_by_side: list[dict[str, Any]]) -> None:
+    start = [datetime.fromisoformat(job["started_at"]) for job in side_by_side]
+    end = [datetime.fromisoformat(job["finished_at"]) for job in side_by_side]
+    assert start[0] < end[1] and start[1] < end[0], "the two jobs did not overlap"

@@ -16,11 +16,13 @@ from tests.integration.jobs import example_spec, job_processes, metric_values, s
 from tests.integration.servers import Stack
 
 # Checkpoints every 20 steps and metrics every 5: a restart resumes at a report boundary, so the resumed
-# attempt's loss windows are the same as an uninterrupted run's.
+# attempt's loss windows are the same as an uninterrupted run's. 16 epochs are 352 steps: a rank is hit once
+# the API shows step 50 (it lags the trainer by up to half a second, 50-odd steps here), and the steps left
+# keep the job running well past the hit.
 RESTARTABLE = example_spec(
     "digits_ddp_cpu.json",
     model={"kwargs": {"hidden": 512, "depth": 3}},
-    train={"epochs": 30},
+    train={"epochs": 16},
     checkpoint={"every_n_epochs": 0, "every_n_steps": 20, "keep_last": 2},
     limits={"max_restarts": 2},
 )
@@ -59,44 +61,48 @@ def losses(stack: Stack, job_id: int) -> list[tuple[int, float]]:
         return metric_values(client, job_id, "loss")
 
 
+# The max_runtime test's job needs no test to act on it mid-run, only time to pass: 45 s from its claim leave
+# room for a slow start beside this module's other jobs, and for steps after it.
+RUNTIME_LIMITED = {
+    **RESTARTABLE,
+    "train": {**RESTARTABLE["train"], "epochs": 2000},
+    "checkpoint": {"every_n_epochs": 0, "every_n_steps": 0, "save_final": False},
+    "limits": {"max_runtime_s": 45},
+}
+
+
+# The jobs of the next two fixtures are submitted before the first test's own job and awaited only by the
+# test that checks them, so they run while the fault tests' jobs wait out their faults (a stopped rank: 10 s
+# of collective timeout, then 30 s of torchrun's grace before its SIGKILL) rather than after them.
+@pytest.fixture(scope="module", autouse=True)
+def runtime_limited(embedded_stack: Stack) -> int:
+    with embedded_stack.client() as client:
+        return int(submit(client, RUNTIME_LIMITED)["id"])
+
+
 @pytest.fixture(scope="module")
-def reference(embedded_stack: Stack) -> list[tuple[int, float]]:
+def reference(embedded_stack: Stack) -> int:
+    """The uninterrupted run the faulted ones must match; `reference_losses` waits for it."""
     with embedded_stack.client() as client:
-        job = wait_status(client, submit(client, RESTARTABLE)["id"], {"succeeded"})
-        assert job["attempt"] == 1
-    return losses(embedded_stack, job["id"])
+        return int(submit(client, RESTARTABLE)["id"])
 
 
-def test_a_killed_rank_restarts_from_its_checkpoint_like_an_uninterrupted_run(
-    embedded_stack: Stack, reference: list[tuple[int, float]]
-) -> None:
-    with embedded_stack.client() as client:
-        job_id = submit(client, RESTARTABLE)["id"]
-        wait_step(embedded_stack, job_id, 50)
-        os.kill(rank_process(embedded_stack, job_id, 1).pid, signal.SIGKILL)
+def reference_losses(stack: Stack, job_id: int) -> list[tuple[int, float]]:
+    with stack.client() as client:
         job = wait_status(client, job_id, {"succeeded"})
-        events = client.get(f"/v1/jobs/{job_id}/events").json()["data"]
-    assert job["attempt"] == 2, job
-    restart = next(e for e in events if e["to_status"] == "restarting")
-    assert restart["reason"] in ("crash", "communication_error"), restart
-    assert [e["to_status"] for e in events].count("restarting") == 1
-    curve = losses(embedded_stack, job_id)
-    steps = [step for step, _ in curve]
-    assert steps == sorted(set(steps)) == [step for step, _ in reference], "duplicate or missing steps"
-    for (step, value), (_, expected) in zip(curve, reference, strict=True):
-        assert value == pytest.approx(expected, rel=LOSS_RTOL), step
+    assert job["attempt"] == 1, job
+    return losses(stack, job_id)
 
 
-def test_a_rank_hanging_in_a_collective_times_out_and_restarts(
-    embedded_stack: Stack, reference: list[tuple[int, float]]
-) -> None:
+def test_a_rank_hanging_in_a_collective_times_out_and_restarts(embedded_stack: Stack, reference: int) -> None:
     """Rank 1 stopped (SIGSTOP) mid-job: rank 0 waits in its all-reduce until limits.collective_timeout_s,
     fails with a communication error, and the job restarts from its checkpoint."""
     spec = {**RESTARTABLE, "limits": {**RESTARTABLE["limits"], "collective_timeout_s": 10}}
     with embedded_stack.client() as client:
         job_id = submit(client, spec)["id"]
-        wait_step(embedded_stack, job_id, 50)
+        wait_status(client, job_id, {"running"}, timeout=120)
         hung = rank_process(embedded_stack, job_id, 1)
+        wait_step(embedded_stack, job_id, 50)
         os.kill(hung.pid, signal.SIGSTOP)
         job = wait_status(client, job_id, {"succeeded"}, timeout=300)
         events = client.get(f"/v1/jobs/{job_id}/events").json()["data"]
@@ -104,19 +110,38 @@ def test_a_rank_hanging_in_a_collective_times_out_and_restarts(
     restart = next(e for e in events if e["to_status"] == "restarting")
     assert restart["reason"] == "communication_error", restart
     steps = [step for step, _ in losses(embedded_stack, job_id)]
-    assert steps == sorted(set(steps)) == [step for step, _ in reference], "duplicate or missing steps"
+    expected = reference_losses(embedded_stack, reference)
+    assert steps == sorted(set(steps)) == [step for step, _ in expected], "duplicate or missing steps"
     assert not hung.is_running() or hung.status() == psutil.STATUS_ZOMBIE, "the stopped rank outlived its job"
 
 
-def test_max_runtime_times_out_after_a_final_checkpoint(embedded_stack: Stack) -> None:
-    spec = {
-        **RESTARTABLE,
-        "train": {**RESTARTABLE["train"], "epochs": 2000},
-        "checkpoint": {"every_n_epochs": 0, "every_n_steps": 0, "save_final": False},
-        "limits": {"max_runtime_s": 30},
-    }
+def test_a_killed_rank_restarts_from_its_checkpoint_like_an_uninterrupted_run(
+    embedded_stack: Stack, reference: int
+) -> None:
     with embedded_stack.client() as client:
-        job = wait_status(client, submit(client, spec)["id"], {"timed_out"}, timeout=90)
+        job_id = submit(client, RESTARTABLE)["id"]
+        wait_status(client, job_id, {"running"}, timeout=120)
+        # Found before the step is reached, so the kill follows the step with no process scan in between.
+        victim = rank_process(embedded_stack, job_id, 1)
+        wait_step(embedded_stack, job_id, 50)
+        os.kill(victim.pid, signal.SIGKILL)
+        job = wait_status(client, job_id, {"succeeded"})
+        events = client.get(f"/v1/jobs/{job_id}/events").json()["data"]
+    assert job["attempt"] == 2, job
+    restart = next(e for e in events if e["to_status"] == "restarting")
+    assert restart["reason"] in ("crash", "communication_error"), restart
+    assert [e["to_status"] for e in events].count("restarting") == 1
+    curve = losses(embedded_stack, job_id)
+    expected = reference_losses(embedded_stack, reference)
+    steps = [step for step, _ in curve]
+    assert steps == sorted(set(steps)) == [step for step, _ in expected], "duplicate or missing steps"
+    for (step, value), (_, want) in zip(curve, expected, strict=True):
+        assert value == pytest.approx(want, rel=LOSS_RTOL), step
+
+
+def test_max_runtime_times_out_after_a_final_checkpoint(embedded_stack: Stack, runtime_limited: int) -> None:
+    with embedded_stack.client() as client:
+        job = wait_status(client, runtime_limited, {"timed_out"}, timeout=180)
         checkpoints = client.get(f"/v1/jobs/{job['id']}/checkpoints").json()["data"]
     assert job["status_reason"] == "max_runtime"
     # No checkpoint was due by the spec: the one there is the final one, written on the worker's SIGTERM.

@@ -4,15 +4,13 @@ what a job has done."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 
 from tests.integration.jobs import example_spec, metric_values, submit, wait_status
-from tests.integration.servers import Postgres, Redis, Stack, stop
+from tests.integration.servers import Redis, Stack, stop
 
 EVERY = 20
-STEPS = 3000
+STEPS = 1500  # about 12 s of training on this CPU: it outlasts a restart of the API or of Redis
 JOB = example_spec(
     "digits_ddp_cpu.json",
     train={"epochs": None, "max_steps": STEPS},
@@ -22,13 +20,9 @@ JOB = example_spec(
 
 
 @pytest.fixture(scope="module")
-def stack(
-    tmp_path_factory: pytest.TempPathFactory, redis_server: Redis, postgres_server: Postgres
-) -> Iterator[Stack]:
-    workdir = tmp_path_factory.mktemp("restarts")
-    running = Stack.start(workdir, postgres_server.new_database(), redis_server.new_url())
-    yield running
-    running.stop()
+def stack(redis_postgres_stack: Stack) -> Stack:
+    """The session's Redis + PostgreSQL stack: what these tests restart comes back, as they check."""
+    return redis_postgres_stack
 
 
 def assert_reported_once(stack: Stack, job_id: int) -> None:

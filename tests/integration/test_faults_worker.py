@@ -3,6 +3,7 @@ Celery workers on the embedded broker, a job's doorbell rung several times, and 
 
 from __future__ import annotations
 
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -25,13 +26,15 @@ LONG = example_spec(
 
 
 @pytest.fixture(scope="module")
-def two_workers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+def two_workers(
+    tmp_path_factory: pytest.TempPathFactory, stopping: list[subprocess.Popen[bytes]]
+) -> Iterator[Stack]:
     workdir = tmp_path_factory.mktemp("two-workers")
     # A short lease so a dead worker's job is noticed within seconds.
     stack = Stack.embedded(workdir, TRAINYARD_LEASE_TIMEOUT_S="4")
     stack.start_worker("worker-b")
     yield stack
-    stack.stop()
+    stopping += stack.terminate()
 
 
 def ring(stack: Stack, job_id: int, times: int) -> None:

@@ -35,14 +35,6 @@ class Keys:
 
 
 @pytest.fixture(scope="module")
-def auth_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    workdir = tmp_path_factory.mktemp("stack-auth")
-    stack = Stack.embedded(workdir, TRAINYARD_AUTH="on")
-    yield stack
-    stack.stop()
-
-
-@pytest.fixture(scope="module")
 def keys(auth_stack: Stack) -> Keys:
     engine = create_engine(auth_stack.env["TRAINYARD_DATABASE_URL"])
     with Session(engine) as session:

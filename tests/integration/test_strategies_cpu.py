@@ -11,13 +11,14 @@ model_parallel -> pipeline, pipeline -> single) and must continue the reference 
 from __future__ import annotations
 
 import math
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 
-from tests.integration.trainer_helpers import TrainerRun, spec_with, train
+from tests.integration.trainer_helpers import TrainerRun, spec_with, train, train_together
 
 pytestmark = pytest.mark.integration
 
@@ -39,11 +40,12 @@ PIPELINE = spec_with(SINGLE, parallel={"strategy": "pipeline", "nproc_per_node":
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, TrainerRun]:
-    return {
-        "single": train(tmp_path_factory.mktemp("single"), SINGLE, nproc=1),
-        "model_parallel": train(tmp_path_factory.mktemp("mp"), MODEL_PARALLEL, nproc=1),
-        "pipeline": train(tmp_path_factory.mktemp("pipeline"), PIPELINE, nproc=2),
-    }
+    single, model_parallel, pipeline = train_together(
+        partial(train, tmp_path_factory.mktemp("single"), SINGLE, nproc=1),
+        partial(train, tmp_path_factory.mktemp("mp"), MODEL_PARALLEL, nproc=1),
+        partial(train, tmp_path_factory.mktemp("pipeline"), PIPELINE, nproc=2),
+    )
+    return {"single": single, "model_parallel": model_parallel, "pipeline": pipeline}
 
 
 def assert_same_curve(a: list[tuple[int, float]], b: list[tuple[int, float]], rtol: float) -> None:
@@ -87,21 +89,39 @@ def test_pipeline_checkpoint_holds_the_whole_model_under_bare_keys(runs: dict[st
     assert sorted(gathered["optimizer"]["state"]) == sorted(whole["optimizer"]["state"])
 
 
-@pytest.mark.parametrize(
-    ("source", "spec", "nproc", "rtol"),
-    [
-        ("single", MODEL_PARALLEL, 1, EXACT),
-        ("model_parallel", PIPELINE, 2, CLOSE),
-        ("pipeline", SINGLE, 1, CLOSE),
-    ],
-    ids=["single->model_parallel", "model_parallel->pipeline", "pipeline->single"],
-)
+# name: (the run resumed from, the spec it resumes under, its processes, the tolerance against single)
+RESUMES: dict[str, tuple[str, dict[str, Any], int, float]] = {
+    "single->model_parallel": ("single", MODEL_PARALLEL, 1, EXACT),
+    "model_parallel->pipeline": ("model_parallel", PIPELINE, 2, CLOSE),
+    "pipeline->single": ("pipeline", SINGLE, 1, CLOSE),
+}
+
+
+@pytest.fixture(scope="module")
+def resumed(runs: dict[str, TrainerRun], tmp_path_factory: pytest.TempPathFactory) -> dict[str, TrainerRun]:
+    """Each resume of RESUMES from its source's step-15 checkpoint, side by side."""
+    done = train_together(
+        *(
+            partial(
+                train,
+                tmp_path_factory.mktemp("resumed"),
+                spec,
+                nproc=nproc,
+                resume_path=runs[source].run_dir / CKPT,
+            )
+            for source, spec, nproc, _ in RESUMES.values()
+        )
+    )
+    return dict(zip(RESUMES, done, strict=True))
+
+
+@pytest.mark.parametrize("name", list(RESUMES))
 def test_resume_across_strategies_continues_the_curve(
-    runs: dict[str, TrainerRun], tmp_path: Path, source: str, spec: dict[str, Any], nproc: int, rtol: float
+    runs: dict[str, TrainerRun], resumed: dict[str, TrainerRun], name: str
 ) -> None:
-    resumed = train(tmp_path, spec, nproc=nproc, resume_path=runs[source].run_dir / CKPT)
-    assert resumed.checkpoint_steps() == [30]
-    assert_same_curve(resumed.metric("loss"), after(runs["single"].metric("loss"), 15), rtol)
+    rtol = RESUMES[name][3]
+    assert resumed[name].checkpoint_steps() == [30]
+    assert_same_curve(resumed[name].metric("loss"), after(runs["single"].metric("loss"), 15), rtol)
 
 
 def test_pipeline_trains_a_channels_last_convnet(tmp_path: Path) -> None:

@@ -12,13 +12,21 @@ from __future__ import annotations
 
 import json
 import math
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 
-from tests.integration.trainer_helpers import TrainerRun, launch, spec_with, train, write_config
+from tests.integration.trainer_helpers import (
+    TrainerRun,
+    launch,
+    spec_with,
+    train,
+    train_together,
+    write_config,
+)
 from trainers.events import CheckpointRemovedEvent, DoneEvent, MetricsEvent, PhaseEvent
 
 pytestmark = pytest.mark.integration
@@ -38,8 +46,29 @@ REFERENCE: dict[str, Any] = {
 
 
 @pytest.fixture(scope="module")
-def ddp(tmp_path_factory: pytest.TempPathFactory) -> TrainerRun:
-    return train(tmp_path_factory.mktemp("ddp"), REFERENCE, nproc=2)
+def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, TrainerRun]:
+    """The reference and the runs compared with it from the start, side by side."""
+    ddp, single, accumulated = train_together(
+        partial(train, tmp_path_factory.mktemp("ddp"), REFERENCE, nproc=2),
+        partial(
+            train,
+            tmp_path_factory.mktemp("single"),
+            spec_with(REFERENCE, parallel={"strategy": "single", "nproc_per_node": 1}),
+            nproc=1,
+        ),
+        partial(
+            train,
+            tmp_path_factory.mktemp("accumulated"),
+            spec_with(REFERENCE, train={"grad_accum_steps": 4}),
+            nproc=2,
+        ),
+    )
+    return {"ddp": ddp, "single": single, "accumulated": accumulated}
+
+
+@pytest.fixture(scope="module")
+def ddp(runs: dict[str, TrainerRun]) -> TrainerRun:
+    return runs["ddp"]
 
 
 def assert_same_curve(a: list[tuple[int, float]], b: list[tuple[int, float]], rtol: float) -> None:
@@ -91,15 +120,19 @@ def test_resume_continues_at_the_next_step_and_ends_where_the_reference_did(
     assert_same_curve(resumed.metric("eval_loss"), ddp.metric("eval_loss")[1:], RTOL)
 
 
-def test_one_process_and_two_ddp_ranks_follow_the_same_curve(ddp: TrainerRun, tmp_path: Path) -> None:
-    single = train(tmp_path, spec_with(REFERENCE, parallel={"strategy": "single", "nproc_per_node": 1}), 1)
+def test_one_process_and_two_ddp_ranks_follow_the_same_curve(
+    ddp: TrainerRun, runs: dict[str, TrainerRun]
+) -> None:
+    single = runs["single"]
     assert_same_curve(single.metric("loss"), ddp.metric("loss"), RTOL)
     assert_same_curve(single.metric("eval_loss"), ddp.metric("eval_loss"), RTOL)
     assert math.isclose(single.checksums()[0], ddp.checksums()[0], rel_tol=RTOL)
 
 
-def test_accumulating_four_micro_steps_matches_one_full_step(ddp: TrainerRun, tmp_path: Path) -> None:
-    accumulated = train(tmp_path, spec_with(REFERENCE, train={"grad_accum_steps": 4}), 2)
+def test_accumulating_four_micro_steps_matches_one_full_step(
+    ddp: TrainerRun, runs: dict[str, TrainerRun]
+) -> None:
+    accumulated = runs["accumulated"]
     assert_same_curve(accumulated.metric("loss"), ddp.metric("loss"), RTOL)
     assert math.isclose(accumulated.checksums()[0], ddp.checksums()[0], rel_tol=RTOL)
 

@@ -6,6 +6,8 @@ import copy
 import os
 import subprocess
 import sys
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -117,3 +119,12 @@ def train(
         logs = "\n".join(f"--- rank {r}\n{run.log(r)}" for r in range(nproc))
         raise AssertionError(f"torchrun exited {done.returncode}\n{done.stdout}\n{done.stderr}\n{logs}")
     return run
+
+
+def train_together(*runs: Callable[[], TrainerRun]) -> list[TrainerRun]:
+    """Independent runs side by side, their results in the order given. Most of a short run is torchrun and
+    its ranks importing torch one process at a time, so on a few cores several runs at once end sooner than
+    one after another; each run's numbers do not depend on what else runs."""
+    with ThreadPoolExecutor(len(runs)) as pool:
+        futures = [pool.submit(run) for run in runs]
+        return [future.result() for future in futures]
