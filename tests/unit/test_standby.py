@@ -12,9 +12,11 @@ from worker.launch import Launch
 from worker.runner import PROJECT_ROOT
 from worker.standby import WarmLauncher
 
+# Both ranks share the log, so each writes its line in one call: print's separate writes interleave.
 RANK_SCRIPT = """
 import os, sys
-print("rank says", os.environ["JOB_MARKER"], os.environ["RANK"], os.environ["WORLD_SIZE"])
+line = " ".join(["rank says", os.environ["JOB_MARKER"], os.environ["RANK"], os.environ["WORLD_SIZE"]])
+os.write(1, (line + "\\n").encode())
 sys.exit(int(os.environ.get("EXIT_WITH", "0")))
 """
 TIMEOUT_S = 120
