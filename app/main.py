@@ -6,6 +6,7 @@ from fastapi import Depends, FastAPI
 
 from app.api.deps import get_caller
 from app.api.errors import install_error_handlers
+from app.api.fast_lookup import JobLookupFastPath
 from app.api.openapi import install_openapi, problems
 from app.api.routes import checkpoints, gpus, health, jobs, logs, metrics, profile, queue, stream, web
 from app.api.routes.prometheus import install_prometheus
@@ -19,6 +20,8 @@ def create_app() -> FastAPI:
         summary="Train PyTorch models on the GPUs of one box or many, through a REST API.",
         version="0.1.0",
     )
+    # Added first, so it runs innermost: behind the latency and body-size middlewares, as the routes are.
+    app.add_middleware(JobLookupFastPath, jobs_path=API_PREFIX + jobs.router.prefix)
     install_error_handlers(app)
     for module in (jobs, metrics, stream, checkpoints, logs, gpus, queue, profile):
         # Auth once for every /v1 route, those added later included; a route that needs to know who is
