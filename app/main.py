@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import gc
+
 from fastapi import Depends, FastAPI
 
 from app.api.deps import get_caller
@@ -37,3 +39,7 @@ def create_app() -> FastAPI:
 
 
 app = create_app()
+# What the server has imported and built by now lives as long as it does. Frozen, the collector no longer
+# walks it: a full collection under load paused every request in flight for ~120 ms on the dev machine (p99),
+# ~6 ms with it frozen.
+gc.freeze()
