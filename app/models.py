@@ -45,6 +45,8 @@ class Job(Base):
     message: Mapped[str | None] = mapped_column(Text)
     spec: Mapped[dict[str, Any]] = mapped_column(JSON)
     plan: Mapped[dict[str, Any]] = mapped_column(JSON)
+    # The plan's total_gpus, stored at submission so the GPU quota sums a column rather than parsing plans.
+    total_gpus: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     priority: Mapped[int] = mapped_column(Integer, default=0)
     attempt: Mapped[int] = mapped_column(Integer, default=0)
     idempotency_key: Mapped[str | None] = mapped_column(String(128))
@@ -158,3 +160,5 @@ class ApiKey(Base):
 
 
 Index("ix_jobs_queue", Job.status, Job.priority, Job.id)
+# The quota's count and GPU sum over a user's unfinished jobs, answered from the index alone.
+Index("ix_jobs_owner_status_gpus", Job.owner, Job.status, Job.total_gpus)

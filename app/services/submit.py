@@ -120,6 +120,7 @@ def submit_job(
         "status": JobStatus.QUEUED,
         "spec": spec.model_dump(mode="json"),
         "plan": {},
+        "total_gpus": plan.total_gpus,
         "priority": spec.priority,
         "idempotency_key": idempotency_key,
     }
