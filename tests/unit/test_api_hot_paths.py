@@ -1,5 +1,5 @@
-"""What the hot paths' shortcuts must not change: the documented auth scheme, the quota's answers, and how
-many submissions work on SQLite at once."""
+"""What the hot paths' shortcuts must not change: the documented auth scheme, the quota's answers, how
+many submissions work on SQLite at once, and what a lookup on a held connection sees."""
 
 from __future__ import annotations
 
@@ -9,11 +9,15 @@ import time
 import anyio
 import pytest
 from fastapi.testclient import TestClient
+from sqlalchemy import text, update
 from sqlalchemy.orm import Session
 
 from app.core import db
 from app.core.config import Settings, get_settings
 from app.main import create_app
+from app.models import Job
+from app.services import jobs
+from app.services.keys import LOCAL_CALLER
 from tests.unit.conftest import job_body, submit
 
 
@@ -63,3 +67,21 @@ def test_sqlite_lets_a_few_units_of_work_run_at_once(settings: Settings) -> None
 
     anyio.run(many)
     assert most == db.SQLITE_UNITS_AT_ONCE
+
+
+def test_lookups_on_a_held_connection_see_each_commit_and_hold_no_snapshot(
+    client: TestClient, session: Session
+) -> None:
+    """Job lookups on SQLite keep one connection per thread between reads: each read must still see what
+    was committed since, and hold nothing afterwards that would keep the WAL from being checkpointed."""
+    job_id = submit(client)["id"]
+    assert client.get(f"/v1/jobs/{job_id}").json()["status"] == "queued"
+    session.execute(update(Job).where(Job.id == job_id).values(status="running"))
+    session.commit()
+    assert client.get(f"/v1/jobs/{job_id}").json()["status"] == "running"
+
+    assert anyio.run(db.read_in_connection, jobs.public_job, job_id, LOCAL_CALLER).status == "running"
+    held = db._held.connection
+    assert not held.in_transaction() and not held.connection.dbapi_connection.in_transaction
+    busy, _, _ = session.execute(text("PRAGMA wal_checkpoint(TRUNCATE)")).one()
+    assert busy == 0, "a reader kept a snapshot open"
