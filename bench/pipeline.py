@@ -1,12 +1,13 @@
 """Pipeline vs model parallel (issue 4, target 3): ResNet-50 over two GPUs, with and without micro-batches.
 
-    python -m bench.pipeline [--microbatches 4,8] [--split-at layer2,layer3] [--steps N] [--smoke]
+    python -m bench.pipeline [--microbatches 4,8] [--split-at layer2,layer3] [--compile] [--steps N] [--smoke]
 
 One service runs, one after another: strategy model_parallel on GPUs [0, 1] (one process, the stages run in
 turn, so one GPU idles while the other works), then strategy pipeline on the same GPUs with each micro-batch
 count (stages overlap on successive micro-batches), at the default stage split and at each --split-at module
 (the second stage starts there), so a better default split shows up beside the one in use. Same global
-batch (two GPUs' worth of bench.run's per-GPU batch), bf16, channels_last, data on the GPU.
+batch (two GPUs' worth of bench.run's per-GPU batch), bf16, channels_last, data on the GPU. With --compile
+every job, model_parallel too, sets performance.compile (pipeline compiles each stage).
 Target: pipeline >= 1.4x model_parallel's img/s.
 On the CPU (--smoke) the stages are CPU devices: model_parallel in one process, pipeline in two gloo ranks.
 """
@@ -27,6 +28,7 @@ from bench.workload import Workload, preset
 
 STAGES = 2
 JOB_CAP_S = 150
+COMPILED_JOB_CAP_S = 300  # each stage compiles its forward and backward during the warm-up
 BUDGET_S = 150
 # Micro-batches of 32 and 64 images on the GPU; on the CPU the batch is 8, and a ResNet-50 BatchNorm at
 # 32 px sees 1x1 maps, so a micro-batch needs at least 2 images.
@@ -35,10 +37,14 @@ COLUMNS = ("strategy", "img/s", "x model_parallel", "peak MB", "POST→first ste
 
 
 def split_spec(
-    workload: Workload, strategy: str, microbatches: int | None, split_at: str | None = None
+    workload: Workload,
+    strategy: str,
+    microbatches: int | None,
+    split_at: str | None = None,
+    compile_model: bool = False,
 ) -> dict[str, Any]:
     """The bench job with its parallel section replaced: two GPUs (or two CPU stages) for one model."""
-    spec = job_spec(workload, STAGES, False)
+    spec = job_spec(workload, STAGES, compile_model)
     parallel: dict[str, Any] = {"strategy": strategy}
     if workload.device == "cuda":
         parallel["gpus"] = list(range(STAGES))
@@ -70,6 +76,7 @@ def run_all(
     workload: Workload,
     microbatches: tuple[int, ...],
     splits: tuple[str, ...],
+    compile_model: bool,
     budget: Budget,
 ) -> list[Result]:
     on_gpu = workload.device == "cuda"
@@ -78,9 +85,9 @@ def run_all(
     return [
         service.result(
             variant_name(strategy, m, split),
-            split_spec(workload, strategy, m, split),
+            split_spec(workload, strategy, m, split, compile_model),
             budget,
-            JOB_CAP_S,
+            COMPILED_JOB_CAP_S if compile_model else JOB_CAP_S,
             workload.warmup,
             on_gpu,
         )
@@ -92,6 +99,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--microbatches", type=counts, help="micro-batch counts for the pipeline jobs")
     parser.add_argument("--split-at", type=names, default=(), help="other modules to start stage 2 at")
+    parser.add_argument("--compile", action="store_true", help="performance.compile in every job")
     parser.add_argument("--steps", type=int, help="timed steps (after warm-up) per job")
     parser.add_argument("--smoke", action="store_true", help="tiny sizes on the CPU (gloo); prints only")
     parser.add_argument("--budget-s", type=float, default=BUDGET_S, help="skip jobs past this")
@@ -102,7 +110,7 @@ def main() -> int:
     device, results = run_series(
         STAGES,
         workload.device == "cuda",
-        lambda service: run_all(service, workload, microbatches, args.split_at, budget),
+        lambda service: run_all(service, workload, microbatches, args.split_at, args.compile, budget),
     )
     base = results[0].images_per_s
     rows = [
@@ -117,7 +125,8 @@ def main() -> int:
     ]
     note = (
         f"resnet50 {workload.image_size} px, global batch {STAGES * workload.batch_per_rank}, bf16, "
-        f"channels_last, default stage split unless named, {workload.warmup} warm-up + "
+        f"channels_last{', compiled' if args.compile else ''}, default stage split unless named, "
+        f"{workload.warmup} warm-up + "
         f"{workload.steps} timed steps."
     )
     record(section(device, STAGES, f"{note}\n\n{markdown(COLUMNS, rows)}"), args.smoke)

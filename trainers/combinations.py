@@ -26,12 +26,6 @@ def _parallel_options(spec: JobSpec, strategy: Strategy, device: str) -> None:
         raise ValueError("parallel.split_at is for strategy model_parallel or pipeline; drop it")
     if parallel.microbatches and strategy is not Strategy.PIPELINE:
         raise ValueError("parallel.microbatches is for strategy pipeline; drop it")
-    if spec.performance.compile and strategy is Strategy.PIPELINE:
-        # The schedule calls each stage's module itself, so the loop's compiled forward never runs.
-        raise ValueError(
-            "performance.compile is not supported by parallel.strategy=pipeline: its stages run "
-            "uncompiled; drop it, or use model_parallel or ddp"
-        )
 
 
 def _device_options(spec: JobSpec, device: str) -> None:

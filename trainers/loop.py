@@ -151,7 +151,7 @@ def build(spec: JobSpec, plan: Plan, env: DistEnv) -> Components:
     # The strategy puts the model on its device(s); batches then go where its first module lives.
     forward: Callable[[torch.Tensor], torch.Tensor] = strategy.setup(model)
     if spec.performance.compile:
-        forward = torch.compile(forward)
+        forward = strategy.compiled(forward)
     storage = storage_device(spec.data.placement, strategy.input_device)
     train_feed = DeviceFeeder(data.train, shape, strategy.input_device, storage)
     return Components(

@@ -60,6 +60,14 @@ def test_strategy_trains_on_two_gpus(tmp_path: Path, strategy: str, precision: s
 
 
 @two_gpus
+def test_compiled_pipeline_stages_train_on_two_gpus(tmp_path: Path) -> None:
+    parallel, nproc = LAYOUTS["pipeline"]
+    spec = spec_with(BASE, parallel=parallel, performance={"compile": True, "channels_last": True})
+    loss = train(tmp_path, spec | {"precision": "bf16"}, nproc=nproc, cuda_devices="0,1").metric("loss")
+    assert len(loss) == STEPS // 10 and loss[-1][1] < 0.5 * loss[0][1], loss
+
+
+@two_gpus
 @pytest.mark.parametrize("target", ["model_parallel", "pipeline"])
 def test_a_dp_checkpoint_resumes_under_other_strategies(tmp_path: Path, target: str) -> None:
     source = run(tmp_path / "dp", "dp", "bf16")

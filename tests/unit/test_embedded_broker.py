@@ -18,4 +18,3 @@ def test_the_sqlite_broker_file_is_put_in_wal_mode(tmp_path: Path) -> None:
     path = tmp_path / "var" / "broker.db"
     put_embedded_broker_in_wal(f"sqla+sqlite:///{path}")
     assert journal_mode(path) == "wal"
-

@@ -110,12 +110,6 @@ REFUSED: list[tuple[str, dict[str, Any], str, str]] = [
         "the workers train the model uncompiled",
     ),
     (
-        "compile under pipeline",
-        job_body(performance={"compile": True}, parallel={"strategy": "pipeline", "nproc_per_node": 2}),
-        "performance.compile",
-        "its stages run uncompiled",
-    ),
-    (
         "data on a GPU the job does not have",
         job_body(data={"dataset": "synthetic", "num_samples": 64, "placement": "gpu"}),
         "data.placement",

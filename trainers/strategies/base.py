@@ -62,6 +62,10 @@ class ParallelStrategy(ABC):
     @abstractmethod
     def wrap(self, module: nn.Module) -> nn.Module: ...
 
+    def compiled(self, forward: Forward) -> Forward:
+        """What the loop runs under performance.compile."""
+        return torch.compile(forward)
+
     @abstractmethod
     def no_sync(self) -> AbstractContextManager[None]:
         """Context for accumulation micro-steps: gradients stay local until the last micro-step."""
