@@ -1,6 +1,7 @@
 """What the service costs a job (issue 4, targets 4-6): reporting, start-up latency, and AMP's memory saving.
 
-    python -m bench.overheads [--parts amp,reporting,latency] [--steps N] [--submissions 5] [--smoke]
+    python -m bench.overheads [--parts amp,reporting,latency] [--steps N] [--rounds R] [--submissions 5]
+                              [--smoke]
 
 One service, ResNet-50 224 px, 256 images per GPU, jobs one after another:
 
@@ -10,7 +11,10 @@ One service, ResNet-50 224 px, 256 images per GPU, jobs one after another:
   window, and the final one after it). The job's samples_per_s exists only where it reports, so all three
   are timed alike by the trainer's clock from their report at step K (warm-up is over) to their report at the
   last step. Target: <= 1 % cost. The final checkpoint is written after the last step, when the job is
-  ending, not training: its seconds (last report to "done") are a column of their own.
+  ending, not training: its seconds (last report to "done") are a column of their own. With --rounds R
+  the three jobs run R times, interleaved (quiet, metrics, checkpoints, quiet, ...), so a slow spell of the
+  machine touches every variant alike; each round's costs are against that round's quiet job, and the table
+  gives their median and range. Run to run, a cost moves by about half a point, against a 1 % target.
 - start-up: POST to the first optimizer step (the trainer's phase event) of 1-GPU single jobs and 2-GPU DDP
   jobs, p50 and max. Targets: p50 <= 10 s and <= 15 s.
 - AMP memory: the job's peak_mem_mb at fp32, bf16 and fp16. Target: lower than fp32.
@@ -23,6 +27,7 @@ import statistics
 import sys
 from collections.abc import Callable
 from dataclasses import replace
+from typing import Any
 
 from bench.budget import Budget
 from bench.report import record, section
@@ -49,10 +54,10 @@ def part_names(text: str) -> tuple[str, ...]:
     return names
 
 
-def reporting(service: Service, workload: Workload, budget: Budget) -> list[Result]:
-    """Three equal-length runs of 2K - 1 steps, each reporting at step K (every variant has that report:
-    the quiet one's every_n_steps is K), timed by the trainer from that report to the last step's: K - 1
-    steps past warm-up."""
+def reporting(service: Service, workload: Workload, rounds: int, budget: Budget) -> list[Result]:
+    """`rounds` times three equal-length runs of 2K - 1 steps, each reporting at step K (every variant has
+    that report: the quiet one's every_n_steps is K), timed by the trainer from that report to the last
+    step's: K - 1 steps past warm-up. The rows in the order run."""
     marker = workload.warmup + workload.steps // 2
     steps = 2 * marker - 1
     base = with_sections(
@@ -71,27 +76,54 @@ def reporting(service: Service, workload: Workload, budget: Budget) -> list[Resu
             base, metrics=every_10, checkpoint=DEFAULT_CHECKPOINTS
         ),
     }
-    results = []
-    for variant, spec in variants.items():
+
+    def timed(variant: str, spec: dict[str, Any]) -> Result:
         outcome = service.attempt(variant, spec, budget, JOB_CAP_S)
         if isinstance(outcome, Result):
-            results.append(outcome)
-            continue
+            return outcome
         seconds = outcome.seconds_between(marker, steps)
         rate = (steps - marker) * workload.batch_per_rank / seconds if seconds else None
         tail = outcome.seconds_to_done(steps)
-        results.append(Result(variant, images_per_s=rate, peak_mem_mb=None, tail_s=tail))
-    return results
+        return Result(variant, images_per_s=rate, peak_mem_mb=None, tail_s=tail)
+
+    return [timed(variant, spec) for _ in range(rounds) for variant, spec in variants.items()]
+
+
+def cost_percent(result: Result, quiet: Result) -> float | None:
+    kept = ratio(result.images_per_s, quiet.images_per_s)
+    return None if kept is None else 100 * (1 - kept)
+
+
+def median_of(values: list[float | None]) -> float | None:
+    present = [v for v in values if v is not None]
+    return statistics.median(present) if present else None
 
 
 def reporting_table(results: list[Result]) -> str:
-    quiet = results[0].images_per_s
-    rows = []
+    """A row per variant: medians over the rounds, each round's cost against that round's quiet job (the
+    first variant)."""
+    by_variant: dict[str, list[Result]] = {}
     for r in results:
-        kept = ratio(r.images_per_s, quiet)
-        cost = "—" if kept is None else f"{100 * (1 - kept):+.2f} %"
-        rows.append([name(r), number(r.images_per_s, 0), cost, number(r.tail_s, 2)])
-    return markdown(("variant", "img/s (step K → last step)", "cost", "last step → done s"), rows)
+        by_variant.setdefault(r.variant, []).append(r)
+    quiet = next(iter(by_variant.values()))
+    rows = []
+    for variant, runs in by_variant.items():
+        costs = [c for c in (cost_percent(r, q) for r, q in zip(runs, quiet, strict=False)) if c is not None]
+        cost = median_of(list[float | None](costs))
+        spread = f"{min(costs):+.2f} … {max(costs):+.2f} %" if len(costs) > 1 else "—"
+        errors = "; ".join(sorted({r.error for r in runs if r.error}))
+        rows.append(
+            [
+                variant + (f" ({errors})" if errors else ""),
+                f"{len(runs) - sum(1 for r in runs if r.error)}/{len(runs)}",
+                number(median_of([r.images_per_s for r in runs]), 0),
+                "—" if cost is None else f"{cost:+.2f} %",
+                spread,
+                number(median_of([r.tail_s for r in runs]), 2),
+            ]
+        )
+    columns = ("variant", "ran", "img/s (step K → last step)", "cost", "cost range", "last step → done s")
+    return markdown(columns, rows)
 
 
 def start_latencies(service: Service, workload: Workload, submissions: int, budget: Budget) -> list[Result]:
@@ -162,7 +194,8 @@ def body(workload: Workload, submissions: int, parts: dict[str, list[Result]]) -
         "reporting": (
             f"Reporting cost (1 GPU, bf16, K = {workload.warmup + workload.steps // 2}, "
             f"{2 * (workload.warmup + workload.steps // 2) - 1} steps each, epochs of K steps; img/s by the "
-            "trainer's clock from its report at step K to its last step's; cost against the first row)"
+            "trainer's clock from its report at step K to its last step's; cost against the first row of the "
+            "same round, median and range over the rounds)"
         ),
         "latency": f"POST → first optimizer step ({submissions} submissions each, {LATENCY_STEPS}-step jobs)",
     }
@@ -174,6 +207,7 @@ def body(workload: Workload, submissions: int, parts: dict[str, list[Result]]) -
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, help="timed steps of the reporting runs (after warm-up)")
+    parser.add_argument("--rounds", type=int, default=1, help="interleaved repeats of the reporting jobs")
     parser.add_argument("--submissions", type=int, help="start-up latency jobs per GPU count (default 5)")
     parser.add_argument("--parts", type=part_names, default=PARTS, help=f"some of {','.join(PARTS)}")
     parser.add_argument("--smoke", action="store_true", help="tiny sizes on the CPU (gloo); prints only")
@@ -188,7 +222,7 @@ def main() -> int:
 
     measures: dict[str, Callable[[Service], list[Result]]] = {
         "amp": lambda service: amp_memory(service, workload, budget),
-        "reporting": lambda service: reporting(service, workload, budget),
+        "reporting": lambda service: reporting(service, workload, args.rounds, budget),
         "latency": lambda service: start_latencies(service, workload, submissions, budget),
     }
 

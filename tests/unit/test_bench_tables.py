@@ -34,7 +34,22 @@ def test_gpu_counts_start_at_one() -> None:
 
 def test_reporting_cost_is_against_the_run_that_never_reports() -> None:
     table = reporting_table([Result("quiet", 1000.0, None), Result("metrics", 990.0, None, tail_s=0.25)])
-    assert table.splitlines()[3] == "| metrics | 990 | +1.00 % | 0.25 |"
+    assert table.splitlines()[3] == "| metrics | 1/1 | 990 | +1.00 % | — | 0.25 |"
+
+
+def test_each_rounds_cost_is_against_that_rounds_quiet_run() -> None:
+    """A slow round slows every variant in it: its cost is 1 %, not the 11 % against the fast quiet run."""
+    rounds = [
+        Result("quiet", 1000.0, None),
+        Result("metrics", 995.0, None, tail_s=0.2),
+        Result("quiet", 900.0, None),
+        Result("metrics", 891.0, None, tail_s=0.4),
+        Result("quiet", 1000.0, None),
+        failed("metrics", "job failed"),
+    ]
+    quiet, metrics = reporting_table(rounds).splitlines()[2:]
+    assert quiet == "| quiet | 3/3 | 1,000 | +0.00 % | +0.00 … +0.00 % | — |"
+    assert metrics == "| metrics (job failed) | 2/3 | 943 | +0.75 % | +0.50 … +1.00 % | 0.30 |"
 
 
 def test_latency_table_gives_p50_max_and_the_failures() -> None:
