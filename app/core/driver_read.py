@@ -33,8 +33,8 @@ class OneRowRead:
 
     def __init__(self, statement: Select[Any]) -> None:
         self.statement = statement
-        names = [str(column.key) for column in statement.selected_columns]
-        self.row: Any = namedtuple("row", names)  # type: ignore[misc]
+        self.columns = [str(column.key) for column in statement.selected_columns]
+        self.row: Any = namedtuple("row", self.columns)  # type: ignore[misc]
         self._by_dialect: WeakKeyDictionary[Dialect, _Compiled] = WeakKeyDictionary()
 
     def _compile(self, dialect: Dialect) -> _Compiled:
@@ -53,24 +53,32 @@ class OneRowRead:
             ],
         )
 
-    def first(self, connection: Connection, **params: Any) -> Any:
-        """The row as a named tuple of the selected columns' keys, or None. Reads in the connection's
+    def fetch(self, connection: Connection, **params: Any) -> tuple[Any, ...] | None:
+        """The row as the driver returns it, before conversion, or None. Reads in the connection's
         transaction, if it has one; the driver begins none for a SELECT on SQLite, and on a server database
         the pool's reset ends the one it begins."""
-        compiled = self._by_dialect.get(connection.dialect)
-        if compiled is None:
-            compiled = self._by_dialect[connection.dialect] = self._compile(connection.dialect)
+        compiled = self._compiled(connection.dialect)
         values = {**compiled.constants, **params}
         bound = [values[name] for name in compiled.order] if compiled.order is not None else values
         cursor = connection.connection.cursor()
         try:
             cursor.execute(compiled.sql, bound)
-            found = cursor.fetchone()
+            found: tuple[Any, ...] | None = cursor.fetchone()
         finally:
             cursor.close()
-        if found is None:
-            return None
+        return found
+
+    def convert(self, dialect: Dialect, found: tuple[Any, ...]) -> Any:
+        """A row fetched through `dialect` with the values execute() would give: a named tuple of the
+        selected columns' keys."""
+        processors = self._compiled(dialect).processors
         return self.row._make(
             value if process is None else process(value)
-            for process, value in zip(compiled.processors, found, strict=True)
+            for process, value in zip(processors, found, strict=True)
         )
+
+    def _compiled(self, dialect: Dialect) -> _Compiled:
+        compiled = self._by_dialect.get(dialect)
+        if compiled is None:
+            compiled = self._by_dialect[dialect] = self._compile(dialect)
+        return compiled

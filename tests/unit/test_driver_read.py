@@ -31,13 +31,17 @@ def test_rows_are_those_execute_returns(client: TestClient, session: Session) ->
     with db.get_engine().connect() as connection:
         for job_id in [*queued, running, 999]:
             expected = connection.execute(BY_ID, {"job_id": job_id}).one_or_none()
-            found = read.first(connection, job_id=job_id)
+            fetched = read.fetch(connection, job_id=job_id)
             if expected is None:
-                assert found is None
+                assert fetched is None
                 continue
+            assert fetched is not None
+            found = read.convert(connection.dialect, fetched)
             assert found._asdict() == expected._asdict()
             assert [type(value) for value in found] == [type(value) for value in expected]
-        assert [read.first(connection, job_id=i).queue_position for i in queued] == [2, 1, 3]
+        fetched_queued = [read.fetch(connection, job_id=job_id) for job_id in queued]
+        rows = [read.convert(connection.dialect, row) for row in fetched_queued if row is not None]
+        assert [row.queue_position for row in rows] == [2, 1, 3]
 
 
 def test_parameters_the_driver_cannot_take_as_given_are_refused(settings: Settings) -> None:
@@ -45,6 +49,6 @@ def test_parameters_the_driver_cannot_take_as_given_are_refused(settings: Settin
     listed = OneRowRead(select(JOBS.c.id).where(JOBS.c.id.in_([1, 2])))
     with db.get_engine().connect() as connection:
         with pytest.raises(TypeError, match="created_at"):
-            converted.first(connection)
+            converted.fetch(connection)
         with pytest.raises(TypeError, match="IN lists"):
-            listed.first(connection)
+            listed.fetch(connection)

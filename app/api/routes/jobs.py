@@ -81,8 +81,8 @@ async def get_job(job_id: JobId, caller: CallerDep) -> Response:
     # The API's hottest route (clients poll it): one indexed read and no pool-thread hop on SQLite. Most
     # requests reach it through app/api/fast_lookup.py, which calls it without FastAPI's routing; it renders
     # its own body, so both ways in send the same bytes and neither pays FastAPI's response validation.
-    job = await read_in_connection(jobs.public_job, job_id, caller)
-    return Response(job.model_dump_json(), media_type="application/json")
+    body = await read_in_connection(jobs.public_job_json, job_id, caller)
+    return Response(body, media_type="application/json")
 
 
 @router.patch(
