@@ -37,9 +37,7 @@ def move(
         values["message"] = message
     if to_status.is_terminal:
         values.setdefault("finished_at", utcnow())
-    result = session.execute(
-        update(Job).where(Job.id == job_id, Job.status == from_status).values(**values)
-    )
+    result = session.execute(update(Job).where(Job.id == job_id, Job.status == from_status).values(**values))
     if result.rowcount != 1:  # type: ignore[attr-defined]
         return False
     attempt = session.get(Job, job_id, populate_existing=True)

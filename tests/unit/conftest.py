@@ -50,6 +50,15 @@ def settings(env: Settings) -> Settings:
 
 
 @pytest.fixture
+def auth_on(settings: Settings, monkeypatch: pytest.MonkeyPatch) -> Iterator[Settings]:
+    """API keys required, as deployed."""
+    monkeypatch.setenv("TRAINYARD_AUTH", "on")
+    get_settings.cache_clear()
+    yield get_settings()
+    get_settings.cache_clear()
+
+
+@pytest.fixture
 def client(settings: Settings) -> TestClient:
     return TestClient(create_app())
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 
 import pytest
@@ -14,20 +14,12 @@ from sqlalchemy.orm import Session
 
 from app.api import fast_lookup
 from app.api.deps import get_caller
-from app.core.config import Settings, get_settings
+from app.core.config import Settings
 from app.main import create_app
 from app.models import Job
 from app.schemas import JobPublic
 from app.services.keys import Caller, create_key
 from tests.unit.conftest import job_body
-
-
-@pytest.fixture
-def auth_on(settings: Settings, monkeypatch: pytest.MonkeyPatch) -> Iterator[Settings]:
-    monkeypatch.setenv("TRAINYARD_AUTH", "on")
-    get_settings.cache_clear()
-    yield get_settings()
-    get_settings.cache_clear()
 
 
 @pytest.fixture

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 
 import pytest
 from fastapi.testclient import TestClient
@@ -11,19 +10,11 @@ from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
 from app.api import auth
-from app.core.config import Settings, get_settings
+from app.core.config import Settings
 from app.main import create_app
 from app.models import ApiKey
 from app.services.keys import caller_for_token, create_key, hash_token
 from tests.unit.conftest import job_body
-
-
-@pytest.fixture
-def auth_on(settings: Settings, monkeypatch: pytest.MonkeyPatch) -> Iterator[Settings]:
-    monkeypatch.setenv("TRAINYARD_AUTH", "on")
-    get_settings.cache_clear()
-    yield get_settings()
-    get_settings.cache_clear()
 
 
 def bearer(token: str) -> dict[str, str]:
