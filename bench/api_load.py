@@ -9,7 +9,10 @@ plan, store the job and ring the broker's doorbell, but nothing trains. Then, wi
 
 1. POST /v1/jobs `submissions` times from SUBMIT_CONCURRENCY clients: accepted (201) per second.
 2. GET /v1/jobs/{id} over the stored jobs `requests` times from GET_CONCURRENCY clients: p50/p99 latency.
-3. The same GETs against `noop_app`, a server that answers at once: the floor this client sets here.
+3. The same over RUNNING_JOBS of them made running, as a worker reports them (status, start, progress and
+   metrics written to the database): the jobs clients poll most, and whose bodies carry an ETA that moves
+   with the clock.
+4. The same GETs against `noop_app`, a server that answers at once: the floor this client sets here.
 
 Every answer is checked (a 201 whose body holds the new job's id; a 200 whose body is the asked-for job), and
 what failed is counted by kind below the table. Each phase stops by itself after PHASE_LIMIT_S. Client and
@@ -35,14 +38,17 @@ from collections import Counter
 from collections.abc import AsyncIterator, Callable, Coroutine
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, TypeVar
 
 import httpx
 import psutil
 import uvloop
+from sqlalchemy import create_engine, update
 from starlette.types import Receive, Scope, Send
 
+from app.models import Job
 from bench.lean_http import Connection, ProtocolError, Reply, encode_request
 from bench.profile_stacks import summarize
 from bench.report import record, section
@@ -54,6 +60,8 @@ PHASE_LIMIT_S = 60.0
 # Past the phase's limit, requests still unanswered after this long are abandoned and counted as failed.
 STUCK_S = 30.0
 FLOOR = "GET, no-op server (floor)"
+# About as many as a box trains at once (a job per GPU or CPU slot), with room to spare.
+RUNNING_JOBS = 64
 NOOP_JOB_ID = 1
 # About a JobPublic of SPEC as JSON, and JSON with an id, so the client checks it as it checks a real job.
 NOOP_BODY = json.dumps({"id": NOOP_JOB_ID, "padding": "x" * 2080}).encode()
@@ -202,7 +210,28 @@ def submission(host: str, index: int) -> bytes:
     return encode_request("POST", "/v1/jobs", host, body, JSON)
 
 
-async def load(url: str, server: psutil.Process, submissions: int, requests: int) -> list[Phase]:
+def mark_running(database_url: str, ids: list[int]) -> None:
+    """What a worker's reports leave in a running job's row, halfway through its steps."""
+    engine = create_engine(database_url)
+    started = datetime.now(UTC) - timedelta(minutes=5)
+    values = {"progress_step": 500, "progress_total": 1000, "latest_metrics": {"loss": 0.52, "lr": 0.1}}
+    with engine.begin() as connection:
+        connection.execute(
+            update(Job).where(Job.id.in_(ids)).values(status="running", running_at=started, **values)
+        )
+    engine.dispose()
+
+
+async def lookups(url: str, server: psutil.Process, name: str, ids: list[int], requests: int) -> Phase:
+    async with clients(url, GET_CONCURRENCY, "/healthz") as readers:
+        host = readers[0].host
+        gets = [encode_request("GET", f"/v1/jobs/{ids[i % len(ids)]}", host) for i in range(requests)]
+        return await hammer(name, gets, readers, check_job(ids), server)
+
+
+async def load(
+    url: str, database_url: str, server: psutil.Process, submissions: int, requests: int
+) -> list[Phase]:
     ids: list[int] = []
 
     def accepted(_index: int, reply: Reply) -> str | None:
@@ -217,11 +246,11 @@ async def load(url: str, server: psutil.Process, submissions: int, requests: int
         post_phase = await hammer("POST /v1/jobs", posts, submitters, accepted, server)
     if not ids:
         return [post_phase]
-    async with clients(url, GET_CONCURRENCY, "/healthz") as readers:
-        host = readers[0].host
-        gets = [encode_request("GET", f"/v1/jobs/{ids[i % len(ids)]}", host) for i in range(requests)]
-        get_phase = await hammer("GET /v1/jobs/{id}", gets, readers, check_job(ids), server)
-    return [post_phase, get_phase]
+    waiting = await lookups(url, server, "GET /v1/jobs/{id}, queued jobs", ids, requests)
+    running = ids[:RUNNING_JOBS]
+    mark_running(database_url, running)
+    polled = await lookups(url, server, "GET /v1/jobs/{id}, running jobs", running, requests)
+    return [post_phase, waiting, polled]
 
 
 async def floor(url: str, server: psutil.Process, requests: int) -> Phase:
@@ -322,7 +351,8 @@ def main() -> int:
         spy = start_py_spy(stack.procs["api"].pid, raw) if args.profile else None
         try:
             api = psutil.Process(stack.procs["api"].pid)
-            phases = on_uvloop(load(stack.url, api, submissions, requests))
+            database_url = stack.env["TRAINYARD_DATABASE_URL"]
+            phases = on_uvloop(load(stack.url, database_url, api, submissions, requests))
         finally:
             if spy is not None:
                 spy.send_signal(2)  # SIGINT: py-spy writes what it sampled and exits

@@ -39,7 +39,7 @@ def test_a_body_follows_every_change_of_its_row(client: TestClient, session: Ses
     assert body == rendered_now(second) and b'"message":"out of memory"' in body
 
 
-def test_a_running_job_s_eta_follows_the_clock(
+def test_a_running_job_s_body_follows_the_clock(
     client: TestClient, session: Session, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     job_id = submit(client)["id"]
@@ -53,5 +53,7 @@ def test_a_running_job_s_eta_follows_the_clock(
     etas = []
     for elapsed in (timedelta(seconds=10), timedelta(seconds=30)):
         monkeypatch.setattr(jobs, "utcnow", lambda elapsed=elapsed: started + elapsed)
+        body = client.get(f"/v1/jobs/{job_id}").content
+        assert body == rendered_now(job_id)  # the cached model with its progress made again
         etas.append(client.get(f"/v1/jobs/{job_id}").json()["progress"]["eta_s"])
     assert etas == [10.0, 30.0]
