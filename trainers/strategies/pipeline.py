@@ -45,7 +45,7 @@ class SequentialStage(nn.Module):
 
     def compile_layers(self) -> None:
         """torch.compile this stage's modules: fused kernels, and far fewer launches per micro-batch, which
-        is what bounds an eager stage's Python thread."""
+        bench/RESULTS.md's pipeline runs point to as what bounds an eager stage's thread."""
         self._layers = torch.compile(self._run_layers)
 
     def _run_layers(self, x: torch.Tensor) -> torch.Tensor:
