@@ -256,9 +256,7 @@ async def load(
 async def floor(url: str, server: psutil.Process, requests: int) -> Phase:
     """The GET phase against a server that does nothing (noop_app): what the client and uvicorn alone cost
     on this machine, the least any API could score here."""
-    async with clients(url, GET_CONCURRENCY, "/") as readers:
-        gets = [encode_request("GET", f"/v1/jobs/{NOOP_JOB_ID}", readers[0].host)] * requests
-        return await hammer(FLOOR, gets, readers, check_job([NOOP_JOB_ID]), server)
+    return await lookups(url, server, FLOOR, [NOOP_JOB_ID], requests)
 
 
 async def noop_app(scope: Scope, receive: Receive, send: Send) -> None:

@@ -18,11 +18,9 @@ from trainers.spec import Strategy
 STOPPED_EXIT = 128 + 15
 
 
-def redirect_output(run_dir: Path, rank: int) -> None:
-    """Point fds 1 and 2 at this rank's log, so C++ and CUDA output lands there as well as Python's."""
-    log_dir = run_dir / LOG_DIR
-    log_dir.mkdir(parents=True, exist_ok=True)
-    fd = os.open(log_dir / rank_log_name(rank), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+def append_output_to(log: Path) -> None:
+    """Point fds 1 and 2 at `log`, appending, so C++ and CUDA output lands there as well as Python's."""
+    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     os.dup2(fd, 1)
     os.dup2(fd, 2)
     os.close(fd)
@@ -30,6 +28,13 @@ def redirect_output(run_dir: Path, rank: int) -> None:
     for stream in (sys.stdout, sys.stderr):
         if isinstance(stream, io.TextIOWrapper):
             stream.reconfigure(line_buffering=True)
+
+
+def redirect_output(run_dir: Path, rank: int) -> None:
+    """This rank's output into its log."""
+    log_dir = run_dir / LOG_DIR
+    log_dir.mkdir(parents=True, exist_ok=True)
+    append_output_to(log_dir / rank_log_name(rank))
 
 
 def read_config(run_dir: Path) -> RunConfig:

@@ -15,7 +15,6 @@ standby's /proc environ is the worker's, not the job's, so kill.py finds it by i
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import subprocess
@@ -24,6 +23,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from trainers.run import append_output_to
 from worker.launch import Launch
 
 TORCHRUN_MODULE = "torch.distributed.run"
@@ -112,16 +112,10 @@ def _take_on(request: dict[str, Any]) -> None:
     """Become the job's torchrun process: its environment, its log on stdout and stderr, no stdin."""
     os.environ.clear()
     os.environ.update(request["env"])
-    log = os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    os.dup2(log, 1)
-    os.dup2(log, 2)
-    os.close(log)
+    append_output_to(Path(request["log"]))
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)
     os.close(devnull)
-    for stream in (sys.stdout, sys.stderr):
-        if isinstance(stream, io.TextIOWrapper):
-            stream.reconfigure(line_buffering=True)
 
 
 def main() -> None:

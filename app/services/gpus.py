@@ -42,8 +42,13 @@ def freshest_per_host(workers: Iterable[R]) -> dict[str, R]:
     return hosts
 
 
+def _heartbeat_cutoff(settings: Settings) -> datetime:
+    """A worker whose last heartbeat is older than this is not live."""
+    return utcnow() - timedelta(seconds=settings.lease_timeout_s)
+
+
 def live_hosts(session: Session, settings: Settings) -> dict[str, Worker]:
-    cutoff = utcnow() - timedelta(seconds=settings.lease_timeout_s)
+    cutoff = _heartbeat_cutoff(settings)
     return freshest_per_host(session.scalars(select(Worker).where(Worker.heartbeat_at > cutoff)))
 
 
@@ -75,7 +80,7 @@ def _inventory(session: Session, settings: Settings) -> dict[str, list[int]]:
     """GPU ids per live host; while no host is live (workers restarting) the last report of each stands in,
     so a submission is judged against the cluster as last seen rather than refused outright."""
     reports = session.execute(_REPORTS).all()
-    cutoff = utcnow() - timedelta(seconds=settings.lease_timeout_s)
+    cutoff = _heartbeat_cutoff(settings)
     live = [report for report in reports if as_utc(report.heartbeat_at) > cutoff]
     return {host: gpu_indices(report) for host, report in freshest_per_host(live or reports).items()}
 

@@ -122,8 +122,7 @@ def _owned_row(connection: Connection, job_id: int, caller: Caller) -> tuple[Any
 def public_job(connection: Connection, job_id: int, caller: Caller) -> JobPublic:
     """The job as the API shows it. Takes a Connection (a Session's is `session.connection()`): the ORM adds
     nothing to one Core row but its cost."""
-    found = _owned_row(connection, job_id, caller)
-    return _public(_PUBLIC_BY_ID.convert(connection.dialect, found), utcnow())
+    return _render(connection.dialect, _owned_row(connection, job_id, caller)).public
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ import os
 import signal
 import time
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
@@ -56,6 +57,23 @@ def wait_step(stack: Stack, job_id: int, step: int, timeout: float = 120) -> Non
     raise AssertionError(f"job {job_id} never reached step {step}")
 
 
+def hit_rank_at_step_50(
+    stack: Stack, spec: dict[str, Any], sig: signal.Signals, finish_timeout: float = 180
+) -> tuple[dict[str, Any], list[dict[str, Any]], psutil.Process]:
+    """Submit `spec`, send `sig` to rank 1 once the job shows step 50, and wait for it to succeed; returns
+    the job, its events and the process hit."""
+    with stack.client() as client:
+        job_id = submit(client, spec)["id"]
+        wait_status(client, job_id, {"running"}, timeout=120)
+        # Found before the step is reached, so the signal follows the step with no process scan in between.
+        victim = rank_process(stack, job_id, 1)
+        wait_step(stack, job_id, 50)
+        os.kill(victim.pid, sig)
+        job = wait_status(client, job_id, {"succeeded"}, timeout=finish_timeout)
+        events = client.get(f"/v1/jobs/{job_id}/events").json()["data"]
+    return job, events, victim
+
+
 def losses(stack: Stack, job_id: int) -> list[tuple[int, float]]:
     with stack.client() as client:
         return metric_values(client, job_id, "loss")
@@ -98,18 +116,11 @@ def test_a_rank_hanging_in_a_collective_times_out_and_restarts(embedded_stack: S
     """Rank 1 stopped (SIGSTOP) mid-job: rank 0 waits in its all-reduce until limits.collective_timeout_s,
     fails with a communication error, and the job restarts from its checkpoint."""
     spec = {**RESTARTABLE, "limits": {**RESTARTABLE["limits"], "collective_timeout_s": 10}}
-    with embedded_stack.client() as client:
-        job_id = submit(client, spec)["id"]
-        wait_status(client, job_id, {"running"}, timeout=120)
-        hung = rank_process(embedded_stack, job_id, 1)
-        wait_step(embedded_stack, job_id, 50)
-        os.kill(hung.pid, signal.SIGSTOP)
-        job = wait_status(client, job_id, {"succeeded"}, timeout=300)
-        events = client.get(f"/v1/jobs/{job_id}/events").json()["data"]
+    job, events, hung = hit_rank_at_step_50(embedded_stack, spec, signal.SIGSTOP, finish_timeout=300)
     assert job["attempt"] == 2, job
     restart = next(e for e in events if e["to_status"] == "restarting")
     assert restart["reason"] == "communication_error", restart
-    steps = [step for step, _ in losses(embedded_stack, job_id)]
+    steps = [step for step, _ in losses(embedded_stack, job["id"])]
     expected = reference_losses(embedded_stack, reference)
     assert steps == sorted(set(steps)) == [step for step, _ in expected], "duplicate or missing steps"
     assert not hung.is_running() or hung.status() == psutil.STATUS_ZOMBIE, "the stopped rank outlived its job"
@@ -118,20 +129,12 @@ def test_a_rank_hanging_in_a_collective_times_out_and_restarts(embedded_stack: S
 def test_a_killed_rank_restarts_from_its_checkpoint_like_an_uninterrupted_run(
     embedded_stack: Stack, reference: int
 ) -> None:
-    with embedded_stack.client() as client:
-        job_id = submit(client, RESTARTABLE)["id"]
-        wait_status(client, job_id, {"running"}, timeout=120)
-        # Found before the step is reached, so the kill follows the step with no process scan in between.
-        victim = rank_process(embedded_stack, job_id, 1)
-        wait_step(embedded_stack, job_id, 50)
-        os.kill(victim.pid, signal.SIGKILL)
-        job = wait_status(client, job_id, {"succeeded"})
-        events = client.get(f"/v1/jobs/{job_id}/events").json()["data"]
+    job, events, _ = hit_rank_at_step_50(embedded_stack, RESTARTABLE, signal.SIGKILL)
     assert job["attempt"] == 2, job
     restart = next(e for e in events if e["to_status"] == "restarting")
     assert restart["reason"] in ("crash", "communication_error"), restart
     assert [e["to_status"] for e in events].count("restarting") == 1
-    curve = losses(embedded_stack, job_id)
+    curve = losses(embedded_stack, job["id"])
     expected = reference_losses(embedded_stack, reference)
     steps = [step for step, _ in curve]
     assert steps == sorted(set(steps)) == [step for step, _ in expected], "duplicate or missing steps"
