@@ -1,13 +1,14 @@
 """Pipeline vs model parallel (issue 4, target 3): ResNet-50 over two GPUs, with and without micro-batches.
 
-    python -m bench.pipeline [--microbatches 4,8] [--split-at layer2,layer3] [--compile] [--steps N] [--smoke]
+    python -m bench.pipeline [--microbatches 4,8] [--split-at default,layer2] [--compile] [--steps N]
+        [--smoke]
 
 One service runs, one after another: strategy model_parallel on GPUs [0, 1] (one process, the stages run in
 turn, so one GPU idles while the other works), then strategy pipeline on the same GPUs with each micro-batch
-count (stages overlap on successive micro-batches), at the default stage split and at each --split-at module
-(the second stage starts there), so a better default split shows up beside the one in use. Same global
-batch (two GPUs' worth of bench.run's per-GPU batch), bf16, channels_last, data on the GPU. With --compile
-every job, model_parallel too, sets performance.compile (pipeline compiles each stage).
+count (stages overlap on successive micro-batches), at each --split-at module (the second stage starts
+there; `default`, the default, is the planner's own split), so a better split shows up beside the one in use.
+Same global batch (two GPUs' worth of bench.run's per-GPU batch), bf16, channels_last, data on the GPU.
+With --compile every job, model_parallel too, sets performance.compile (pipeline compiles each stage).
 Target: pipeline >= 1.4x model_parallel's img/s.
 On the CPU (--smoke) the stages are CPU devices: model_parallel in one process, pipeline in two gloo ranks.
 """
@@ -33,6 +34,7 @@ BUDGET_S = 150
 # Micro-batches of 32 and 64 images on the GPU; on the CPU the batch is 8, and a ResNet-50 BatchNorm at
 # 32 px sees 1x1 maps, so a micro-batch needs at least 2 images.
 GPU_MICROBATCHES, SMOKE_MICROBATCHES = (4, 8), (2, 4)
+DEFAULT_SPLIT = "default"
 COLUMNS = ("strategy", "img/s", "x model_parallel", "peak MB", "POST→first step s")
 
 
@@ -61,8 +63,10 @@ def counts(text: str) -> tuple[int, ...]:
     return tuple(int(part) for part in text.split(",") if part.strip())
 
 
-def names(text: str) -> tuple[str, ...]:
-    return tuple(part.strip() for part in text.split(",") if part.strip())
+def split_points(text: str) -> tuple[str | None, ...]:
+    """Module names to start stage 2 at; `default` (None) leaves the split to the planner."""
+    parts = [part.strip() for part in text.split(",") if part.strip()]
+    return tuple(None if part == DEFAULT_SPLIT else part for part in parts)
 
 
 def variant_name(strategy: str, microbatches: int | None, split_at: str | None) -> str:
@@ -75,13 +79,13 @@ def run_all(
     service: Service,
     workload: Workload,
     microbatches: tuple[int, ...],
-    splits: tuple[str, ...],
+    splits: tuple[str | None, ...],
     compile_model: bool,
     budget: Budget,
 ) -> list[Result]:
     on_gpu = workload.device == "cuda"
     variants: list[tuple[str, int | None, str | None]] = [("model_parallel", None, None)]
-    variants += [("pipeline", m, split) for split in (None, *splits) for m in microbatches]
+    variants += [("pipeline", m, split) for split in splits for m in microbatches]
     return [
         service.result(
             variant_name(strategy, m, split),
@@ -98,7 +102,12 @@ def run_all(
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--microbatches", type=counts, help="micro-batch counts for the pipeline jobs")
-    parser.add_argument("--split-at", type=names, default=(), help="other modules to start stage 2 at")
+    parser.add_argument(
+        "--split-at",
+        type=split_points,
+        default=(None,),
+        help=f"modules to start stage 2 at, one pipeline job each; {DEFAULT_SPLIT!r} is the planner's split",
+    )
     parser.add_argument("--compile", action="store_true", help="performance.compile in every job")
     parser.add_argument("--steps", type=int, help="timed steps (after warm-up) per job")
     parser.add_argument("--smoke", action="store_true", help="tiny sizes on the CPU (gloo); prints only")
