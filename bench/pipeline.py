@@ -8,8 +8,9 @@ turn, so one GPU idles while the other works), then strategy pipeline on the sam
 count (stages overlap on successive micro-batches), at each --split-at module (the second stage starts
 there; `default`, the default, is the planner's own split), so a better split shows up beside the one in use.
 Same global batch (two GPUs' worth of bench.run's per-GPU batch), bf16, channels_last, data on the GPU.
-With --compile every job, model_parallel too, sets performance.compile (pipeline compiles each stage).
-Target: pipeline >= 1.4x model_parallel's img/s.
+With --compile the pipeline jobs set performance.compile (each stage compiles), and model_parallel runs
+compiled too, beside the eager one that stays the base of every ratio.
+Target: pipeline >= 1.4x naive (eager) model_parallel's img/s.
 On the CPU (--smoke) the stages are CPU devices: model_parallel in one process, pipeline in two gloo ranks.
 """
 
@@ -35,7 +36,7 @@ BUDGET_S = 150
 # 32 px sees 1x1 maps, so a micro-batch needs at least 2 images.
 GPU_MICROBATCHES, SMOKE_MICROBATCHES = (4, 8), (2, 4)
 DEFAULT_SPLIT = "default"
-COLUMNS = ("strategy", "img/s", "x model_parallel", "peak MB", "POST→first step s")
+COLUMNS = ("strategy", "img/s", "x eager model_parallel", "peak MB", "POST→first step s")
 
 
 def split_spec(
@@ -69,9 +70,10 @@ def split_points(text: str) -> tuple[str | None, ...]:
     return tuple(None if part == DEFAULT_SPLIT else part for part in parts)
 
 
-def variant_name(strategy: str, microbatches: int | None, split_at: str | None) -> str:
+def variant_name(strategy: str, microbatches: int | None, split_at: str | None, compiled: bool) -> str:
     details = [f"{microbatches} micro-batches"] if microbatches is not None else []
     details += [f"split at {split_at}"] if split_at is not None else []
+    details += ["compiled"] if compiled else []
     return f"{strategy} ({', '.join(details)})" if details else strategy
 
 
@@ -83,19 +85,21 @@ def run_all(
     compile_model: bool,
     budget: Budget,
 ) -> list[Result]:
+    """The naive eager model_parallel first, the base of every ratio; compiled, it runs again beside."""
     on_gpu = workload.device == "cuda"
-    variants: list[tuple[str, int | None, str | None]] = [("model_parallel", None, None)]
-    variants += [("pipeline", m, split) for split in splits for m in microbatches]
+    variants: list[tuple[str, int | None, str | None, bool]] = [("model_parallel", None, None, False)]
+    variants += [("model_parallel", None, None, True)] if compile_model else []
+    variants += [("pipeline", m, split, compile_model) for split in splits for m in microbatches]
     return [
         service.result(
-            variant_name(strategy, m, split),
-            split_spec(workload, strategy, m, split, compile_model),
+            variant_name(strategy, m, split, compiled),
+            split_spec(workload, strategy, m, split, compiled),
             budget,
-            COMPILED_JOB_CAP_S if compile_model else JOB_CAP_S,
+            COMPILED_JOB_CAP_S if compiled else JOB_CAP_S,
             workload.warmup,
             on_gpu,
         )
-        for strategy, m, split in variants
+        for strategy, m, split, compiled in variants
     ]
 
 
@@ -134,8 +138,7 @@ def main() -> int:
     ]
     note = (
         f"resnet50 {workload.image_size} px, global batch {STAGES * workload.batch_per_rank}, bf16, "
-        f"channels_last{', compiled' if args.compile else ''}, default stage split unless named, "
-        f"{workload.warmup} warm-up + "
+        f"channels_last, default stage split unless named, {workload.warmup} warm-up + "
         f"{workload.steps} timed steps."
     )
     record(section(device, STAGES, f"{note}\n\n{markdown(COLUMNS, rows)}"), args.smoke)

@@ -42,10 +42,24 @@ from trainers.schedule import (
     set_lr,
     sparse_parameters,
 )
-from trainers.spec import CheckpointSpec, JobSpec, ParallelSpec, Strategy, TrainSpec
+from trainers.spec import CheckpointSpec, DevicePlacement, JobSpec, ParallelSpec, Strategy, TrainSpec
 from trainers.stages import default_split_at
 from trainers.strategies import ParallelStrategy, Reduce, build_strategy
 from trainers.tensorboard import TensorBoard
+
+
+def build_device(parallel: ParallelSpec, strategy: Strategy, device: torch.device) -> torch.device:
+    """Where the model is made and initialised: the rank's device when the whole model stays there.
+
+    ResNet-50's initialisation takes over 3 s on the CPU of an H200 box and milliseconds on its GPU, and
+    every rank seeds alike, so replicas still start identical. A model split over devices (stages, or
+    modules placed on the CPU) is made on the CPU and moved a module at a time, so that no GPU ever holds
+    more of it than its own part: an embedding table placed on the CPU because the GPU has no room for it
+    must not pass through the GPU.
+    """
+    split = strategy in (Strategy.MODEL_PARALLEL, Strategy.PIPELINE)
+    on_cpu = DevicePlacement.CPU in (parallel.placement or {}).values()
+    return torch.device("cpu") if split or on_cpu else device
 
 
 @dataclass(frozen=True)
@@ -129,10 +143,7 @@ def build(spec: JobSpec, plan: Plan, env: DistEnv) -> Components:
             f"model.arch {spec.model.arch} does not fit data.dataset {spec.data.dataset}: embedding_bag "
             "takes bags of token ids (synthetic_bags), every other model takes images"
         )
-    # Made and initialised on the rank's device: ResNet-50's initialisation takes over 3 s on the CPU of an
-    # H200 box and milliseconds on its GPU. Every rank seeds alike, so replicas still start identical; the
-    # strategy then moves whatever belongs elsewhere (other stages, CPU-placed modules).
-    with torch.device(env.device):
+    with torch.device(build_device(spec.parallel, plan.strategy, env.device)):
         model = build_model(
             spec.model.arch,
             spec.model.kwargs,

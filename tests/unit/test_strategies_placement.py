@@ -16,9 +16,10 @@ from torch import nn
 
 from trainers.checkpoint import bare_keys
 from trainers.dist_env import DistEnv
+from trainers.loop import build_device
 from trainers.placement import hybrid_devices, place, stage_devices
 from trainers.precision import MixedPrecision
-from trainers.spec import DevicePlacement, Precision
+from trainers.spec import DevicePlacement, ParallelSpec, Precision, Strategy
 from trainers.strategies.dp import AutocastReplica, DataParallelStrategy
 from trainers.strategies.model_parallel import ModelParallelStrategy
 from trainers.strategies.single import SingleDeviceStrategy
@@ -58,6 +59,24 @@ def test_hybrid_devices_keep_named_modules_on_the_cpu() -> None:
     names = ["embedding", "classifier", "head"]
     assert hybrid_devices(names, placement, gpu) == {"embedding": CPU, "classifier": gpu, "head": gpu}
     assert set(hybrid_devices(names, placement, CPU).values()) == {CPU}
+
+
+@pytest.mark.parametrize(
+    ("strategy", "placement", "made_on_the_gpu"),
+    [
+        (Strategy.SINGLE, None, True),
+        (Strategy.DDP, {"layer1": DevicePlacement.GPU}, True),
+        (Strategy.SINGLE, {"embedding": DevicePlacement.CPU}, False),
+        (Strategy.MODEL_PARALLEL, None, False),
+        (Strategy.PIPELINE, None, False),
+    ],
+)
+def test_a_model_split_over_devices_is_made_on_the_cpu(
+    strategy: Strategy, placement: dict[str, DevicePlacement] | None, made_on_the_gpu: bool
+) -> None:
+    gpu = torch.device("cuda", 0)
+    made_on = build_device(ParallelSpec(placement=placement), strategy, gpu)
+    assert made_on == (gpu if made_on_the_gpu else CPU)
 
 
 def test_stage_i_goes_to_the_jobs_gpu_i() -> None:
