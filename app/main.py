@@ -21,6 +21,10 @@ def create_app() -> FastAPI:
         title="Trainyard",
         summary="Train PyTorch models on the GPUs of one box or many, through a REST API.",
         version="0.1.0",
+        # Trainyard exports Prometheus metrics (/metrics), and nothing in it sets up OpenTelemetry. FastAPI's
+        # native OpenTelemetry, on by default, looks for configured providers on every request (three
+        # environment reads, ~16 us, a twelfth of a job lookup's server CPU).
+        telemetry={"tracing": False, "metrics": False, "logs": False},
     )
     # Added first, so it runs innermost: behind the latency and body-size middlewares, as the routes are.
     app.add_middleware(JobLookupFastPath, jobs_path=API_PREFIX + jobs.router.prefix)

@@ -32,6 +32,14 @@ class RequestLatency:
     def __init__(self, app: ASGIApp, histogram: Histogram) -> None:
         self.app = app
         self.histogram = histogram
+        # Each label set's series, found once: Histogram.labels() checks and locks on every call.
+        self._series: dict[tuple[str, str, str], Histogram] = {}
+
+    def _observe(self, labels: tuple[str, str, str], seconds: float) -> None:
+        series = self._series.get(labels)
+        if series is None:
+            series = self._series[labels] = self.histogram.labels(*labels)
+        series.observe(seconds)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -42,9 +50,7 @@ class RequestLatency:
         def observe(status: int) -> None:
             nonlocal observed
             observed = True
-            self.histogram.labels(scope["method"], route_template(scope), str(status)).observe(
-                time.perf_counter() - start
-            )
+            self._observe((scope["method"], route_template(scope), str(status)), time.perf_counter() - start)
 
         async def timed_send(message: Message) -> None:
             if message["type"] == "http.response.start":
