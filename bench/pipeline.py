@@ -112,7 +112,9 @@ def main() -> int:
         default=(None,),
         help=f"modules to start stage 2 at, one pipeline job each; {DEFAULT_SPLIT!r} is the planner's split",
     )
-    parser.add_argument("--compile", action="store_true", help="performance.compile in every job")
+    parser.add_argument(
+        "--compile", action="store_true", help="compile the pipelines; add compiled model_parallel"
+    )
     parser.add_argument("--steps", type=int, help="timed steps (after warm-up) per job")
     parser.add_argument("--smoke", action="store_true", help="tiny sizes on the CPU (gloo); prints only")
     parser.add_argument("--budget-s", type=float, default=BUDGET_S, help="skip jobs past this")
