@@ -36,7 +36,7 @@ servers:
 	@test -x /usr/lib/postgresql/15/bin/initdb || (apt-get update -qq && apt-get install -y -qq postgresql-15 >/dev/null)
 	@test -x /usr/bin/chromium || (apt-get update -qq && apt-get install -y -qq chromium >/dev/null)
 
-test: install servers
+test: install servers lint
 	$(VENV)/bin/pytest -q -p no:cacheprovider
 
 test-unit: install
@@ -47,7 +47,9 @@ test-integration: install servers
 
 lint: install
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports
 
 # Wheels of the web/queue/db stack for the GPU machine's Python 3.12 (see bench/README.md).
 gpu-wheels:

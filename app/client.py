@@ -21,7 +21,7 @@ from app.schemas import (
     MetricsPublic,
     QueuePublic,
 )
-from app.states import JobStatus
+from core.states import JobStatus
 
 DEFAULT_URL = "http://127.0.0.1:8000"
 

@@ -7,7 +7,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
-from app.states import JobStatus
+from core.states import JobStatus
 from trainers.plan import Plan
 
 

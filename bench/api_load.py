@@ -48,11 +48,11 @@ import uvloop
 from sqlalchemy import create_engine, update
 from starlette.types import Receive, Scope, Send
 
-from app.models import Job
 from bench.lean_http import Connection, ProtocolError, Reply, encode_request
 from bench.profile_stacks import summarize
 from bench.report import record, section
 from bench.table import markdown, number
+from core.models import Job
 from tests.integration.servers import ROOT, Stack, free_port, stop, wait_for
 
 SUBMIT_CONCURRENCY, GET_CONCURRENCY = 32, 64

@@ -1,4 +1,4 @@
-"""Alembic environment: the URL comes from the app's settings, the target schema from app.models."""
+"""Alembic environment: the URL comes from the app's settings, the target schema from core.models."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ from logging.config import fileConfig
 from alembic import context
 from sqlalchemy import Connection
 
-from app.core.config import get_settings
-from app.core.db import engine_for
-from app.models import Base
+from core.config import get_settings
+from core.db import engine_for
+from core.models import Base
 
 config = context.config
 # A caller running migrations in-process (tests) may keep its own logging setup.

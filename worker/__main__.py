@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import logging
 
-from app.core.config import get_settings
-from worker.celery_app import SHARED_QUEUE, get_celery, host_queue
+from core.config import get_settings
+from core.doorbell import SHARED_QUEUE, get_celery, host_queue
 
 
 def worker_argv() -> list[str]:
@@ -25,7 +25,9 @@ def worker_argv() -> list[str]:
 
 def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    get_celery().worker_main(worker_argv())
+    app = get_celery()
+    app.conf.include = ["worker.tasks"]  # the tasks and their signals: a worker's alone, never the API's
+    app.worker_main(worker_argv())
 
 
 if __name__ == "__main__":

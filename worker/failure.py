@@ -10,7 +10,7 @@ from pathlib import Path
 
 from trainers.events import LAUNCHER_LOG, LOG_DIR
 
-# worker.launch points TORCHELASTIC_ERROR_FILE here; torchrun's @record copies the failing rank's error there.
+# core.launch points TORCHELASTIC_ERROR_FILE here; torchrun's @record copies the failing rank's error there.
 ERROR_FILE = "error.json"
 TAIL_LINES = 20
 _RANK_LOG = re.compile(r"rank(\d+)\.log")

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from app.core.config import Settings
+from core.config import Settings
 
 log = logging.getLogger(__name__)
 

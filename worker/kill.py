@@ -17,7 +17,7 @@ from pathlib import Path
 
 import psutil
 
-from worker.launch import JOB_TOKEN_ENV, job_token
+from core.launch import JOB_TOKEN_ENV, job_token
 
 log = logging.getLogger(__name__)
 

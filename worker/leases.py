@@ -10,14 +10,14 @@ from sqlalchemy import delete, func, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from app.core.config import get_settings
-from app.core.db import session_scope
-from app.models import GpuLease, Job, JobNode, Worker, utcnow
-from app.services.gpus import freshest_per_host, gpu_indices, live_hosts
-from app.services.transitions import move
-from app.states import ACTIVE, JobStatus
+from core.config import get_settings
+from core.db import session_scope
+from core.doorbell import enqueue_job
+from core.hosts import freshest_per_host, gpu_indices, live_hosts
+from core.models import GpuLease, Job, JobNode, Worker, utcnow
+from core.states import ACTIVE, JobStatus
+from core.transitions import move
 from trainers.plan import Plan
-from worker.celery_app import enqueue_job
 from worker.placement import HostView, NodeChoice, choose_nodes, never_fits, reserve
 
 WAITING_FOR_GPUS = "waiting_for_gpus"
@@ -56,14 +56,13 @@ def host_views(session: Session) -> list[HostView]:
     held: dict[str, dict[int, int]] = {}
     for host, gpu, job in session.execute(select(GpuLease.host, GpuLease.gpu_index, GpuLease.job_id)):
         held.setdefault(host, {})[gpu] = job
-    active = dict(
-        session.execute(
-            select(JobNode.host, func.count())
-            .join(Job, Job.id == JobNode.job_id)
-            .where(Job.status.in_(ACTIVE), JobNode.attempt == Job.attempt)
-            .group_by(JobNode.host)
-        ).all()
+    active_nodes = session.execute(
+        select(JobNode.host, func.count())
+        .join(Job, Job.id == JobNode.job_id)
+        .where(Job.status.in_(ACTIVE), JobNode.attempt == Job.attempt)
+        .group_by(JobNode.host)
     )
+    active = {host: count for host, count in active_nodes}
     return [
         HostView(
             name=host,

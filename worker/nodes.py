@@ -13,12 +13,12 @@ from dataclasses import dataclass
 from sqlalchemy import ColumnElement, func, select, update
 from sqlalchemy.orm import Session
 
-from app.core.config import Settings
-from app.core.db import session_scope
-from app.models import Job, JobNode, utcnow
-from app.states import JobStatus
-from worker.celery_app import dispatch_node
-from worker.launch import Rendezvous
+from core.config import Settings
+from core.db import session_scope
+from core.doorbell import dispatch_node
+from core.launch import Rendezvous
+from core.models import Job, JobNode, utcnow
+from core.states import JobStatus
 
 POLL_S = 0.25
 

@@ -14,8 +14,8 @@ from pathlib import Path
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from app.core.config import get_settings
-from app.core.storage import ObjectStore, is_object_uri, locate, object_store
+from core.config import get_settings
+from core.storage import ObjectStore, is_object_uri, locate, object_store
 from trainers.events import LOG_DIR, CheckpointEvent, Event
 
 log = logging.getLogger(__name__)

@@ -12,12 +12,12 @@ from datetime import datetime, timedelta
 
 from sqlalchemy import ColumnElement, and_, func, or_, select, update
 
-from app.core.config import get_settings
-from app.core.db import session_scope
-from app.models import Job, JobEvent, JobNode, Worker, utcnow
-from app.services.transitions import move, move_from_any
-from app.states import JobStatus
-from worker.celery_app import enqueue_job
+from core.config import get_settings
+from core.db import session_scope
+from core.doorbell import enqueue_job
+from core.models import Job, JobEvent, JobNode, Worker, utcnow
+from core.states import JobStatus
+from core.transitions import move, move_from_any
 from worker.gpus import host_gpus
 from worker.kill import kill_job, mark_for
 from worker.leases import release_leases, worker_id

@@ -14,18 +14,18 @@ from pathlib import Path
 
 from sqlalchemy import select, update
 
-from app.core.config import ArtifactStore, Settings, get_settings
-from app.core.db import session_scope
-from app.models import Checkpoint, Job, JobNode, utcnow
-from app.states import JobStatus
+from core.config import ArtifactStore, Settings, get_settings
+from core.db import session_scope
+from core.doorbell import dispatch_node
+from core.launch import Launch, build_launch
+from core.models import Checkpoint, Job, JobNode, utcnow
+from core.states import JobStatus
 from trainers.datadir import DATA_DIR_ENV
 from trainers.events import EVENTS_FILE, LAUNCHER_LOG, LOG_DIR, SPEC_FILE, PhaseEvent
 from trainers.plan import Plan, RunConfig
 from trainers.spec import JobSpec
-from worker.celery_app import dispatch_node
 from worker.failure import ERROR_FILE
 from worker.kill import JobMark, kill_job, mark_for
-from worker.launch import Launch, build_launch
 from worker.leases import ClaimOutcome, claim_job, worker_id
 from worker.nodes import NodeTask, claim_launch, dispatch_other_nodes, meet
 from worker.publish import checkpoint_exists, local_resume_path

@@ -23,8 +23,8 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from core.launch import Launch
 from trainers.run import append_output_to
-from worker.launch import Launch
 
 TORCHRUN_MODULE = "torch.distributed.run"
 

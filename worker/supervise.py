@@ -14,12 +14,12 @@ from sqlalchemy import func, select, update
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
-from app.core.config import get_settings
-from app.core.db import session_scope
-from app.models import Job, JobEvent, utcnow
-from app.services.transitions import move, move_from_any
-from app.states import JobStatus
-from worker.celery_app import enqueue_job
+from core.config import get_settings
+from core.db import session_scope
+from core.doorbell import enqueue_job
+from core.models import Job, JobEvent, utcnow
+from core.states import JobStatus
+from core.transitions import move, move_from_any
 from worker.failure import classify_failure, root_cause
 from worker.kill import JobMark, kill_job
 from worker.leases import release_leases, ring_waiting_jobs

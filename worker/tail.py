@@ -13,9 +13,9 @@ from sqlalchemy import delete
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
-from app.models import Base, Checkpoint, Job, Metric, utcnow
-from app.services.transitions import move
-from app.states import JobStatus
+from core.models import Base, Checkpoint, Job, Metric, utcnow
+from core.states import JobStatus
+from core.transitions import move
 from trainers.events import (
     CheckpointEvent,
     CheckpointRemovedEvent,

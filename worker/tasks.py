@@ -7,8 +7,8 @@ from typing import Any
 from celery import shared_task
 from celery.signals import worker_ready, worker_shutdown, worker_shutting_down
 
+from core.doorbell import RUN_JOB_TASK, RUN_NODE_TASK
 from worker import runner
-from worker.celery_app import RUN_JOB_TASK, RUN_NODE_TASK
 from worker.reaper import ReaperThread
 
 _reapers: list[ReaperThread] = []

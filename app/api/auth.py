@@ -8,9 +8,9 @@ from fastapi import HTTPException, Request, status
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from fastapi.security.base import SecurityBase
 
-from app.core.config import AuthMode, Settings, get_settings
-from app.core.db import read_in_session
 from app.services.keys import LOCAL_CALLER, Caller, caller_for_token, hash_token
+from core.config import AuthMode, Settings, get_settings
+from core.db import read_in_session
 
 # auto_error=False: a missing header is answered below with 401 and a message, not HTTPBearer's bare 403.
 bearer = HTTPBearer(auto_error=False, description="an API key from `trainyard keys create --user NAME`")

@@ -13,10 +13,10 @@ from fastapi import Depends, Path
 from sqlalchemy.orm import Session
 
 from app.api.auth import BearerKeyAuth, bearer
-from app.core.config import Settings, get_settings
-from app.core.db import new_session
 from app.services.jobs import get_owned_job
 from app.services.keys import Caller
+from core.config import Settings, get_settings
+from core.db import new_session
 
 
 def get_db() -> Iterator[Session]:

@@ -27,7 +27,7 @@ from app.services.errors import (
     ProfileNotFound,
     QuotaExceeded,
 )
-from app.services.transitions import InvalidTransition
+from core.transitions import InvalidTransition
 from trainers.spec import JobSpec
 
 MAX_BODY_BYTES = 1 << 20

@@ -7,9 +7,9 @@ from rich.table import Table
 
 from app.cli.render import console, duration
 from app.client import TrainyardClient
-from app.core.db import new_session
-from app.models import utcnow
 from app.services.keys import create_key
+from core.db import new_session
+from core.models import utcnow
 
 
 @click.command()

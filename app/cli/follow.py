@@ -10,7 +10,7 @@ from rich.text import Text
 from app.cli.render import console, duration, number, waiting_or_message
 from app.client import TrainyardClient
 from app.schemas import JobPublic
-from app.states import JobStatus
+from core.states import JobStatus
 
 POLL_S = 1.0
 

@@ -13,7 +13,7 @@ from app.cli.follow import follow_job, outcome_line
 from app.cli.render import console, devices, duration, number, progress_text, waiting_or_message
 from app.client import TrainyardClient
 from app.schemas import JobPublic
-from app.states import JobStatus
+from core.states import JobStatus
 
 
 def read_spec(path: Path) -> dict[str, Any]:

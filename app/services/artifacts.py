@@ -7,12 +7,12 @@ from pathlib import Path
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from app.core.config import Settings
-from app.core.storage import StoredObject, is_object_uri, locate
-from app.models import Checkpoint, Metric
 from app.services.errors import CheckpointNotFound
 from app.services.jobs import get_job
 from app.services.keys import Caller
+from core.config import Settings
+from core.models import Checkpoint, Metric
+from core.storage import StoredObject, is_object_uri, locate
 
 
 def list_metrics(

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from app.core.config import Settings
-from app.core.storage import is_object_uri, locate
 from app.services.errors import InvalidSpec
+from core.config import Settings
+from core.storage import is_object_uri, locate
 from trainers.datadir import resolve_data_root
 
 

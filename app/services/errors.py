@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from app.states import JobStatus
+from core.states import JobStatus
 
 
 class DomainError(Exception):

@@ -2,58 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from datetime import datetime, timedelta
-from typing import Any, Protocol, TypeVar
-
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from app.core.config import Settings
-from app.models import GpuLease, Worker, utcnow
 from app.schemas import GpuPublic, HostGpus, HostsPublic, as_utc
 from app.services.errors import InvalidSpec
+from core.config import Settings
+from core.hosts import freshest_per_host, gpu_indices, heartbeat_cutoff, live_hosts
+from core.models import GpuLease, Worker
 from trainers.spec import ParallelSpec
-
-
-class WorkerReport(Protocol):
-    """What these views read of a worker's row: a Worker, or a Core row of just these columns."""
-
-    @property
-    def host(self) -> str: ...
-    @property
-    def gpus(self) -> list[dict[str, Any]]: ...
-    @property
-    def heartbeat_at(self) -> datetime: ...
-
-
-R = TypeVar("R", bound=WorkerReport)
-# Submissions check GPUs against these three columns alone: Core rows, one statement built once (the ORM
-# entities cost more than the query on this hot path).
-_REPORTS = select(Worker.__table__.c.host, Worker.__table__.c.gpus, Worker.__table__.c.heartbeat_at)
-
-
-def freshest_per_host(workers: Iterable[R]) -> dict[str, R]:
-    """A restarted worker leaves its old row behind until the reaper drops it; the newest heartbeat speaks."""
-    hosts: dict[str, R] = {}
-    for worker in workers:
-        if worker.host not in hosts or worker.heartbeat_at > hosts[worker.host].heartbeat_at:
-            hosts[worker.host] = worker
-    return hosts
-
-
-def _heartbeat_cutoff(settings: Settings) -> datetime:
-    """A worker whose last heartbeat is older than this is not live."""
-    return utcnow() - timedelta(seconds=settings.lease_timeout_s)
-
-
-def live_hosts(session: Session, settings: Settings) -> dict[str, Worker]:
-    cutoff = _heartbeat_cutoff(settings)
-    return freshest_per_host(session.scalars(select(Worker).where(Worker.heartbeat_at > cutoff)))
-
-
-def gpu_indices(worker: WorkerReport) -> list[int]:
-    return sorted(int(gpu["index"]) for gpu in worker.gpus)
 
 
 def list_host_gpus(session: Session, settings: Settings) -> HostsPublic:
@@ -79,8 +36,8 @@ def list_host_gpus(session: Session, settings: Settings) -> HostsPublic:
 def _inventory(session: Session, settings: Settings) -> dict[str, list[int]]:
     """GPU ids per live host; while no host is live (workers restarting) the last report of each stands in,
     so a submission is judged against the cluster as last seen rather than refused outright."""
-    reports = session.execute(_REPORTS).all()
-    cutoff = _heartbeat_cutoff(settings)
+    reports = session.execute(select(Worker.host, Worker.gpus, Worker.heartbeat_at)).all()
+    cutoff = heartbeat_cutoff(settings)
     live = [report for report in reports if as_utc(report.heartbeat_at) > cutoff]
     return {host: gpu_indices(report) for host, report in freshest_per_host(live or reports).items()}
 

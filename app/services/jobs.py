@@ -10,16 +10,16 @@ from typing import Any
 from sqlalchemy import Connection, Dialect, Row, bindparam, select, update
 from sqlalchemy.orm import Session
 
-from app.core.config import Settings
 from app.core.driver_read import OneRowRead
-from app.models import Job, JobEvent, utcnow
 from app.schemas import JobProgress, JobPublic, as_utc
 from app.services.errors import JobNotFound, JobStateConflict
 from app.services.keys import Caller
 from app.services.queue import JOBS, QUEUE_POSITION
 from app.services.runs import remove_run_dir
-from app.services.transitions import move, move_from_any
-from app.states import JobStatus
+from core.config import Settings
+from core.models import Job, JobEvent, utcnow
+from core.states import JobStatus
+from core.transitions import move, move_from_any
 
 CANCEL_REASON = "cancelled_by_user"
 # A worker or the reaper may move the job between our read and our compare-and-set; a few rounds settle it.

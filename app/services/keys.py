@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from app.models import ApiKey
+from core.models import ApiKey
 
 TOKEN_PREFIX = "ty_"
 # A user name becomes the owner of jobs and appears in messages: keep it to a plain, bounded word.

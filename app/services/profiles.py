@@ -6,11 +6,11 @@ from pathlib import Path
 
 from sqlalchemy.orm import Session
 
-from app.core.config import Settings
-from app.models import Job
 from app.services.errors import ProfileNotFound
 from app.services.jobs import get_job
 from app.services.runs import run_dir
+from core.config import Settings
+from core.models import Job
 from trainers.profile_summary import PROFILE_DIR, SUMMARY_FILE, TRACE_FILE, ProfileSummary
 from trainers.spec import JobSpec
 

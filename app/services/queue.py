@@ -5,9 +5,9 @@ from __future__ import annotations
 from sqlalchemy import ColumnElement, and_, case, func, select
 from sqlalchemy.orm import Session
 
-from app.models import Base, Job
 from app.schemas import QueueEntry, QueuePublic
-from app.states import JobStatus
+from core.models import Base, Job
+from core.states import JobStatus
 
 # Workers start the highest priority first and, within a priority, the oldest: every view of the queue
 # (positions, this listing, the worker's ring order) sorts by this.

@@ -5,10 +5,10 @@ from __future__ import annotations
 from sqlalchemy import bindparam, func, select
 from sqlalchemy.orm import Session
 
-from app.core.config import Settings
-from app.models import Base, Job
 from app.services.errors import QuotaExceeded
-from app.states import TERMINAL
+from core.config import Settings
+from core.models import Base, Job
+from core.states import TERMINAL
 from trainers.plan import Plan
 
 _JOBS = Base.metadata.tables[Job.__tablename__]

@@ -9,11 +9,11 @@ from pathlib import Path
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from app.core.config import Settings
-from app.core.storage import object_store
-from app.models import Job
 from app.schemas import LogChunk
-from app.states import JobStatus
+from core.config import Settings
+from core.models import Job
+from core.states import JobStatus
+from core.storage import object_store
 from trainers.events import LAUNCHER_LOG, LOG_DIR, rank_log_name
 
 log = logging.getLogger(__name__)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from itertools import groupby
 
-from app.models import Metric
+from core.models import Metric
 
 
 def downsample(rows: Sequence[Metric], max_points: int) -> list[Metric]:

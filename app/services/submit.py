@@ -3,16 +3,13 @@
 from __future__ import annotations
 
 import logging
-import sys
 
 from kombu.exceptions import OperationalError
 from pydantic import ValidationError
-from sqlalchemy import bindparam, insert, select, update
+from sqlalchemy import insert, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from app.core.config import Settings
-from app.models import Base, Job, JobEvent
 from app.services.artifacts import owned_checkpoint
 from app.services.confine import check_checkpoint_path, check_data_root
 from app.services.errors import CheckpointNotFound, IdempotencyConflict, InvalidSpec, JobStateConflict
@@ -21,11 +18,13 @@ from app.services.jobs import get_owned_job
 from app.services.keys import Caller
 from app.services.quotas import check_quota
 from app.services.runs import run_dir
-from app.states import JobStatus
+from core.config import Settings
+from core.doorbell import enqueue_job
+from core.launch import Rendezvous, torchrun_argv
+from core.models import Base, Job, JobEvent
+from core.states import JobStatus
 from trainers.plan import Plan, resolve_plan
 from trainers.spec import JobSpec
-from worker.celery_app import enqueue_job
-from worker.launch import Rendezvous, torchrun_argv
 
 log = logging.getLogger(__name__)
 
@@ -57,19 +56,18 @@ def _plan(session: Session, settings: Settings, spec: JobSpec, caller: Caller) -
     return plan
 
 
-def _with_argv(plan: Plan, settings: Settings, run_id: int | str) -> Plan:
+def dry_run(session: Session, settings: Settings, spec: JobSpec, caller: Caller) -> Plan:
+    """The plan a submission would store, with the argv a worker would build for it: a placeholder for the
+    id it does not have yet, and `python` for the worker's interpreter (the worker stores its real argv when
+    it launches the job)."""
+    plan = _plan(session, settings, spec, caller)
     spanning = (
         None
         if plan.nnodes == 1
-        else Rendezvous.placeholder(plan.nnodes, run_id, settings.rendezvous_timeout_s)
+        else Rendezvous.placeholder(plan.nnodes, DRY_RUN_ID, settings.rendezvous_timeout_s)
     )
-    plan.argv = torchrun_argv(plan, run_dir(settings, run_id), sys.executable, spanning)
+    plan.argv = torchrun_argv(plan, run_dir(settings, DRY_RUN_ID), "python", spanning)
     return plan
-
-
-def dry_run(session: Session, settings: Settings, spec: JobSpec, caller: Caller) -> Plan:
-    """The plan a submission would store, with a placeholder for the id it does not have yet."""
-    return _with_argv(_plan(session, settings, spec, caller), settings, DRY_RUN_ID)
 
 
 def _by_key(session: Session, owner: str, key: str) -> Job | None:
@@ -95,7 +93,6 @@ def _ring(job_id: int) -> None:
 # call) cost more than the three rows they write.
 _JOBS, _EVENTS = Base.metadata.tables[Job.__tablename__], Base.metadata.tables[JobEvent.__tablename__]
 _INSERT_JOB = insert(_JOBS).returning(_JOBS.c.id)
-_SET_PLAN = update(_JOBS).where(_JOBS.c.id == bindparam("job_id"))
 _INSERT_EVENT = insert(_EVENTS)
 
 
@@ -119,15 +116,13 @@ def submit_job(
         "owner": caller.user,
         "status": JobStatus.QUEUED,
         "spec": spec.model_dump(mode="json"),
-        "plan": {},
+        "plan": plan.public(),
         "total_gpus": plan.total_gpus,
         "priority": spec.priority,
         "idempotency_key": idempotency_key,
     }
     try:
         job_id = session.execute(_INSERT_JOB, row).scalar_one()
-        # The id names the run directory in the argv, so the plan is stored once the row has one.
-        session.execute(_SET_PLAN, {"job_id": job_id, "plan": _with_argv(plan, settings, job_id).public()})
         event = {"job_id": job_id, "to_status": JobStatus.QUEUED, "reason": "submitted", "message": message}
         session.execute(_INSERT_EVENT, event)
         session.commit()

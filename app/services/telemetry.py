@@ -8,16 +8,19 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 from sqlalchemy import func, select
 
-from app.core.db import new_session
-from app.models import GpuLease, Job, Worker, utcnow
 from app.schemas import as_utc
-from app.states import JobStatus
+from core.db import new_session
+from core.models import GpuLease, Job, Worker, utcnow
+from core.states import JobStatus
 
 
 class ClusterCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         with new_session() as session:
-            by_status = dict(session.execute(select(Job.status, func.count()).group_by(Job.status)).all())
+            by_status = {
+                status: count
+                for status, count in session.execute(select(Job.status, func.count()).group_by(Job.status))
+            }
             leased = session.execute(select(GpuLease.host, func.count()).group_by(GpuLease.host)).all()
             workers = session.execute(select(Worker.id, Worker.host, Worker.heartbeat_at)).all()
         jobs = GaugeMetricFamily("trainyard_jobs", "Jobs in each state", labels=["status"])

@@ -1,4 +1,4 @@
-"""Initial schema: jobs, their events, metrics, checkpoints, GPU leases and workers (see app/models.py).
+"""Initial schema: jobs, their events, metrics, checkpoints, GPU leases and workers (see core/models.py).
 
 Revision ID: 0001
 Revises:

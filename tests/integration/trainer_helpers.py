@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from core.launch import JOB_TOKEN_ENV
 from trainers.events import (
     EVENTS_FILE,
     LOG_DIR,
@@ -25,7 +26,6 @@ from trainers.events import (
 from trainers.plan import RunConfig, resolve_plan
 from trainers.spec import JobSpec
 from worker.kill import JobMark, kill_job
-from worker.launch import JOB_TOKEN_ENV
 
 ROOT = Path(__file__).resolve().parents[2]
 

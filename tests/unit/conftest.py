@@ -12,11 +12,11 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session
 
-from app.core import db
-from app.core.config import Settings, get_settings
 from app.main import create_app
-from app.models import Base
-from worker.celery_app import get_celery
+from core import db
+from core.config import Settings, get_settings
+from core.doorbell import get_celery
+from core.models import Base
 
 
 def _clear_caches() -> None:

@@ -8,8 +8,8 @@ from collections.abc import Iterator
 import pytest
 from moto import mock_aws
 
-from app.core.config import get_settings
-from app.core.storage import ObjectStore, object_store
+from core.config import get_settings
+from core.storage import ObjectStore, object_store
 
 BUCKET = "artifacts"
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session
 
-from app.core.config import Settings
-from app.models import Checkpoint, Metric
-from app.services.transitions import move
-from app.states import JobStatus
+from core.config import Settings
+from core.models import Checkpoint, Metric
+from core.states import JobStatus
+from core.transitions import move
 from tests.unit.conftest import submit
 
 

@@ -10,10 +10,10 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session
 
-from app.core.storage import ObjectStore
-from app.models import Checkpoint
-from app.services.transitions import move
-from app.states import JobStatus
+from core.models import Checkpoint
+from core.states import JobStatus
+from core.storage import ObjectStore
+from core.transitions import move
 from tests.unit.conftest import submit
 
 pytest_plugins = ["tests.unit.s3_fixtures"]

@@ -14,11 +14,11 @@ from sqlalchemy.orm import Session
 
 from app.api import fast_lookup
 from app.api.deps import get_caller
-from app.core.config import Settings
 from app.main import create_app
-from app.models import Job
 from app.schemas import JobPublic
 from app.services.keys import Caller, create_key
+from core.config import Settings
+from core.models import Job
 from tests.unit.conftest import job_body
 
 

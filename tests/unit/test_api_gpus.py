@@ -7,7 +7,7 @@ from datetime import timedelta
 from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session
 
-from app.models import GpuLease, Worker, utcnow
+from core.models import GpuLease, Worker, utcnow
 from tests.unit.conftest import submit
 
 

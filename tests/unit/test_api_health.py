@@ -13,10 +13,10 @@ from alembic.migration import MigrationContext
 from fastapi.testclient import TestClient
 from sqlalchemy import inspect
 
-from app.core.config import Settings
-from app.core.db import get_engine
 from app.main import create_app
-from app.models import Base
+from core.config import Settings
+from core.db import get_engine
+from core.models import Base
 
 ROOT = Path(__file__).resolve().parents[2]
 

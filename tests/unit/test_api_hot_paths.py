@@ -12,12 +12,12 @@ from fastapi.testclient import TestClient
 from sqlalchemy import text, update
 from sqlalchemy.orm import Session
 
-from app.core import db
-from app.core.config import Settings, get_settings
 from app.main import create_app
-from app.models import Job
 from app.services import jobs
 from app.services.keys import LOCAL_CALLER
+from core import db
+from core.config import Settings, get_settings
+from core.models import Job
 from tests.unit.conftest import job_body, submit
 
 

@@ -9,9 +9,9 @@ from fastapi.testclient import TestClient
 from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
-from app.core.config import Settings
-from app.models import Checkpoint, Job, JobEvent, utcnow
 from app.services import submit as submit_service
+from core.config import Settings
+from core.models import Checkpoint, Job, JobEvent, utcnow
 from tests.unit.conftest import enqueued, job_body, submit
 
 
@@ -25,8 +25,7 @@ def test_submit_stores_the_job_and_rings_the_doorbell_after_commit(
     assert job["spec"]["train"]["lr"] == 0.05, "the stored spec has defaults filled in"
     assert plan == job["plan"]
     assert plan["strategy"] == "ddp" and plan["world_size"] == 2 and plan["per_rank_batch"] == 4
-    assert plan["argv"][-2:] == ["--run-dir", str(settings.runs_dir / str(job["id"]))]
-    assert plan["argv"][plan["argv"].index("--nproc-per-node") + 1] == "2"
+    assert plan["argv"] == [], "the worker stores the argv it runs, with its own interpreter, at launch"
     assert enqueued(settings) == [job["id"]]
     [event] = session.scalars(select(JobEvent).where(JobEvent.job_id == job["id"]))
     assert (event.from_status, event.to_status, event.reason) == (None, "queued", "submitted")
@@ -35,10 +34,14 @@ def test_submit_stores_the_job_and_rings_the_doorbell_after_commit(
 def test_dry_run_returns_the_plan_and_stores_nothing(
     client: TestClient, session: Session, settings: Settings
 ) -> None:
-    response = client.post("/v1/jobs", params={"dry_run": "true"}, json=job_body())
+    response = client.post(
+        "/v1/jobs", params={"dry_run": "true"}, json=job_body(parallel={"nproc_per_node": 2})
+    )
     assert response.status_code == 200, response.text
     assert response.json()["job"] is None
-    assert response.json()["plan"]["argv"][-1] == str(settings.runs_dir / "<job-id>")
+    argv = response.json()["plan"]["argv"]
+    assert argv[0] == "python" and argv[-2:] == ["--run-dir", str(settings.runs_dir / "<job-id>")]
+    assert argv[argv.index("--nproc-per-node") + 1] == "2"
     assert session.scalar(select(func.count()).select_from(Job)) == 0
     assert enqueued(settings) == []
 

@@ -10,10 +10,10 @@ from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
 from app.api import auth
-from app.core.config import Settings
 from app.main import create_app
-from app.models import ApiKey
 from app.services.keys import caller_for_token, create_key, hash_token
+from core.config import Settings
+from core.models import ApiKey
 from tests.unit.conftest import job_body
 
 

@@ -17,12 +17,12 @@ import app.cli
 from app.cli import cli, follow
 from app.cli.render import console
 from app.client import TrainyardClient
-from app.core.config import Settings
-from app.core.db import new_session, session_scope
-from app.models import Job, Metric, Worker, utcnow
 from app.services.keys import caller_for_token
 from app.services.runs import log_path
-from app.states import JobStatus
+from core.config import Settings
+from core.db import new_session, session_scope
+from core.models import Job, Metric, Worker, utcnow
+from core.states import JobStatus
 from tests.unit.conftest import job_body, submit
 
 

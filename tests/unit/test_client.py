@@ -9,10 +9,10 @@ from sqlalchemy.orm import Session
 
 from app.api.routes import stream
 from app.client import ApiError, StreamEnd, TrainyardClient
-from app.core.config import get_settings
-from app.models import Job, Metric
 from app.services.keys import create_key
-from app.states import JobStatus
+from core.config import get_settings
+from core.models import Job, Metric
+from core.states import JobStatus
 from tests.unit.conftest import job_body
 
 

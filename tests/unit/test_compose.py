@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 import yaml
 
-from app.core.config import AuthMode, Settings
 from app.main import app
+from core.config import AuthMode, Settings
 
 ROOT = Path(__file__).resolve().parents[2]
 PREFIX = "TRAINYARD_"

@@ -9,11 +9,11 @@ from fastapi.testclient import TestClient
 from sqlalchemy import bindparam, select, update
 from sqlalchemy.orm import Session
 
-from app.core import db
-from app.core.config import Settings
 from app.core.driver_read import OneRowRead
-from app.models import Job
 from app.services.jobs import _PUBLIC, JOBS
+from core import db
+from core.config import Settings
+from core.models import Job
 from tests.unit.conftest import submit
 
 BY_ID = _PUBLIC.where(JOBS.c.id == bindparam("job_id"))

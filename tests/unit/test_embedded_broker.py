@@ -6,7 +6,7 @@ import sqlite3
 from contextlib import closing
 from pathlib import Path
 
-from worker.celery_app import put_embedded_broker_in_wal
+from core.doorbell import put_embedded_broker_in_wal
 
 
 def journal_mode(path: Path) -> str:

@@ -11,9 +11,9 @@ from typing import TYPE_CHECKING
 
 from sqlalchemy import select
 
-from app.core.db import session_scope
-from app.models import JobEvent
-from app.states import JobStatus
+from core.db import session_scope
+from core.models import JobEvent
+from core.states import JobStatus
 from worker.failure import FailureKind, classify_failure
 from worker.runner import run_job
 

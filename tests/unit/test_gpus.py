@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from app.core.config import Settings
+from core.config import Settings
 from worker.gpus import GpuInfo, apply_mask, fake_gpus, host_gpus, nvml_gpus
 
 GPUS = [GpuInfo(i, f"GPU-{i}aaaa-bbbb", "H100", 81559, 0, 0) for i in range(4)]

@@ -9,14 +9,14 @@ from datetime import timedelta
 import pytest
 from sqlalchemy import select
 
-from app.core.config import get_settings
-from app.core.db import session_scope
-from app.models import GpuLease, Job, JobNode, Worker, utcnow
-from app.states import JobStatus
+from core.config import get_settings
+from core.db import session_scope
+from core.doorbell import host_queue
+from core.models import GpuLease, Job, JobNode, Worker, utcnow
+from core.states import JobStatus
 from tests.unit.worker_fixtures import Doorbell, WorkerDb, claim_at_once
 from trainers.plan import resolve_plan
 from trainers.spec import JobSpec
-from worker.celery_app import host_queue
 from worker.leases import ClaimOutcome, claim_job
 from worker.reaper import reap
 from worker.runner import run_job

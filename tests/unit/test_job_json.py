@@ -10,10 +10,10 @@ from fastapi.testclient import TestClient
 from sqlalchemy import update
 from sqlalchemy.orm import Session
 
-from app.core import db
-from app.models import Job, utcnow
 from app.services import jobs
 from app.services.keys import LOCAL_CALLER
+from core import db
+from core.models import Job, utcnow
 from tests.unit.conftest import submit
 
 

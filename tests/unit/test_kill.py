@@ -16,13 +16,13 @@ import psutil
 import pytest
 from sqlalchemy import select
 
-from app.core.db import session_scope
-from app.models import GpuLease
-from app.services.transitions import move
-from app.states import JobStatus
+from core.db import session_scope
+from core.launch import JOB_TOKEN_ENV
+from core.models import GpuLease
+from core.states import JobStatus
+from core.transitions import move
 from worker import runner
 from worker.kill import KILL_WAIT_S, JobMark, job_processes, kill_job, mark_for
-from worker.launch import JOB_TOKEN_ENV
 from worker.runner import run_job
 
 if TYPE_CHECKING:

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
+from core.launch import JOB_TOKEN_ENV, Rendezvous, build_launch, torchrun_argv
 from trainers.plan import Plan, resolve_plan
 from trainers.spec import JobSpec
-from worker.launch import JOB_TOKEN_ENV, Rendezvous, build_launch, torchrun_argv
 
 RUN_DIR = Path("/runs/7")
 

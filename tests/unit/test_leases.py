@@ -6,9 +6,9 @@ from typing import TYPE_CHECKING
 
 from sqlalchemy import select
 
-from app.core.db import session_scope
-from app.models import GpuLease, JobEvent
-from app.states import JobStatus
+from core.db import session_scope
+from core.models import GpuLease, JobEvent
+from core.states import JobStatus
 from worker.leases import WAITING_FOR_GPUS, ClaimOutcome, claim_job, ring_waiting_jobs
 
 if TYPE_CHECKING:

@@ -10,10 +10,10 @@ from alembic.config import Config
 from sqlalchemy import MetaData, Table, insert, select
 from sqlalchemy.orm import Session
 
-from app.core.config import Settings
-from app.core.db import get_engine
-from app.models import utcnow
 from app.services.quotas import unfinished_gpus, unfinished_jobs
+from core.config import Settings
+from core.db import get_engine
+from core.models import utcnow
 
 ROOT = Path(__file__).resolve().parents[2]
 

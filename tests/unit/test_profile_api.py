@@ -6,7 +6,7 @@ import json
 
 from fastapi.testclient import TestClient
 
-from app.core.config import Settings
+from core.config import Settings
 from tests.unit.conftest import submit
 from trainers.profile_summary import PROFILE_DIR, SUMMARY_FILE, TRACE_FILE, CopyTimes, OpTime, ProfileSummary
 

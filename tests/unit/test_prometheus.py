@@ -9,8 +9,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import update
 from sqlalchemy.orm import Session
 
-from app.models import GpuLease, Job, Worker, utcnow
-from app.states import JobStatus
+from core.models import GpuLease, Job, Worker, utcnow
+from core.states import JobStatus
 from tests.unit.conftest import submit
 
 

@@ -10,9 +10,9 @@ from typing import TYPE_CHECKING
 import pytest
 from sqlalchemy import select
 
-from app.core.db import session_scope
-from app.core.storage import ObjectStore
-from app.models import Checkpoint
+from core.db import session_scope
+from core.models import Checkpoint
+from core.storage import ObjectStore
 from trainers.events import CheckpointEvent, CheckpointRemovedEvent
 from worker.publish import RESUME_DIR, LogPublisher, checkpoint_exists, local_resume_path
 from worker.tail import apply_events

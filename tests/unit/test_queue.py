@@ -8,8 +8,8 @@ from fastapi.testclient import TestClient
 from sqlalchemy import update
 from sqlalchemy.orm import Session
 
-from app.models import Job
-from app.states import JobStatus
+from core.models import Job
+from core.states import JobStatus
 from tests.unit.conftest import submit
 from worker.leases import ClaimOutcome, claim_job
 

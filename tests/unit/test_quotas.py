@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from fastapi.testclient import TestClient
 
-from app.core.config import Settings, get_settings
 from app.main import create_app
+from core.config import Settings, get_settings
 from tests.unit.conftest import job_body, submit
 
 

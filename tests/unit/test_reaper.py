@@ -7,11 +7,11 @@ from typing import TYPE_CHECKING
 
 from sqlalchemy import select
 
-from app.core.config import get_settings
-from app.core.db import session_scope
-from app.models import GpuLease, Job, JobEvent, JobNode, Worker, utcnow
-from app.services.transitions import move
-from app.states import JobStatus
+from core.config import get_settings
+from core.db import session_scope
+from core.models import GpuLease, Job, JobEvent, JobNode, Worker, utcnow
+from core.states import JobStatus
+from core.transitions import move
 from worker.leases import claim_job, worker_id
 from worker.reaper import beat, reap
 

@@ -12,10 +12,10 @@ from fastapi.testclient import TestClient
 from hypothesis import HealthCheck
 from sqlalchemy.orm import Session
 
-from app.core.config import Settings, get_settings
 from app.main import create_app
-from app.models import ApiKey
 from app.services.keys import hash_token
+from core.config import Settings, get_settings
+from core.models import ApiKey
 from tests.unit.conftest import submit
 
 # A fixed token, so the schema (loaded once, at collection) can carry it; each test stores its hash.

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from app.models import Metric
 from app.services.series import downsample, downsample_by_name
+from core.models import Metric
 
 
 def series(values: list[float], name: str = "loss") -> list[Metric]:

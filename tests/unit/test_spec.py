@@ -9,8 +9,8 @@ from fastapi.testclient import TestClient
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from app.core.config import Settings
-from app.models import Job, JobEvent, Worker
+from core.config import Settings
+from core.models import Job, JobEvent, Worker
 from tests.unit.conftest import enqueued, job_body
 
 BAD_SPECS: list[tuple[str, dict[str, Any], str, str]] = [

@@ -9,7 +9,7 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session
 
-from app.core.config import Settings
+from core.config import Settings
 from tests.unit.conftest import job_body
 from tests.unit.test_spec import assert_nothing_stored, assert_problem
 from trainers.plan import RunConfig, resolve_plan

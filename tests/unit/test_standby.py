@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from worker.launch import Launch
+from core.launch import Launch
 from worker.runner import PROJECT_ROOT
 from worker.standby import WarmLauncher
 

@@ -7,8 +7,8 @@ from pathlib import Path, PurePosixPath
 import pytest
 from pydantic import ValidationError
 
-from app.core.config import ArtifactStore, Settings
-from app.core.storage import ObjectStore, locate, object_store
+from core.config import ArtifactStore, Settings
+from core.storage import ObjectStore, locate, object_store
 
 pytest_plugins = ["tests.unit.s3_fixtures"]
 

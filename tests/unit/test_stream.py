@@ -12,9 +12,9 @@ from fastapi.testclient import TestClient
 from sqlalchemy import update
 
 from app.api.routes import stream
-from app.core.db import session_scope
-from app.models import Job, Metric
-from app.states import JobStatus
+from core.db import session_scope
+from core.models import Job, Metric
+from core.states import JobStatus
 from tests.unit.conftest import submit
 
 

@@ -9,9 +9,9 @@ from typing import TYPE_CHECKING
 
 from sqlalchemy import func, select
 
-from app.core.db import session_scope
-from app.models import Checkpoint, GpuLease, JobEvent, Metric
-from app.states import JobStatus
+from core.db import session_scope
+from core.models import Checkpoint, GpuLease, JobEvent, Metric
+from core.states import JobStatus
 from trainers.events import (
     CheckpointEvent,
     CheckpointRemovedEvent,

@@ -14,15 +14,16 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import pytest
 from sqlalchemy import select
 
-from app.core import db
-from app.core.config import get_settings
-from app.core.db import get_engine, session_scope
-from app.models import Base, GpuLease, Job
-from app.states import JobStatus
+from core import db, launch
+from core import doorbell as core_doorbell
+from core.config import get_settings
+from core.db import get_engine, session_scope
+from core.launch import Launch
+from core.models import Base, GpuLease, Job
+from core.states import JobStatus
 from trainers.plan import Plan, resolve_plan
 from trainers.spec import JobSpec
-from worker import celery_app, launch, runner
-from worker.launch import Launch
+from worker import runner
 from worker.reaper import beat
 
 if TYPE_CHECKING:
@@ -98,18 +99,18 @@ class Doorbell:
         self.nodes: list[tuple[str, list[int]]] = []  # (host queue, [job, attempt, node rank])
 
     def send_task(self, name: str, args: list[int], queue: str | None = None) -> None:
-        if name == celery_app.RUN_NODE_TASK:
+        if name == core_doorbell.RUN_NODE_TASK:
             assert queue is not None
             self.nodes.append((queue, args))
             return
-        assert name == celery_app.RUN_JOB_TASK
+        assert name == core_doorbell.RUN_JOB_TASK
         self.rung.extend(args)
 
 
 @pytest.fixture
 def doorbell(monkeypatch: pytest.MonkeyPatch) -> Doorbell:
     bell = Doorbell()
-    monkeypatch.setattr(celery_app, "get_celery", lambda: bell)
+    monkeypatch.setattr(core_doorbell, "get_celery", lambda: bell)
     return bell
 
 

@@ -9,12 +9,12 @@ from sqlalchemy.orm import Session
 
 from app.api.deps import DB_INT_MAX, CallerDep, JobId, OwnedJobId, SessionDep, SettingsDep
 from app.api.openapi import BODY_PROBLEMS, problem, problems
-from app.core.config import Settings
-from app.core.db import read_in_connection, run_in_session
 from app.schemas import JobEventPublic, JobEventsPublic, JobPublic, JobsPublic, JobSubmitted, JobUpdate
 from app.services import jobs, submit
 from app.services.keys import Caller
-from app.states import JobStatus
+from core.config import Settings
+from core.db import read_in_connection, run_in_session
+from core.states import JobStatus
 from trainers.plan import Plan
 from trainers.spec import JobSpec
 

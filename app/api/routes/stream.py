@@ -19,11 +19,11 @@ from starlette.concurrency import run_in_threadpool
 
 from app.api.deps import DB_INT_MAX, OwnedJobId, SessionDep
 from app.api.openapi import problems
-from app.core.db import new_session
-from app.models import Metric
 from app.schemas import MetricPublic
 from app.services.jobs import get_job
-from app.states import JobStatus
+from core.db import new_session
+from core.models import Metric
+from core.states import JobStatus
 
 router = APIRouter(prefix="/jobs", tags=["metrics"], responses=problems(404))
 

@@ -18,7 +18,7 @@ import boto3
 from botocore.config import Config
 from botocore.exceptions import ClientError
 
-from app.core.config import ArtifactStore, Settings
+from core.config import ArtifactStore, Settings
 
 URI_SCHEME = "s3://"
 STREAM_CHUNK_BYTES = 1 << 20

@@ -7,8 +7,8 @@ from typing import Any
 from sqlalchemy import update
 from sqlalchemy.orm import Session
 
-from app.models import Job, JobEvent, utcnow
-from app.states import ALLOWED, JobStatus
+from core.models import Job, JobEvent, utcnow
+from core.states import ALLOWED, JobStatus
 
 
 class InvalidTransition(Exception):

@@ -19,7 +19,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-from app.states import JobStatus
+from core.states import JobStatus
 
 
 def utcnow() -> datetime:

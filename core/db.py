@@ -14,7 +14,7 @@ from anyio.lowlevel import RunVar
 from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.orm import Session, sessionmaker
 
-from app.core.config import get_settings
+from core.config import get_settings
 
 P = ParamSpec("P")
 T = TypeVar("T")

@@ -1,0 +1,50 @@
+"""The hosts and GPUs workers report with their heartbeats, as both the API and the scheduler read them."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import datetime, timedelta
+from typing import Any, Protocol, TypeVar
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from core.config import Settings
+from core.models import Worker, utcnow
+
+
+class WorkerReport(Protocol):
+    """What these views read of a worker's row: a Worker, or a Core row of just these columns."""
+
+    @property
+    def host(self) -> str: ...
+    @property
+    def gpus(self) -> list[dict[str, Any]]: ...
+    @property
+    def heartbeat_at(self) -> datetime: ...
+
+
+R = TypeVar("R", bound=WorkerReport)
+
+
+def freshest_per_host(workers: Iterable[R]) -> dict[str, R]:
+    """A restarted worker leaves its old row behind until the reaper drops it; the newest heartbeat speaks."""
+    hosts: dict[str, R] = {}
+    for worker in workers:
+        if worker.host not in hosts or worker.heartbeat_at > hosts[worker.host].heartbeat_at:
+            hosts[worker.host] = worker
+    return hosts
+
+
+def heartbeat_cutoff(settings: Settings) -> datetime:
+    """A worker whose last heartbeat is older than this is not live."""
+    return utcnow() - timedelta(seconds=settings.lease_timeout_s)
+
+
+def live_hosts(session: Session, settings: Settings) -> dict[str, Worker]:
+    cutoff = heartbeat_cutoff(settings)
+    return freshest_per_host(session.scalars(select(Worker).where(Worker.heartbeat_at > cutoff)))
+
+
+def gpu_indices(worker: WorkerReport) -> list[int]:
+    return sorted(int(gpu["index"]) for gpu in worker.gpus)
