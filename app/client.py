@@ -16,6 +16,8 @@ from app.schemas import (
     JobPublic,
     JobsPublic,
     JobSubmitted,
+    KeyCreated,
+    KeysPublic,
     LogChunk,
     MetricPublic,
     MetricsPublic,
@@ -187,3 +189,11 @@ class TrainyardClient:
 
     def queue(self) -> QueuePublic:
         return QueuePublic.model_validate(self._call("GET", "/v1/queue"))
+
+    def create_key(self, user: str, admin: bool = False) -> KeyCreated:
+        """Admins only; the answer holds the new key's token, which the API never shows again."""
+        body = self._call("POST", "/v1/keys", json={"user": user, "admin": admin})
+        return KeyCreated.model_validate(body)
+
+    def list_keys(self) -> KeysPublic:
+        return KeysPublic.model_validate(self._call("GET", "/v1/keys"))

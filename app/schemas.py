@@ -8,6 +8,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from core.states import JobStatus
+from core.users import USER_PATTERN, check_user
 from trainers.plan import Plan
 
 
@@ -20,8 +21,9 @@ UtcDatetime = Annotated[datetime, AfterValidator(as_utc)]
 
 
 class FieldError(BaseModel):
-    field: str
-    message: str
+    field: str = Field(description="the dotted path of the input to change, e.g. parallel.split_at")
+    message: str = Field(description="what is wrong with it, and the fix")
+    fix: str | None = Field(None, description="the fix alone, where the planner named it")
 
 
 class Problem(BaseModel):
@@ -180,3 +182,39 @@ class QueueEntry(BaseModel):
 
 class QueuePublic(BaseModel):
     data: list[QueueEntry] = Field(description="queued jobs in the order workers start them")
+
+
+# The rule is documented as a pattern and checked by check_user, whose message says what a valid name is.
+UserName = Annotated[
+    str,
+    AfterValidator(check_user),
+    Field(json_schema_extra={"pattern": USER_PATTERN}, description="who the key acts as; owns their jobs"),
+]
+
+
+class KeyCreate(BaseModel):
+    """POST /v1/keys (admins only): a new API key for `user`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    user: UserName
+    admin: bool = Field(False, strict=True, description="sees every user's jobs and creates keys")
+
+
+class KeyCreated(BaseModel):
+    user: str
+    admin: bool
+    token: str = Field(description="send as 'Authorization: Bearer <token>'; shown this once, never stored")
+
+
+class KeyPublic(BaseModel):
+    """A stored key: who holds it, never its token (only a hash is kept)."""
+
+    id: int
+    user: str
+    admin: bool
+    created_at: UtcDatetime
+
+
+class KeysPublic(BaseModel):
+    data: list[KeyPublic] = Field(description="every key, oldest first")

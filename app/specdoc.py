@@ -1,4 +1,5 @@
-"""The job spec reference from trainers/spec.py's pydantic models: `python -m app.specdoc > docs/spec.md`.
+"""The job spec reference from trainers/spec.py's pydantic models and the catalogue (trainers/catalog):
+`python -m app.specdoc > docs/spec.md`.
 
 Generated rather than written so the page cannot drift from what the API accepts; a unit test fails when
 docs/spec.md differs from what this prints.
@@ -15,7 +16,8 @@ from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
-from trainers.catalog import MODEL_KWARGS
+from trainers.catalog.archs import ARCHS, Kwarg
+from trainers.catalog.datasets import DATASETS
 from trainers.spec import APEX_LEVELS, JobSpec
 
 HEADER = """# Job spec reference
@@ -26,6 +28,12 @@ A job spec is the JSON body of `POST /v1/jobs`. Every section is optional except
 fields are refused (422, naming the field and the fields allowed there), and every number is bounded.
 `POST /v1/jobs?dry_run=true` shows the plan a spec resolves to without storing anything.
 """
+
+ARCHS_NOTE = (
+    "Architectures, the constructor arguments each accepts, and the module names `parallel.split_at` and "
+    "`parallel.placement` may use (mlp's grow with its depth; shown at the defaults); a default split into "
+    "stages starts them at the last column's modules:"
+)
 
 _BOUNDS: list[tuple[type[Any], str, str]] = [
     (at.Ge, "ge", "≥ {}"),
@@ -112,11 +120,34 @@ def field_table(model: type[BaseModel]) -> list[str]:
     return lines
 
 
-def model_kwargs_table() -> list[str]:
-    lines = ["| `model.arch` | allowed `model.kwargs` |", "| --- | --- |"]
-    for arch, allowed in MODEL_KWARGS.items():
-        kwargs = [f"`{k}` ({kind.__name__}, {low:g}..{high:g})" for k, (kind, low, high) in allowed.items()]
-        lines.append(f"| `{arch}` | {', '.join(kwargs) or 'none'} |")
+def kwarg_text(name: str, kwarg: Kwarg) -> str:
+    return f"`{name}` ({kwarg.kind.__name__}, {kwarg.bounds}, default {kwarg.default:g})"
+
+
+def arch_table() -> list[str]:
+    lines = [
+        "| `model.arch` | reads | allowed `model.kwargs` | top-level modules | default stage starts |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    for arch, info in ARCHS.items():
+        kwargs = ", ".join(kwarg_text(name, kwarg) for name, kwarg in info.kwargs.items()) or "none"
+        reads = info.input.noun + (f", at least {info.min_image_size} px" if info.min_image_size > 1 else "")
+        names = info.module_names({})
+        row = [f"`{arch}`", reads, kwargs, ", ".join(names), ", ".join(info.split_points(names))]
+        lines.append("| " + " | ".join(cell(c) for c in row) + " |")
+    return lines
+
+
+def dataset_table() -> list[str]:
+    lines = [
+        "| `data.dataset` | one sample | classes | read from | evaluated on |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    for name, info in DATASETS.items():
+        source = "`data.root`" if info.on_disk else "generated or bundled"
+        held_out = "its test split" if info.test_split else "`data.val_fraction` held out"
+        row = [f"`{name}`", info.sample, str(info.classes), source, held_out]
+        lines.append("| " + " | ".join(cell(c) for c in row) + " |")
     return lines
 
 
@@ -132,8 +163,9 @@ def render() -> str:
                 out += [" ".join(model.__doc__.split()), ""]
             out += [*field_table(model), ""]
             if name == "model":
-                out += ["Architectures and the constructor arguments each accepts:", ""]
-                out += [*model_kwargs_table(), ""]
+                out += [ARCHS_NOTE, "", *arch_table(), ""]
+            if name == "data":
+                out += ["Datasets (nothing is downloaded):", "", *dataset_table(), ""]
     return "\n".join(out).rstrip() + "\n"
 
 

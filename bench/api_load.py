@@ -12,13 +12,15 @@ plan, store the job and ring the broker's doorbell, but nothing trains. Then, wi
 3. The same over RUNNING_JOBS of them made running, as a worker reports them (status, start, progress and
    metrics written to the database): the jobs clients poll most, and whose bodies carry an ETA that moves
    with the clock.
-4. The same GETs against `noop_app`, a server that answers at once: the floor this client sets here.
+4. The same jobs as the dashboard polls them: each client asks again POLL_S after its answer, POLL_ROUNDS
+   times; the load a page per running job puts on the API, where phases 2 and 3 are its ceiling.
+5. The same GETs as phase 2 against `noop_app`, a server that answers at once: the floor this client sets.
 
 Every answer is checked (a 201 whose body holds the new job's id; a 200 whose body is the asked-for job), and
 what failed is counted by kind below the table. Each phase stops by itself after PHASE_LIMIT_S. Client and
 server share the machine, so the client's own work is in the figures; the table gives both sides' CPU time
-per request, steadier than wall time on a machine shared with other work. Targets: p99 <= 25 ms at 64
-clients, >= 200 accepted submissions/s.
+per request, steadier than wall time on a machine shared with other work. Targets (issue 14): p99 <= 50 ms
+at 64 clients, >= 200 accepted submissions/s.
 `--profile` samples the API process with py-spy during both phases and prints the functions that dominate.
 """
 
@@ -62,6 +64,8 @@ STUCK_S = 30.0
 FLOOR = "GET, no-op server (floor)"
 # About as many as a box trains at once (a job per GPU or CPU slot), with room to spare.
 RUNNING_JOBS = 64
+# app/web/api.js's POLL_MS: how often an open job page asks for its job again.
+POLL_S, POLL_ROUNDS = 2.0, 10
 NOOP_JOB_ID = 1
 # About a JobPublic of SPEC as JSON, and JSON with an id, so the client checks it as it checks a real job.
 NOOP_BODY = json.dumps({"id": NOOP_JOB_ID, "padding": "x" * 2080}).encode()
@@ -145,9 +149,11 @@ async def hammer(
     connections: list[Connection],
     check: Check,
     server: psutil.Process,
+    think_s: float = 0.0,
 ) -> Phase:
     """`requests` (encoded) shared out over `connections`, one in flight each, each timed from send to
-    response and checked; stops at the limit. A connection that fails is counted and opened anew."""
+    response and checked; each client waits `think_s` after an answer before its next request; stops at the
+    limit. A connection that fails is counted and opened anew."""
     latencies: list[float] = []
     failures: Counter[str] = Counter()
     good = next_index = 0
@@ -156,6 +162,8 @@ async def hammer(
 
     async def client_loop(slot: int) -> None:
         nonlocal good, next_index
+        # Pages opened at different moments: spread over one think time, not all asking at once.
+        await asyncio.sleep(think_s * slot / len(connections))
         while next_index < len(requests) and time.monotonic() < deadline:
             index, next_index = next_index, next_index + 1
             start = time.perf_counter()
@@ -172,6 +180,8 @@ async def hammer(
                 good += 1
             else:
                 failures[wrong] += 1
+            if think_s:
+                await asyncio.sleep(think_s)
 
     # A full collection of the client's heap pauses every request in flight at once (~100-200 ms here): the
     # client's hiccup, not the server's latency, so the client collects before a phase and not during it.
@@ -222,11 +232,13 @@ def mark_running(database_url: str, ids: list[int]) -> None:
     engine.dispose()
 
 
-async def lookups(url: str, server: psutil.Process, name: str, ids: list[int], requests: int) -> Phase:
+async def lookups(
+    url: str, server: psutil.Process, name: str, ids: list[int], requests: int, think_s: float = 0.0
+) -> Phase:
     async with clients(url, GET_CONCURRENCY, "/healthz") as readers:
         host = readers[0].host
         gets = [encode_request("GET", f"/v1/jobs/{ids[i % len(ids)]}", host) for i in range(requests)]
-        return await hammer(name, gets, readers, check_job(ids), server)
+        return await hammer(name, gets, readers, check_job(ids), server, think_s)
 
 
 async def load(
@@ -250,7 +262,10 @@ async def load(
     running = ids[:RUNNING_JOBS]
     mark_running(database_url, running)
     polled = await lookups(url, server, "GET /v1/jobs/{id}, running jobs", running, requests)
-    return [post_phase, waiting, polled]
+    pages = POLL_ROUNDS * GET_CONCURRENCY
+    name = f"GET /v1/jobs/{{id}}, running jobs, each polled every {POLL_S:g} s"
+    dashboards = await lookups(url, server, name, running, pages, think_s=POLL_S)
+    return [post_phase, waiting, polled, dashboards]
 
 
 async def floor(url: str, server: psutil.Process, requests: int) -> Phase:
@@ -364,7 +379,7 @@ def main() -> int:
         f"client: POST from {SUBMIT_CONCURRENCY} clients, GET from {GET_CONCURRENCY}; every answer checked "
         "(status, and the job's id in the body). The floor row is the same GETs against a server that "
         "answers at once. CPU ms/req: each process's user + system time over the requests sent. "
-        "Targets: GET p99 <= 25 ms, >= 200 accepted POST/s."
+        "Targets: GET p99 <= 50 ms, >= 200 accepted POST/s."
     )
     body = f"{note}\n\n{results_table(phases)}" + (f"\n\n{profile}" if profile else "")
     record(section("2-core dev machine (shared with other work)", None, body), args.smoke)

@@ -67,6 +67,9 @@ class Settings(BaseSettings):
     s3_endpoint_url: str | None = Field(None, description="an S3-compatible server (MinIO, Ceph); unset: AWS")
     s3_bucket: str | None = Field(None, description="for artifact_store=s3; credentials: AWS_* variables")
     s3_prefix: str = Field("trainyard", description="keys are <prefix>/<job id>/<path in the run directory>")
+    upload_drain_s: float = Field(
+        600.0, ge=0, le=86400, description="s3: how long a job's end waits for its last uploads to finish"
+    )
     gpu_inventory: str | None = Field(
         None, description="test only: comma-separated fake GPU ids that replace NVML discovery"
     )

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from functools import lru_cache, partial
@@ -11,7 +10,7 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from anyio import CapacityLimiter, to_thread
 from anyio.lowlevel import RunVar
-from sqlalchemy import Connection, Engine, create_engine, event
+from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.orm import Session, sessionmaker
 
 from core.config import get_settings
@@ -79,80 +78,15 @@ def session_scope() -> Iterator[Session]:
         session.close()
 
 
-def _in_session(work: Callable[Concatenate[Session, P], T], *args: P.args, **kwargs: P.kwargs) -> T:
-    with new_session() as session:
-        return work(session, *args, **kwargs)
-
-
-def _in_connection(work: Callable[Concatenate[Connection, P], T], *args: P.args, **kwargs: P.kwargs) -> T:
-    with get_engine().connect() as connection:
-        return work(connection, *args, **kwargs)
-
-
-# Each thread's own connection for Core reads on SQLite, kept between them: a checkout from the pool and its
-# reset and check-in cost ~40 us of a ~250 us job lookup. A Connection serves one thread at a time, and on
-# SQLite these reads all run on the event loop's thread (see _read), so in the server there is one.
-_held = threading.local()
-
-
-def _held_connection() -> Connection:
-    engine = get_engine()
-    connection: Connection | None = getattr(_held, "connection", None)
-    if connection is None or connection.engine is not engine or connection.invalidated:
-        if connection is not None:
-            connection.close()
-        connection = _held.connection = engine.connect()
-    return connection
-
-
-def _in_held_connection(
-    work: Callable[Concatenate[Connection, P], T], *args: P.args, **kwargs: P.kwargs
-) -> T:
-    connection = _held_connection()
-    try:
-        return work(connection, *args, **kwargs)
-    finally:
-        # Ends the transaction SQLAlchemy began; pysqlite begins none for a SELECT, so between reads the
-        # connection holds no snapshot and no lock, as one back in the pool would.
-        connection.rollback()
-
-
-async def _read(read: Callable[[], T]) -> T:
-    """On SQLite a short read runs right here on the event loop: a WAL reader never waits for writers and an
-    indexed lookup is microseconds of C, less than the hop to a pool thread and back (and the GIL hand-offs
-    between that thread and the loop under load). A server database answers over the network, so there the
-    read goes to a pool thread."""
-    if get_settings().is_sqlite:
-        return read()
-    return await to_thread.run_sync(read)
-
-
-async def read_in_session(work: Callable[Concatenate[Session, P], T], *args: P.args, **kwargs: P.kwargs) -> T:
-    """Run a short read, `work(session, ...)`, from async code, in a session of its own."""
-    return await _read(partial(_in_session, work, *args, **kwargs))
-
-
-async def read_in_connection(
-    work: Callable[Concatenate[Connection, P], T], *args: P.args, **kwargs: P.kwargs
-) -> T:
-    """Run a short Core read, `work(connection, ...)`, from async code: for the hottest reads, which need no
-    ORM, a Session's bookkeeping costs more than the query. On SQLite it runs on the event loop, on the loop
-    thread's held connection; on a server database, in a pool thread on a pooled connection."""
-    if get_settings().is_sqlite:
-        return _in_held_connection(work, *args, **kwargs)
-    return await to_thread.run_sync(partial(_in_connection, work, *args, **kwargs))
-
-
-# Units of work run_in_session lets into pool threads at once on SQLite. They are Python (GIL-bound) around
-# writes that SQLite lets in one at a time, making the others sleep and retry: 32 at once (from 32 clients)
-# fought over the GIL and the write lock, and the unluckiest waited seconds (POST p99 ~2 s, max 3-6 s).
-# Two keep a core busy; the rest queue in order, as coroutines on the event loop rather than as threads.
+# Submissions on SQLite: Python (GIL-bound) work around a write that SQLite lets in one at a time, making the
+# other writers sleep and retry. Run 32 at once and the unluckiest wait seconds (bench/RESULTS.md); two keep
+# a core busy, and the rest wait their turn in order, as coroutines on the event loop rather than as threads.
 SQLITE_UNITS_AT_ONCE = 2
 _sqlite_units: RunVar[CapacityLimiter] = RunVar("trainyard_sqlite_units")
 
 
 def _units_limiter() -> CapacityLimiter | None:
-    """One limiter per event loop (tests start several); None, FastAPI's own pool, on a server database."""
+    """One limiter per event loop (tests start several); None, the default pool, on a server database."""
     if not get_settings().is_sqlite:
         return None
     try:
@@ -163,8 +97,12 @@ def _units_limiter() -> CapacityLimiter | None:
         return limiter
 
 
+def _in_session(work: Callable[Concatenate[Session, P], T], *args: P.args, **kwargs: P.kwargs) -> T:
+    with new_session() as session:
+        return work(session, *args, **kwargs)
+
+
 async def run_in_session(work: Callable[Concatenate[Session, P], T], *args: P.args, **kwargs: P.kwargs) -> T:
-    """Run `work(session, ...)`, which may block (a write waits for SQLite's lock), in a pool thread and a
-    session of its own: one hop for the request's whole unit of work, and its connection is back in the
-    pool before the hop ends."""
+    """Run `work(session, ...)`, a unit of work that writes, in a pool thread and a session of its own: the
+    request's whole unit of work in one hop, with at most SQLITE_UNITS_AT_ONCE of them at once on SQLite."""
     return await to_thread.run_sync(partial(_in_session, work, *args, **kwargs), limiter=_units_limiter())

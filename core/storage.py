@@ -4,11 +4,15 @@
 Keys mirror the run directory: runs/<job>/<path> is stored at <s3_prefix>/<job>/<path>. `run_key` and
 `run_path` are that one rule, each way round, so a file a worker wrote and the object the API reads always
 name each other.
+
+An object cannot be appended to, so a file that grows (a log) is stored as parts under <key>.parts/, each
+named by the byte offset where it ends: `part_key` is how the worker names them, `read_parts` how the API
+reads a byte range back across them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path, PurePosixPath
@@ -23,6 +27,9 @@ from core.config import ArtifactStore, Settings
 URI_SCHEME = "s3://"
 STREAM_CHUNK_BYTES = 1 << 20
 DELETE_BATCH = 1000  # the most keys one DeleteObjects request takes
+PARTS = ".parts"
+# Zero-padded so that S3's listing order (by key) is the order of the bytes.
+PART_DIGITS = 20
 # HEAD answers a missing key with a bare 404; GET with NoSuchKey; a range past the end with InvalidRange.
 MISSING_CODES = frozenset({"404", "NoSuchKey", "NotFound"})
 
@@ -66,8 +73,23 @@ class ObjectStore:
         inside = is_object_uri(uri) and bucket == self.bucket and key.startswith(f"{self.prefix}/")
         return key if inside else None
 
-    def put_file(self, path: Path, key: str, metadata: dict[str, str] | None = None) -> None:
-        self.client.upload_file(str(path), self.bucket, key, ExtraArgs={"Metadata": metadata or {}})
+    def part_key(self, key: str, end: int) -> str:
+        """The part of `key`'s file that ends at byte `end` (and begins where the previous part ended)."""
+        return f"{key}{PARTS}/{end:0{PART_DIGITS}d}"
+
+    def put_file(
+        self,
+        path: Path,
+        key: str,
+        metadata: dict[str, str] | None = None,
+        progress: Callable[[int], None] | None = None,
+    ) -> None:
+        """`progress` is called with each chunk's bytes as it is sent; what it raises aborts the upload."""
+        extra = {"Metadata": metadata or {}}
+        self.client.upload_file(str(path), self.bucket, key, ExtraArgs=extra, Callback=progress)
+
+    def put_bytes(self, key: str, data: bytes) -> None:
+        self.client.put_object(Bucket=self.bucket, Key=key, Body=data)
 
     def metadata(self, key: str) -> dict[str, str] | None:
         """The user metadata of an existing object; None when there is no such object."""
@@ -93,6 +115,30 @@ class ObjectStore:
             raise
         data: bytes = response["Body"].read()
         return data
+
+    def read_parts(self, key: str, offset: int, length: int) -> bytes:
+        """Up to `length` bytes from `offset` of a file stored as parts; short where a part is not there yet.
+
+        Listing from the first part ending past `offset` skips the parts before it however many there are;
+        a part may overlap the one before (a worker that sends a file again from its start), as its bytes
+        are the same."""
+        folder = f"{key}{PARTS}/"
+        pages = self.client.get_paginator("list_objects_v2").paginate(
+            Bucket=self.bucket, Prefix=folder, StartAfter=self.part_key(key, offset)
+        )
+        data, position, stop = bytearray(), offset, offset + length
+        for page in pages:
+            for part in page.get("Contents", []):
+                end = int(part["Key"].removeprefix(folder))
+                start = end - int(part["Size"])
+                if start > position:  # a gap: the part before is still being uploaded
+                    return bytes(data)
+                upto = min(end, stop)
+                data += self.read_range(part["Key"], position - start, upto - position)
+                position = upto
+                if position == stop:
+                    return bytes(data)
+        return bytes(data)
 
     def open(self, key: str) -> StoredObject | None:
         try:
@@ -123,9 +169,13 @@ class ObjectStore:
         self.client.delete_object(Bucket=self.bucket, Key=key)  # deleting a missing key succeeds
 
     def delete_run(self, job_id: int) -> None:
-        pages = self.client.get_paginator("list_objects_v2").paginate(
-            Bucket=self.bucket, Prefix=self.run_key(job_id, "")
-        )
+        self._delete_under(self.run_key(job_id, ""))
+
+    def delete_parts(self, key: str) -> None:
+        self._delete_under(f"{key}{PARTS}/")
+
+    def _delete_under(self, prefix: str) -> None:
+        pages = self.client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=prefix)
         keys = [item["Key"] for page in pages for item in page.get("Contents", [])]
         for start in range(0, len(keys), DELETE_BATCH):
             batch = [{"Key": key} for key in keys[start : start + DELETE_BATCH]]

@@ -1,13 +1,11 @@
-"""Who this process is in the torchrun world, and the process group that joins the ranks."""
+"""Who this process is in the torchrun world. The process group that joins the ranks belongs to the
+strategies that use one (trainers/strategies/process_group.py)."""
 
 from __future__ import annotations
 
 import os
 import signal
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import timedelta
 from types import FrameType
 
 import torch
@@ -77,22 +75,10 @@ def read_dist_env(plan: Plan) -> DistEnv:
     return DistEnv(rank=rank, local_rank=local_rank, world_size=world_size, device=device)
 
 
-@contextmanager
-def distributed(plan: Plan, collective_timeout_s: int) -> Iterator[DistEnv]:
-    """Join the process group for the duration of training; leave it when training ends cleanly.
-
-    A collective that waits past `collective_timeout_s` (a rank hung or gone) raises, so the job fails with a
-    communication error the worker may restart from, instead of hanging until its max_runtime.
-    """
+def rank_env(plan: Plan) -> DistEnv:
+    """This rank, listening for SIGTERM, its GPU (if any) made current before anything touches CUDA."""
     env = read_dist_env(plan)
     env.stop.listen()
     if env.device.type == "cuda":
         torch.cuda.set_device(env.device)
-    joined = env.world_size > 1
-    if joined:
-        dist.init_process_group(backend=plan.backend, timeout=timedelta(seconds=collective_timeout_s))
-    yield env
-    # Left only after a clean finish: after an exception a peer may still be waiting in a collective, and
-    # NCCL's teardown would wait with it instead of letting this rank exit so torchrun stops the others.
-    if joined:
-        dist.destroy_process_group()
+    return env

@@ -60,6 +60,9 @@ class CheckpointRemovedEvent(_Event):
 
 
 class DoneEvent(_Event):
+    """Training ran to its last step (`step`, the run's total) and its last checkpoint is durable. A run
+    that a SIGTERM stopped after a final checkpoint writes none."""
+
     kind: Literal["done"] = "done"
     step: int
 

@@ -1,5 +1,6 @@
-"""Hogwild: the main process (torchrun's only rank) starts plan.workers CPU processes that train one shared
-model lock-free, each on its own shard with its own SGD, and does what the loop's rank 0 does: reports
+"""Hogwild, the one alternative to trainers/loop.py: the main process (torchrun's only rank) trains nothing
+itself. It starts plan.workers CPU processes that train one shared model lock-free, each on its own shard
+with its own SGD, and does what the loop's rank 0 does, with the loop's pieces and bookkeeping: reports
 metrics (loss averaged over workers, samples/s summed), evaluates, checkpoints and writes events.
 
 A job step is one step of every worker (plan.per_rank_batch samples each: the global batch), so epochs,
@@ -15,24 +16,12 @@ from typing import Any
 
 import torch
 
-from trainers.checkpoint import Checkpointer
 from trainers.data import TrainBatches, eval_batches
 from trainers.dist_env import DistEnv
-from trainers.events import DoneEvent, MetricsEvent, PhaseEvent
 from trainers.hogwild_worker import METRICS, Crew, WorkerArgs
-from trainers.loop import (
-    Components,
-    Position,
-    build,
-    checkpoint_due,
-    evaluate,
-    evaluation_due,
-    param_checksum,
-    resume,
-    total_steps,
-)
-from trainers.metrics import EventLog
+from trainers.loop import Components, build, evaluate, resume
 from trainers.plan import RunConfig
+from trainers.progress import Position, RunOutput, checkpoint_due, evaluation_due, total_steps
 
 _SUMMED = {"samples_per_s"}  # every worker adds its own
 _HIGHEST = {"peak_mem_mb"}
@@ -87,13 +76,12 @@ def train_hogwild(config: RunConfig, run_dir: Path, env: DistEnv) -> bool:
     done = resume(plan, run_dir, c)
     per_epoch = steps_per_epoch(config, c)
     total = total_steps(spec.train, per_epoch)
-    events = EventLog(run_dir, env.is_main)
-    checkpointer = Checkpointer(run_dir, spec.checkpoint.keep_last, spec.name, events)
+    output = RunOutput(run_dir, spec, total, env.is_main)
     reports: dict[int, list[dict[str, float]]] = defaultdict(list)
     paused: dict[int, list[dict[str, Any] | None]] = defaultdict(list)
     stop_at = 0
 
-    events.append(PhaseEvent(phase="running"))
+    output.running()
     crew = Crew(plan.workers, done)
     try:
         crew.start(worker_args(config, c, done))
@@ -104,13 +92,11 @@ def train_hogwild(config: RunConfig, run_dir: Path, env: DistEnv) -> bool:
             if message is None:
                 continue
             kind, _, step, payload = message
-            at = Position(step, (step - 1) // per_epoch + 1, step % per_epoch == 0, step == total)
+            at = Position.of(step, per_epoch, total)
             if kind == METRICS:
                 reports[step].append(payload)
                 if len(reports[step]) == plan.workers:
-                    values = combine(reports.pop(step))
-                    events.append(MetricsEvent(step=step, total_steps=total, epoch=at.epoch, values=values))
-                    print(f"step {step}/{total} " + " ".join(f"{k}={v:.5g}" for k, v in values.items()))
+                    output.report_training(at, combine(reports.pop(step)))
                 continue
             paused[step].append(payload)
             if len(paused[step]) < plan.workers:
@@ -118,21 +104,18 @@ def train_hogwild(config: RunConfig, run_dir: Path, env: DistEnv) -> bool:
             # Every worker waits at this step: the shared model holds exactly `step` steps of each.
             if len(c.val_feed) and evaluation_due(spec.train, at):
                 shard = eval_batches(c.val_feed, env, c.batches.per_rank_batch)
-                values = evaluate(shard, c.precision, c.strategy)
-                events.append(MetricsEvent(step=step, total_steps=total, epoch=at.epoch, values=values))
+                output.report(at, evaluate(shard, c.precision, c.strategy))
             if checkpoint_due(spec.checkpoint, at) or step == stop_at:
                 optimizer_state = next(s for s in paused.pop(step) if s is not None)
                 model_state, _ = c.strategy.full_state(c.optimizer)
-                checkpointer.save(model_state, optimizer_state, c.precision, step, at.epoch)
+                output.checkpoint(model_state, optimizer_state, c.precision, at)
             crew.release()
             if at.last or step == stop_at:
                 break
         crew.join()
     finally:
         crew.kill()
-    checkpointer.wait()
     stopped = stop_at != 0 and stop_at < total
-    if not stopped:
-        events.append(DoneEvent(step=total))
-    print(f"param_checksum={param_checksum(c.strategy.unwrap())!r}")
+    output.close(finished=not stopped)
+    c.strategy.teardown()
     return not stopped

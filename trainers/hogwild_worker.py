@@ -26,11 +26,12 @@ from torch import nn
 
 from trainers.data import Batch, BatchShape, DeviceFeeder, TrainBatches
 from trainers.dist_env import DistEnv
-from trainers.loop import Components, Position, checkpoint_due, evaluation_due, total_steps, train_step
+from trainers.loop import Components, train_step
 from trainers.metrics import TrainMetrics
 from trainers.plan import RunConfig
 from trainers.precision import MixedPrecision
-from trainers.schedule import LrSchedule, build_optimizer, lr_at, set_lr, sparse_parameters
+from trainers.progress import Position, checkpoint_due, evaluation_due, report_due, total_steps
+from trainers.schedule import LrSchedule, lr_at, set_lr
 from trainers.strategies.single import SingleDeviceStrategy
 
 CPU = torch.device("cpu")
@@ -87,10 +88,8 @@ def components(args: WorkerArgs) -> Components:
     spec, plan = args.config.spec, args.config.plan
     env = DistEnv(rank=args.rank, local_rank=args.rank, world_size=plan.workers, device=CPU)
     strategy = SingleDeviceStrategy(env)
-    forward = strategy.setup(args.model)
-    optimizer = build_optimizer(
-        args.model.parameters(), spec.train, plan.lr, CPU, sparse=sparse_parameters(args.model)
-    )
+    forward = strategy.setup_module(args.model)
+    optimizer = strategy.setup_optimizer(spec.train, plan.lr)
     if args.optimizer_state is not None:
         optimizer.load_state_dict(args.optimizer_state)
     feeder = DeviceFeeder(args.train, args.shape, CPU, CPU)
@@ -123,8 +122,8 @@ def train_worker(args: WorkerArgs, shared: Shared) -> None:
         lr = lr_at(step - 1, schedule)
         set_lr(c.optimizer, lr)
         train_step(c, micro_batches, spec.train, metrics)
-        at = Position(step, (step - 1) // per_epoch + 1, step % per_epoch == 0, step == total)
-        if step % spec.metrics.every_n_steps == 0 or at.last:
+        at = Position.of(step, per_epoch, total)
+        if report_due(spec.metrics, at):
             shared.messages.put((METRICS, args.rank, step, metrics.report(step, lr)))
         stopping = step == shared.stop_at.value
         if sync_due(args, at) or stopping:

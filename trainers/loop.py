@@ -2,7 +2,8 @@
 
 Every rank runs all of it; rank 0 alone writes events and checkpoints. Collectives (metrics reports,
 evaluation, checkpoint barriers) happen at steps every rank computes the same way, so ranks never wait on a
-collective another rank skips.
+collective another rank skips. Every strategy runs this loop but hogwild (trainers/hogwild.py), which shares
+its pieces and its bookkeeping (trainers/progress.py).
 """
 
 from __future__ import annotations
@@ -10,12 +11,13 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from contextlib import nullcontext
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 
 import torch
 from torch import nn
 
-from trainers.checkpoint import Checkpointer, load_checkpoint, restore
+from trainers.checkpoint import load_checkpoint, restore
 from trainers.data import (
     Batch,
     BatchShape,
@@ -26,26 +28,24 @@ from trainers.data import (
     storage_device,
 )
 from trainers.dist_env import DistEnv
-from trainers.events import DoneEvent, MetricsEvent, PhaseEvent
-from trainers.metrics import EventLog, TrainMetrics
+from trainers.metrics import TrainMetrics
 from trainers.models import build_model, get_arch
 from trainers.performance import checkpoint_activations, set_cudnn_benchmark
 from trainers.plan import Plan, RunConfig
 from trainers.precision import MixedPrecision
 from trainers.profiling import StepProfiler
-from trainers.schedule import (
-    LrSchedule,
-    build_optimizer,
-    lr_at,
-    observe_eval_loss,
-    plateau_state,
-    set_lr,
-    sparse_parameters,
+from trainers.progress import (
+    Position,
+    RunOutput,
+    checkpoint_due,
+    evaluation_due,
+    report_due,
+    total_steps,
 )
-from trainers.spec import CheckpointSpec, DevicePlacement, JobSpec, ParallelSpec, Strategy, TrainSpec
+from trainers.schedule import LrSchedule, lr_at, observe_eval_loss, plateau_state, set_lr
+from trainers.spec import DevicePlacement, JobSpec, ParallelSpec, Strategy, TrainSpec
 from trainers.stages import default_split_at
-from trainers.strategies import ParallelStrategy, Reduce, build_strategy
-from trainers.tensorboard import TensorBoard
+from trainers.strategies import GroupOptions, ParallelStrategy, build_strategy
 
 
 def build_device(parallel: ParallelSpec, strategy: Strategy, device: torch.device) -> torch.device:
@@ -62,31 +62,6 @@ def build_device(parallel: ParallelSpec, strategy: Strategy, device: torch.devic
     return torch.device("cpu") if split or on_cpu else device
 
 
-@dataclass(frozen=True)
-class Position:
-    step: int  # optimizer steps done, counting this one
-    epoch: int  # 1-based epoch this step belongs to
-    epoch_end: bool
-    last: bool
-
-
-def total_steps(train: TrainSpec, steps_per_epoch: int) -> int:
-    return train.max_steps or (train.epochs or 1) * steps_per_epoch
-
-
-def evaluation_due(train: TrainSpec, at: Position) -> bool:
-    """At the end of every eval_every_epochs epochs, and once more at the end unless that just happened."""
-    if train.eval_every_epochs == 0:
-        return False
-    return at.last or (at.epoch_end and at.epoch % train.eval_every_epochs == 0)
-
-
-def checkpoint_due(ckpt: CheckpointSpec, at: Position) -> bool:
-    by_step = ckpt.every_n_steps > 0 and at.step % ckpt.every_n_steps == 0
-    by_epoch = at.epoch_end and ckpt.every_n_epochs > 0 and at.epoch % ckpt.every_n_epochs == 0
-    return by_step or by_epoch or (at.last and ckpt.save_final)
-
-
 def evaluate(
     batches: Iterable[Batch], precision: MixedPrecision, strategy: ParallelStrategy
 ) -> dict[str, float]:
@@ -97,13 +72,8 @@ def evaluate(
     for x, y in batches:
         sums += strategy.eval_sums(x, y, precision)
     model.train()
-    loss_sum, correct, count = strategy.all_reduce(sums, Reduce.SUM).tolist()
+    loss_sum, correct, count = strategy.reduce_metrics(sums).tolist()
     return {"eval_loss": loss_sum / count, "eval_accuracy": correct / count}
-
-
-def param_checksum(model: nn.Module) -> float:
-    # Summed on the host: model_parallel and CPU/GPU placement spread the parameters over several devices.
-    return sum(p.detach().double().sum().item() for p in model.parameters())
 
 
 @dataclass
@@ -158,9 +128,11 @@ def build(spec: JobSpec, plan: Plan, env: DistEnv) -> Components:
     if shape.channels_last:
         model.to(memory_format=torch.channels_last)
 
-    strategy = build_strategy(plan.strategy, with_stages(spec, plan, model), env)
+    group = GroupOptions(plan.backend, timedelta(seconds=spec.limits.collective_timeout_s))
+    strategy = build_strategy(plan.strategy, with_stages(spec, plan, model), env, group)
+    strategy.setup_environment()
     # The strategy puts the model on its device(s); batches then go where its first module lives.
-    forward: Callable[[torch.Tensor], torch.Tensor] = strategy.setup(model)
+    forward: Callable[[torch.Tensor], torch.Tensor] = strategy.setup_module(model)
     if spec.performance.compile:
         forward = strategy.compiled(forward)
     storage = storage_device(spec.data.placement, strategy.input_device)
@@ -168,13 +140,7 @@ def build(spec: JobSpec, plan: Plan, env: DistEnv) -> Components:
     return Components(
         strategy=strategy,
         forward=forward,
-        optimizer=build_optimizer(
-            strategy.unwrap().parameters(),
-            spec.train,
-            plan.lr,
-            env.device,
-            sparse=sparse_parameters(strategy.unwrap()),
-        ),
+        optimizer=strategy.setup_optimizer(spec.train, plan.lr),
         precision=MixedPrecision(plan.precision, env.device),
         batches=TrainBatches(
             train_feed, strategy.data_env, plan.per_rank_batch, plan.micro_batch, spec.train.seed
@@ -203,11 +169,7 @@ def train_step(c: Components, micro_batches: list[Batch], train: TrainSpec, metr
             # Divided by k so that k micro-steps sum to the gradient of one step over the whole batch.
             loss = c.strategy.forward_backward(c.forward, x, y, c.precision, train.grad_accum_steps)
         metrics.add(loss, len(y))
-    if train.clip_grad_norm is not None:
-        c.precision.unscale(c.optimizer)
-        c.strategy.clip_grad_norm(train.clip_grad_norm)
-    c.precision.step(c.optimizer)
-    c.optimizer.zero_grad(set_to_none=True)
+    c.strategy.optimizer_step(c.optimizer, c.precision, train.clip_grad_norm)
 
 
 def train(config: RunConfig, run_dir: Path, env: DistEnv) -> bool:
@@ -218,13 +180,11 @@ def train(config: RunConfig, run_dir: Path, env: DistEnv) -> bool:
     per_epoch = c.batches.steps_per_epoch
     total = total_steps(spec.train, per_epoch)
     schedule = LrSchedule.from_spec(spec.train, plan.lr, total, per_epoch)
-    events = EventLog(run_dir, env.is_main)
-    checkpointer = Checkpointer(run_dir, spec.checkpoint.keep_last, spec.name, events)
+    output = RunOutput(run_dir, spec, total, env.is_main)
     metrics = TrainMetrics(c.strategy, env.device, start_step=done)
 
-    profiler = StepProfiler(spec.profile, run_dir, env, events, done)
-    board = TensorBoard(run_dir, spec.metrics.tensorboard and env.is_main)
-    events.append(PhaseEvent(phase="running"))
+    profiler = StepProfiler(spec.profile, run_dir, env, output.events, done)
+    output.running()
     stopping = False
     for step, micro_batches in zip(range(done + 1, total + 1), c.batches.from_step(done), strict=False):
         lr = lr_at(step - 1, schedule, plateau_state(c.optimizer).factor)
@@ -232,36 +192,24 @@ def train(config: RunConfig, run_dir: Path, env: DistEnv) -> bool:
         train_step(c, micro_batches, spec.train, metrics)
         profiler.step()
 
-        at = Position(step, (step - 1) // per_epoch + 1, step % per_epoch == 0, step == total)
-        if step % spec.metrics.every_n_steps == 0 or at.last:
-            values = metrics.report(step, lr)
-            events.append(MetricsEvent(step=step, total_steps=total, epoch=at.epoch, values=values))
-            board.add(step, values)
-            if env.is_main:
-                print(f"step {step}/{total} " + " ".join(f"{k}={v:.5g}" for k, v in values.items()))
+        at = Position.of(step, per_epoch, total)
+        if report_due(spec.metrics, at):
+            output.report_training(at, metrics.report(step, lr))
         if len(c.val_feed) and evaluation_due(spec.train, at):
             shard = eval_batches(c.val_feed, c.strategy.data_env, c.batches.per_rank_batch)
             values = evaluate(shard, c.precision, c.strategy)
-            events.append(MetricsEvent(step=step, total_steps=total, epoch=at.epoch, values=values))
-            board.add(step, values)
+            output.report(at, values)
             observe_eval_loss(c.optimizer, spec.train, values["eval_loss"])
         # A SIGTERM (max_runtime, cancel) stops every rank at the same report step, after a final checkpoint.
         stopping = step % spec.metrics.every_n_steps == 0 and not at.last and env.stop.agreed(env.device)
         if checkpoint_due(spec.checkpoint, at) or stopping:
             # Every rank takes part: a sharded strategy gathers the full state here.
             model_state, optimizer_state = c.strategy.full_state(c.optimizer)
-            if env.is_main:
-                checkpointer.save(model_state, optimizer_state, c.precision, step, at.epoch)
+            output.checkpoint(model_state, optimizer_state, c.precision, at)
         if stopping:
             break
     profiler.close()
-    board.close()
-    # The last checkpoint is durable before the run says done or exits; teardown's barrier holds the other
-    # ranks until then.
-    checkpointer.wait()
-    if not stopping:
-        events.append(DoneEvent(step=total))
-
-    print(f"param_checksum={param_checksum(c.strategy.unwrap())!r}")
+    # Before teardown: its barrier holds the other ranks until rank 0's last checkpoint is durable.
+    output.close(finished=not stopping)
     c.strategy.teardown()
     return not stopping

@@ -11,7 +11,7 @@ import torch
 from pydantic import BaseModel
 
 from trainers.events import EVENTS_FILE, append_event
-from trainers.strategies.base import ParallelStrategy, Reduce
+from trainers.strategies.base import ParallelStrategy
 
 
 class EventLog:
@@ -57,8 +57,9 @@ class TrainMetrics:
         self.samples += samples
 
     def report(self, step: int, lr: float) -> dict[str, float]:
-        """All-reduce the window (a collective: every rank calls it at the same step) and start a new one."""
-        totals = self.strategy.all_reduce(torch.stack([self.loss_sum, self.samples]), Reduce.SUM)
+        """The window's totals over the job (a collective: every rank calls it at the same step), then a
+        new window."""
+        totals = self.strategy.reduce_metrics(torch.stack([self.loss_sum, self.samples]))
         # .tolist() is the host sync that waits for the window's work, so wall time covers all of it.
         loss_sum, samples = totals.tolist()
         elapsed = time.perf_counter() - self.since_time

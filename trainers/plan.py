@@ -1,15 +1,22 @@
-"""The plan: what a spec resolves to (strategy, world size, per-rank batch, devices), derived from the spec
-alone so a dry run shows exactly what a submission would do. No torch import.
+"""The plan: what a spec resolves to on this cluster (strategy, world size, per-rank batch, devices), or every
+problem that keeps it from running. Resolved once per submission, so a dry run shows exactly what a submission
+would do. No torch import.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from typing import Any
 
 from pydantic import BaseModel, Field
 
-from trainers.combinations import check_combinations
+from trainers.catalog.archs import ARCHS
+from trainers.cluster import Inventory, cluster_problems
+from trainers.combinations import combination_problems
+from trainers.layout import LAYOUTS, Layout, spanning
+from trainers.model_fit import model_problems, stage_problems
+from trainers.problems import Problem, SpecError, refuse
 from trainers.spec import JobSpec, LrScaling, ParallelSpec, Precision, Strategy, TrainSpec
 
 
@@ -61,23 +68,8 @@ def _gpu_count(parallel: ParallelSpec) -> int:
     return parallel.num_gpus or 0
 
 
-# Rough parameter counts, enough for `auto` to tell a model that replicates well from one that does not.
-APPROX_PARAMS = {
-    "mlp": 1e6,
-    "small_cnn": 1e6,
-    "alexnet": 57e6,
-    "resnet18": 11.7e6,
-    "resnet50": 25.6e6,
-    "vgg11": 129e6,
-}
 # fp32 weights, gradients and two Adam moments: 16 bytes a parameter. Above this, replicas crowd the GPU.
 REPLICA_BYTES_LIMIT = 40 * 2**30
-
-
-def approx_params(spec: JobSpec) -> float:
-    if spec.model.arch == "embedding_bag":
-        return spec.data.vocab_size * float(spec.model.kwargs.get("embedding_dim", 64))
-    return APPROX_PARAMS[spec.model.arch]
 
 
 def _pick_strategy(spec: JobSpec, gpus: int) -> tuple[Strategy, str]:
@@ -89,140 +81,76 @@ def _pick_strategy(spec: JobSpec, gpus: int) -> tuple[Strategy, str]:
     processes = (gpus or parallel.nproc_per_node or 1) * parallel.nnodes
     if processes == 1:
         return Strategy.SINGLE, "one process: no parallel wrapper needed"
-    params = approx_params(spec)
+    params = ARCHS[spec.model.arch].approx_params(spec.model.kwargs, spec.data.vocab_size)
     if params * 16 > REPLICA_BYTES_LIMIT:
         return Strategy.FSDP, f"~{params / 1e6:.0f}M parameters are too many to replicate: FSDP shards them"
     return Strategy.DDP, f"{processes} processes, ~{params / 1e6:.0f}M parameters: DDP keeps a replica each"
-
-
-class Layout(BaseModel):
-    """How a strategy uses processes: torchrun's world, and what each process does with the batch."""
-
-    world_size: int = 1
-    data_parallel_size: int = 1  # ranks the global batch is split over
-    stages: int = 1
-    microbatches: int = 1
-    workers: int = 1  # hogwild processes behind one torchrun rank
-
-
-def _one_process(parallel: ParallelSpec, strategy: Strategy) -> None:
-    if (parallel.nproc_per_node or 1) > 1:
-        raise ValueError(
-            f"parallel.strategy={strategy} runs one process; drop parallel.nproc_per_node "
-            "or use strategy ddp for several processes"
-        )
-
-
-def _split_stages(parallel: ParallelSpec) -> int:
-    """On CPU the stages follow the split points given, else two."""
-    return len(parallel.split_at) + 1 if parallel.split_at else 2
-
-
-def _stage_count(parallel: ParallelSpec, default: int) -> int:
-    stages = len(parallel.split_at) + 1 if parallel.split_at else default
-    if parallel.split_at and stages != default:
-        raise ValueError(
-            f"parallel.split_at gives {stages} stages but the job has {default} devices for stages; "
-            f"give {default - 1} split points or change the GPU count"
-        )
-    return stages
-
-
-def _layout(strategy: Strategy, parallel: ParallelSpec, gpus: int) -> Layout:
-    if strategy is Strategy.SINGLE:
-        if gpus > 1 or (parallel.nproc_per_node or 1) > 1:
-            raise ValueError(
-                f"parallel.strategy=single runs one process but {max(gpus, parallel.nproc_per_node or 1)} "
-                "were asked for; use strategy ddp or ask for one GPU/process"
-            )
-        return Layout()
-    if strategy in (Strategy.DDP, Strategy.FSDP):
-        world = gpus or parallel.nproc_per_node or 1
-        return Layout(world_size=world, data_parallel_size=world)
-    if strategy is Strategy.DP:
-        if not gpus:
-            raise ValueError(
-                "parallel.strategy=dp drives GPUs from one process; ask for parallel.gpus, "
-                "or use strategy ddp with nproc_per_node on CPU"
-            )
-        _one_process(parallel, strategy)
-        return Layout()
-    if strategy is Strategy.MODEL_PARALLEL:
-        _one_process(parallel, strategy)
-        if gpus == 1:
-            raise ValueError(
-                "parallel.strategy=model_parallel needs at least 2 GPUs for its stages; "
-                "ask for more parallel.gpus or use strategy single"
-            )
-        return Layout(stages=_stage_count(parallel, gpus or _split_stages(parallel)))
-    if strategy is Strategy.PIPELINE:
-        stages = _stage_count(parallel, gpus or parallel.nproc_per_node or _split_stages(parallel))
-        if stages < 2:
-            raise ValueError("parallel.strategy=pipeline needs at least 2 stages (GPUs or CPU processes)")
-        return Layout(world_size=stages, stages=stages, microbatches=parallel.microbatches or 2 * stages)
-    if strategy is Strategy.HOGWILD:
-        if gpus:
-            raise ValueError("parallel.strategy=hogwild trains in CPU processes; drop parallel.gpus/num_gpus")
-        return Layout(workers=parallel.nproc_per_node or 2)
-    raise ValueError(f"parallel.strategy={strategy} cannot be planned")
-
-
-def _spanning(layout: Layout, strategy: Strategy, nnodes: int) -> Layout:
-    """Each of nnodes hosts runs the one-host layout; only data-parallel strategies span hosts."""
-    if nnodes == 1:
-        return layout
-    if strategy not in (Strategy.DDP, Strategy.FSDP):
-        raise ValueError(
-            f"parallel.nnodes={nnodes} spans hosts with strategy ddp or fsdp only, and parallel.strategy="
-            f"{strategy} runs on one host; use strategy ddp, or set parallel.nnodes to 1"
-        )
-    return layout.model_copy(
-        update={
-            "world_size": layout.world_size * nnodes,
-            "data_parallel_size": layout.data_parallel_size * nnodes,
-        }
-    )
 
 
 def _batches(train: TrainSpec, layout: Layout) -> tuple[int, int]:
     """Samples per process per optimizer step, and per forward/backward."""
     shards = layout.data_parallel_size * layout.workers * train.grad_accum_steps
     if train.batch_size % shards:
-        raise ValueError(
+        raise refuse(
+            "train.batch_size",
             f"train.batch_size={train.batch_size} must divide evenly over {layout.data_parallel_size} "
-            f"ranks x {layout.workers} workers x {train.grad_accum_steps} accumulation steps; "
-            f"use a multiple of {shards}"
+            f"ranks x {layout.workers} workers x {train.grad_accum_steps} accumulation steps",
+            f"use a multiple of {shards}",
         )
     per_rank = train.batch_size // (layout.data_parallel_size * layout.workers)
     micro = per_rank // train.grad_accum_steps
     if layout.microbatches > micro:
-        raise ValueError(
+        raise refuse(
+            "parallel.microbatches",
             f"parallel.microbatches={layout.microbatches} is more than the {micro} samples each stage "
-            f"gets per step; use at most {micro}"
+            "gets per step",
+            f"use at most {micro}",
         )
     if micro % layout.microbatches:
-        raise ValueError(
-            f"the per-stage batch of {micro} does not split into "
-            f"parallel.microbatches={layout.microbatches}; use a divisor of it"
+        raise refuse(
+            "parallel.microbatches",
+            f"the per-stage batch of {micro} does not split into parallel.microbatches={layout.microbatches}",
+            "use a divisor of it",
         )
     return per_rank, micro
 
 
-def resolve_plan(spec: JobSpec) -> Plan:
-    """Validate how the sections fit together and derive the plan; raises ValueError naming the fix."""
+def _processes_match_gpus(parallel: ParallelSpec, gpus: int) -> Iterator[Problem]:
+    if gpus and parallel.nproc_per_node not in (None, gpus) and parallel.strategy is not Strategy.DP:
+        yield Problem(
+            "parallel.nproc_per_node",
+            f"parallel.nproc_per_node={parallel.nproc_per_node} must equal the {gpus} GPUs asked for "
+            "(one process per GPU)",
+            "leave it out",
+        )
+
+
+# No host registered: GPUs and hosts are judged when a worker places the job.
+NO_HOSTS = Inventory()
+
+
+def resolve_plan(spec: JobSpec, inventory: Inventory = NO_HOSTS) -> Plan:
+    """The plan of `spec` on the cluster `inventory` describes; raises SpecError naming every problem found
+    (each with its field and fix), as far as the layout could be worked out."""
     parallel = spec.parallel
     gpus = _gpu_count(parallel)
     device = "cuda" if gpus else "cpu"
-    if gpus and parallel.nproc_per_node not in (None, gpus) and parallel.strategy is not Strategy.DP:
-        raise ValueError(
-            f"parallel.nproc_per_node={parallel.nproc_per_node} must equal the {gpus} GPUs asked for "
-            "(one process per GPU); leave it out"
-        )
     strategy, reason = _pick_strategy(spec, gpus)
-    per_host = _layout(strategy, parallel, gpus)
-    layout = _spanning(per_host, strategy, parallel.nnodes)
-    check_combinations(spec, strategy, device)
-    per_rank, micro = _batches(spec.train, layout)
+    problems = [
+        *cluster_problems(parallel, inventory),
+        *_processes_match_gpus(parallel, gpus),
+        *combination_problems(spec, strategy, device),
+        *model_problems(spec, strategy),
+    ]
+    try:
+        per_host = LAYOUTS[strategy](parallel, gpus)
+        layout = spanning(per_host, strategy, parallel.nnodes)
+        per_rank, micro = _batches(spec.train, layout)
+    except SpecError as error:
+        raise SpecError([*problems, *error.problems]) from None
+    problems += stage_problems(spec, strategy, layout.stages)
+    if problems:
+        raise SpecError(problems)
     return Plan(
         strategy=strategy,
         strategy_reason=reason,

@@ -43,15 +43,15 @@ def read_config(run_dir: Path) -> RunConfig:
 
 def train_rank(run_dir: Path) -> bool:
     """True when training ran to its end, False when a SIGTERM stopped it after a final checkpoint."""
-    from trainers.dist_env import distributed
+    from trainers.dist_env import rank_env
     from trainers.loop import train
 
     config = read_config(run_dir)
     if config.plan.strategy is Strategy.HOGWILD:
-        # One torchrun rank that drives its own worker processes instead of running the loop itself.
+        # The one alternative loop: one torchrun rank that drives its own worker processes.
         from trainers.hogwild import train_hogwild as train
-    with distributed(config.plan, config.spec.limits.collective_timeout_s) as env:
-        return train(config, run_dir, env)
+    # The strategy joins the ranks' process group, if it has one, and leaves it after a clean finish.
+    return train(config, run_dir, rank_env(config.plan))
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -1,7 +1,8 @@
-"""The job spec users submit, and the plan resolved from it.
+"""The job spec users submit: a schema with field-level checks only.
 
-Shared by the API (validation, dry runs), the worker (launch) and the trainer (what to build). It must not
-import torch: the API never loads it.
+Whether the fields fit together, the model and the cluster is the planner's question (trainers/plan.py), asked
+once per submission. Shared by the API, the worker and the trainer; it must not import torch: the API never
+loads it.
 """
 
 from __future__ import annotations
@@ -11,9 +12,10 @@ import math
 from enum import StrEnum
 from typing import Annotated, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, Strict, field_validator, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, Strict, field_validator, model_validator
 
-from trainers.catalog import DATASETS, DATASETS_ON_DISK, MODEL_KWARGS, MODULE_NAMES
+from trainers.catalog.archs import Arch
+from trainers.catalog.datasets import DatasetName
 
 
 class Section(BaseModel):
@@ -82,12 +84,6 @@ class DataPlacement(StrEnum):
     CPU = "cpu"
 
 
-def module_names(model: ModelSpec) -> tuple[str, ...]:
-    if model.arch == "mlp":
-        return tuple(str(i) for i in range(2 * int(model.kwargs.get("depth", 2)) + 2))
-    return MODULE_NAMES[model.arch]
-
-
 PositiveFloat = Annotated[float, Field(gt=0, le=1e4)]
 
 
@@ -97,45 +93,37 @@ def _finite(value: float, field: str) -> float:
     return value
 
 
+def known(choices: type[StrEnum], field: str, value: object) -> object:
+    """A message that lists the choices, where pydantic's would quote each one."""
+    if isinstance(value, str) and value not in {member.value for member in choices}:
+        raise ValueError(f"unknown {field} {value!r}; choose one of {', '.join(choices)}")
+    return value
+
+
+def json_number(value: object) -> object:
+    """One message per bad value, where the int | float union would give one per member."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(f"must be a JSON number, got {json.dumps(value, default=repr)}")
+    return value
+
+
+KwargValue = Annotated[int | float, BeforeValidator(json_number)]
+
+
 class ModelSpec(Section):
-    arch: str = Field(description="Architecture from the registry: " + ", ".join(MODEL_KWARGS))
-    kwargs: dict[str, int | float] = Field(default_factory=dict, description="Allow-listed constructor args")
+    arch: Choice[Arch] = Field(description="architecture from the registry: see the table below")
+    kwargs: dict[str, KwargValue] = Field(
+        default_factory=dict, description="constructor args the architecture allows: see the table below"
+    )
 
-    @field_validator("arch")
+    @field_validator("arch", mode="before")
     @classmethod
-    def known_arch(cls, arch: str) -> str:
-        if arch not in MODEL_KWARGS:
-            raise ValueError(f"unknown model.arch {arch!r}; choose one of {', '.join(MODEL_KWARGS)}")
-        return arch
-
-    @field_validator("kwargs", mode="before")
-    @classmethod
-    def numeric_kwargs(cls, kwargs: object) -> object:
-        """One message per bad value, where the int | float union would give one per member."""
-        for key, value in kwargs.items() if isinstance(kwargs, dict) else ():
-            if isinstance(value, bool) or not isinstance(value, int | float):
-                raise ValueError(
-                    f"model.kwargs.{key} must be a JSON number, got {json.dumps(value, default=repr)}"
-                )
-        return kwargs
-
-    @model_validator(mode="after")
-    def allowed_kwargs(self) -> ModelSpec:
-        allowed = MODEL_KWARGS[self.arch]
-        for key, value in self.kwargs.items():
-            if key not in allowed:
-                names = ", ".join(allowed) or "none"
-                raise ValueError(f"model.kwargs.{key} is not accepted for {self.arch}; allowed: {names}")
-            kind, low, high = allowed[key]
-            if kind is int and (not isinstance(value, int) or isinstance(value, bool)):
-                raise ValueError(f"model.kwargs.{key} must be an integer")
-            if not low <= value <= high:
-                raise ValueError(f"model.kwargs.{key}={value} is out of range; use {low}..{high}")
-        return self
+    def known_arch(cls, arch: object) -> object:
+        return known(Arch, "model.arch", arch)
 
 
 class DataSpec(Section):
-    dataset: str = Field(description="one of " + ", ".join(DATASETS))
+    dataset: Choice[DatasetName] = Field(description="dataset from the registry: see the table below")
     root: str | None = Field(
         None,
         max_length=1024,
@@ -157,12 +145,10 @@ class DataSpec(Section):
     bag_size: int = Field(16, ge=1, le=1024, description="synthetic_bags: tokens per sample")
     loader_workers: int = Field(0, ge=0, le=64, description="on-disk data: DataLoader worker processes")
 
-    @field_validator("dataset")
+    @field_validator("dataset", mode="before")
     @classmethod
-    def known_dataset(cls, dataset: str) -> str:
-        if dataset not in DATASETS:
-            raise ValueError(f"unknown data.dataset {dataset!r}; choose one of {', '.join(DATASETS)}")
-        return dataset
+    def known_dataset(cls, dataset: object) -> object:
+        return known(DatasetName, "data.dataset", dataset)
 
     @field_validator("root")
     @classmethod
@@ -176,15 +162,6 @@ class DataSpec(Section):
                 "no absolute paths or '..'"
             )
         return root
-
-    @model_validator(mode="after")
-    def root_when_on_disk(self) -> DataSpec:
-        if self.dataset in DATASETS_ON_DISK and not self.root:
-            raise ValueError(
-                f"data.dataset {self.dataset} is read from disk: set data.root to its directory under "
-                "TRAINYARD_DATA_DIR (nothing is downloaded)"
-            )
-        return self
 
 
 class TrainSpec(Section):
@@ -266,16 +243,12 @@ class ParallelSpec(Section):
         description="hybrid: module name -> cpu or gpu; the rest of the model goes to the GPU",
     )
 
-    @model_validator(mode="after")
-    def consistent_devices(self) -> ParallelSpec:
-        if self.gpus is not None:
-            if len(set(self.gpus)) != len(self.gpus):
-                raise ValueError(f"parallel.gpus lists a GPU twice: {self.gpus}")
-            if self.num_gpus is not None and self.num_gpus != len(self.gpus):
-                raise ValueError("give parallel.gpus or parallel.num_gpus, not both")
-        if self.host is not None and self.nnodes > 1:
-            raise ValueError("parallel.host pins a one-host job; drop it, or set parallel.nnodes to 1")
-        return self
+    @field_validator("gpus")
+    @classmethod
+    def distinct_gpus(cls, gpus: list[int] | None) -> list[int] | None:
+        if gpus is not None and len(set(gpus)) != len(gpus):
+            raise ValueError(f"parallel.gpus lists a GPU twice: {gpus}; list each GPU once")
+        return gpus
 
 
 class PerformanceSpec(Section):
@@ -339,35 +312,3 @@ class JobSpec(Section):
         if isinstance(value, str) and value.upper() in APEX_LEVELS:
             return APEX_LEVELS[value.upper()]
         return value
-
-    @model_validator(mode="after")
-    def coherent(self) -> JobSpec:
-        from trainers.plan import resolve_plan  # the plan module builds on this one
-
-        resolve_plan(self)
-        return self
-
-    @model_validator(mode="after")
-    def known_modules(self) -> JobSpec:
-        """parallel.placement and parallel.split_at name modules this model has, and the stages fit it."""
-        from trainers.plan import resolve_plan
-        from trainers.stages import max_stages, split_at_problem
-
-        names = module_names(self.model)
-        valid = ", ".join(names)
-        for name in self.parallel.placement or {}:
-            if name not in names:
-                raise ValueError(
-                    f"parallel.placement names {name!r}, which {self.model.arch} does not have; use {valid}"
-                )
-        problem = split_at_problem(names, self.parallel.split_at or [])
-        if problem is not None:
-            raise ValueError(f"parallel.split_at {problem}")
-        stages = resolve_plan(self).stages
-        if stages > 1 and not self.parallel.split_at and stages > max_stages(self.model.arch, names):
-            raise ValueError(
-                f"parallel.strategy={self.parallel.strategy} needs {stages} stages but {self.model.arch} "
-                f"splits into at most {max_stages(self.model.arch, names)} by default; ask for fewer "
-                "GPUs/processes or give parallel.split_at"
-            )
-        return self

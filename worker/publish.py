@@ -1,97 +1,98 @@
-"""A run's checkpoints and logs, published where the API and other hosts can reach them, and a stored
-checkpoint brought back to resume from.
+"""A run's checkpoints and logs sent where the API and other hosts can reach them, and a stored checkpoint
+brought back to resume from.
 
-With artifact_store=shared every path is already visible everywhere and nothing is copied. With s3, each
-checkpoint is uploaded as its event is applied and recorded as its s3:// URI (the local file stays, for a fast
-resume on this host), and log files are uploaded whole whenever they grew: an object cannot be appended to.
+With artifact_store=shared every path is already visible everywhere and nothing is copied. With s3, the job's
+uploader thread (worker/uploads.py) sends each checkpoint and records it as its s3:// URI (the local file
+stays, for a fast resume on this host), and sends what each log gained as a new part: an object cannot be
+appended to, and sending a whole log again at every heartbeat would cost the square of the job's length.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+import threading
+from collections.abc import Callable
 from pathlib import Path
 
 from botocore.exceptions import BotoCoreError, ClientError
 
 from core.config import get_settings
-from core.storage import ObjectStore, is_object_uri, locate, object_store
-from trainers.events import LOG_DIR, CheckpointEvent, Event
+from core.storage import ObjectStore, is_object_uri, locate
+from trainers.events import LAUNCHER_LOG, LOG_DIR, CheckpointEvent
 
 log = logging.getLogger(__name__)
 
 S3_ERRORS = (BotoCoreError, ClientError)
 RESUME_DIR = "resume"  # beside checkpoints/, whose step-*.pt files the trainer prunes
 EVENT_TIME = "event-time"  # object metadata: which CheckpointEvent's file the object holds
+MAX_PART_BYTES = 8 << 20  # a log that grew by more goes up in several parts, each read into memory alone
 
 
-def recorded_path(store: ObjectStore | None, job_id: int, run_dir: Path, relative: str) -> str:
-    """What a Checkpoint row's `path` holds for a file of the run directory."""
-    return str(run_dir / relative) if store is None else store.uri(store.run_key(job_id, relative))
-
-
-def publish_checkpoints(job_id: int, run_dir: Path, events: Sequence[Event]) -> dict[str, str]:
-    """The recorded path of each checkpoint in `events`, by its path in the run directory. Uploads happen
-    here, before the caller writes SQL, so no transaction stays open while a large file travels."""
-    store = object_store(get_settings())
-    return {
-        event.path: _publish(store, job_id, run_dir, event)
-        for event in events
-        if isinstance(event, CheckpointEvent)
-    }
-
-
-def _publish(store: ObjectStore | None, job_id: int, run_dir: Path, event: CheckpointEvent) -> str:
-    if store is None:
-        return recorded_path(store, job_id, run_dir, event.path)
+def upload_checkpoint(
+    store: ObjectStore, job_id: int, run_dir: Path, event: CheckpointEvent, progress: Callable[[int], None]
+) -> str | None:
+    """Send the checkpoint's file unless its object holds it already; the URI its row records, or None when
+    the trainer pruned the file before it could be sent (its checkpoint_removed event follows)."""
     key = store.run_key(job_id, event.path)
     stamp = {EVENT_TIME: repr(event.time)}
     file = run_dir / event.path
-    try:
-        # The event stream is re-read after every restart: an object already holding this event's file stays.
-        # A file pruned since is simply not there; its checkpoint_removed event follows in the stream.
-        if file.is_file() and store.metadata(key) != stamp:
-            store.put_file(file, key, stamp)
-    except S3_ERRORS:
-        log.exception("job %s: could not upload %s; only this host can read it", job_id, event.path)
-        return str(file)
+    # The event stream is re-read after every restart: an object already holding this event's file stays.
+    if store.metadata(key) != stamp:
+        if not file.is_file():
+            return None
+        store.put_file(file, key, stamp, progress)
     return store.uri(key)
 
 
-def unpublish_checkpoint(job_id: int, run_dir: Path, relative: str) -> str:
-    """Delete a pruned checkpoint's object; the recorded path its row is found by."""
-    store = object_store(get_settings())
-    if store is not None:
-        try:
-            store.delete(store.run_key(job_id, relative))
-        except S3_ERRORS:
-            log.exception("job %s: could not delete %s's object; deleting the job will", job_id, relative)
-    return recorded_path(store, job_id, run_dir, relative)
+class LogParts:
+    """Sends the bytes each of the run's logs gained since the last call, as the next part of its object:
+    every byte goes up once however long the job runs."""
 
-
-class LogPublisher:
-    """Uploads the run's log files that changed size since the last call (artifact_store=s3 only)."""
-
-    def __init__(self, job_id: int, run_dir: Path) -> None:
+    def __init__(self, store: ObjectStore, job_id: int, run_dir: Path, *, launcher_log: bool) -> None:
+        self.store = store
         self.job_id = job_id
         self.run_dir = run_dir
-        self.store = object_store(get_settings())
-        self.sizes: dict[str, int] = {}
+        # Every node of a job writes a launcher.log of its own, and one object can hold only one of them.
+        self.launcher_log = launcher_log
+        self.sent: dict[str, int] = {}  # by path in the run directory: how many bytes are stored
 
-    def publish(self) -> None:
-        if self.store is None:
-            return
-        for path in sorted((self.run_dir / LOG_DIR).glob("*.log")):
-            relative = f"{LOG_DIR}/{path.name}"
+    def _logs(self) -> list[tuple[str, Path]]:
+        files = sorted((self.run_dir / LOG_DIR).glob("*.log"))
+        return [(f"{LOG_DIR}/{f.name}", f) for f in files if self.launcher_log or f.name != LAUNCHER_LOG]
+
+    def send(self, abandoned: threading.Event) -> None:
+        for relative, path in self._logs():
             try:
-                # The size before the upload: bytes written meanwhile are sent next time.
-                size = path.stat().st_size
-                if self.sizes.get(relative) != size:
-                    self.store.put_file(path, self.store.run_key(self.job_id, relative))
-                    self.sizes[relative] = size
+                self._send(relative, path, abandoned)
             except (OSError, *S3_ERRORS):
                 # Logs are for reading, not for training: a store outage must not stop the job.
                 log.warning("job %s: could not upload %s", self.job_id, relative, exc_info=True)
+
+    def _send(self, relative: str, path: Path, abandoned: threading.Event) -> None:
+        key = self.store.run_key(self.job_id, relative)
+        size = path.stat().st_size  # bytes written from now on go in the next part
+        sent = self.sent.get(relative)
+        if sent is None or size < sent:
+            # Parts stored by another host, or by this one before a requeue, may hold other bytes: start over.
+            self.store.delete_parts(key)
+            sent = self.sent[relative] = 0
+        with path.open("rb") as f:
+            f.seek(sent)
+            while sent < size and not abandoned.is_set():
+                part = f.read(min(MAX_PART_BYTES, size - sent))
+                if not part:  # cut short since its size was taken: the next call starts it over
+                    return
+                self.store.put_bytes(self.store.part_key(key, sent + len(part)), part)
+                sent = self.sent[relative] = sent + len(part)
+
+    def unsent(self) -> list[str]:
+        """The logs with bytes not stored yet, for a report."""
+        late = []
+        for relative, path in self._logs():
+            sent = self.sent.get(relative, 0)
+            if path.stat().st_size > sent:
+                late.append(f"{relative} from byte {sent}")
+        return late
 
 
 def checkpoint_exists(path: str) -> bool:

@@ -19,9 +19,10 @@ from core.models import Job, JobEvent, JobNode, Worker, utcnow
 from core.states import JobStatus
 from core.transitions import move, move_from_any
 from worker.gpus import host_gpus
+from worker.heartbeat import OWNED
 from worker.kill import kill_job, mark_for
 from worker.leases import release_leases, worker_id
-from worker.supervise import OWNED, as_utc
+from worker.supervise import as_utc
 
 log = logging.getLogger(__name__)
 

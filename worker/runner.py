@@ -1,5 +1,8 @@
 """One job from doorbell to end: place it on hosts, write the run directory, start torchrun on each, and hand
-each node to a supervisor."""
+each node to a supervisor.
+
+Each node runs with three threads: the task's (launch, then the supervisor's loop), its heartbeat for the
+attempt, and its uploads for as long as the node stays on this host (restarts included)."""
 
 from __future__ import annotations
 
@@ -25,6 +28,7 @@ from trainers.events import EVENTS_FILE, LAUNCHER_LOG, LOG_DIR, SPEC_FILE, Phase
 from trainers.plan import Plan, RunConfig
 from trainers.spec import JobSpec
 from worker.failure import ERROR_FILE
+from worker.heartbeat import Heartbeat
 from worker.kill import JobMark, kill_job, mark_for
 from worker.leases import ClaimOutcome, claim_job, worker_id
 from worker.nodes import NodeTask, claim_launch, dispatch_other_nodes, meet
@@ -32,6 +36,7 @@ from worker.publish import checkpoint_exists, local_resume_path
 from worker.standby import WarmLauncher
 from worker.supervise import CANCELLED, Outcome, RunningJob, Supervisor, finish, ring_others, runtime_deadline
 from worker.tail import EventTail, apply_events
+from worker.uploads import Uploads
 
 log = logging.getLogger(__name__)
 
@@ -66,26 +71,31 @@ def run_node(job_id: int, attempt: int, node_rank: int) -> None:
         return  # the node's heartbeat ages, and the reaper requeues the job for a live host
     settings = get_settings()
     task = NodeTask(job_id, attempt, node_rank)
-    # Each pass is one attempt; a retryable failure hands back the next one, on the same leased GPUs.
-    while (running := launch_or_finish(task, settings)) is not None:
-        next_attempt = Supervisor(running, SHUTDOWN).run()
-        if next_attempt is None:
-            return
-        task = replace(task, attempt=next_attempt)
-        if running.nnodes > 1:
-            dispatch_other_nodes(task)
+    # The launcher's log of node 0 is the job's; the run directory is the one mark_for names.
+    with Uploads(job_id, settings.runs_dir / str(job_id), launcher_log=node_rank == 0) as uploads:
+        # Each pass is one attempt; a retryable failure hands back the next one, on the same leased GPUs.
+        while True:
+            with Heartbeat(task, settings.heartbeat_s):
+                running = launch_or_finish(task, settings, uploads)
+                next_attempt = None if running is None else Supervisor(running, uploads, SHUTDOWN).run()
+            if running is None or next_attempt is None:
+                return
+            task = replace(task, attempt=next_attempt)
+            if running.nnodes > 1:
+                dispatch_other_nodes(task)
 
 
-def launch_or_finish(task: NodeTask, settings: Settings) -> RunningJob | None:
+def launch_or_finish(task: NodeTask, settings: Settings, uploads: Uploads) -> RunningJob | None:
     """Start this node of the attempt; when it cannot start, record how the job ended and return None."""
     job_id = task.job_id
     mark = mark_for(job_id, task.attempt, settings.hostname, settings.runs_dir)
     try:
-        running = launch(mark, task, settings)
+        running = launch(mark, task, settings, uploads)
     except Exception as exc:
         log.exception("job %s: could not launch", job_id)
         # The failure may have come after the process started (a failed commit): it must not run on.
         kill_job(mark, settings.cancel_grace_s)
+        uploads.settle(settings.upload_drain_s)  # the launcher's log, whole before the job is seen to end
         finish(job_id, task.attempt, Outcome(JobStatus.FAILED, "launch_error", str(exc)))
         ring_others()
         return None
@@ -95,12 +105,13 @@ def launch_or_finish(task: NodeTask, settings: Settings) -> RunningJob | None:
     return running
 
 
-def _catch_up(job_id: int, run_dir: Path) -> EventTail:
+def _catch_up(job_id: int, run_dir: Path, uploads: Uploads, settings: Settings) -> EventTail:
     """Record what earlier attempts wrote after their worker died (their processes train on until the reaper
     stops them: checkpoints come and go), so the next attempt resumes from a checkpoint that still exists.
 
     Re-reading is idempotent; only the phase events are skipped, as they speak of an earlier attempt.
-    Returns a tail at the end of the file, for this attempt's events.
+    Returns a tail at the end of the file, for this attempt's events, once their checkpoints are stored
+    (or upload_drain_s has passed, and the attempt resumes from an older one).
     """
     tail = EventTail(run_dir / EVENTS_FILE)
     while True:
@@ -108,8 +119,9 @@ def _catch_up(job_id: int, run_dir: Path) -> EventTail:
         events = [event for event in tail.read() if not isinstance(event, PhaseEvent)]
         if events:
             with session_scope() as session:
-                apply_events(session, job_id, run_dir, events)
+                apply_events(session, job_id, events, uploads)
         if tail.offset == start:
+            uploads.settle(settings.upload_drain_s)
             return tail
 
 
@@ -179,7 +191,7 @@ def _tails_events(node_rank: int, settings: Settings) -> bool:
     return node_rank == 0 or settings.artifact_store is not ArtifactStore.SHARED
 
 
-def launch(mark: JobMark, task: NodeTask, settings: Settings) -> RunningJob | None:
+def launch(mark: JobMark, task: NodeTask, settings: Settings, uploads: Uploads) -> RunningJob | None:
     """Start torchrun for this node, or return None when the attempt left `starting` or is not this host's."""
     with session_scope() as session:
         job = session.get(Job, task.job_id)
@@ -187,7 +199,11 @@ def launch(mark: JobMark, task: NodeTask, settings: Settings) -> RunningJob | No
     if job is None or node is None or (node.attempt, node.host) != (task.attempt, settings.hostname):
         return None
     spec = JobSpec.model_validate(job.spec)
-    tail = _catch_up(job.id, mark.run_dir) if _tails_events(task.node_rank, settings) else None
+    tail = (
+        _catch_up(job.id, mark.run_dir, uploads, settings)
+        if _tails_events(task.node_rank, settings)
+        else None
+    )
     plan = _leased_plan(job, node.gpu_ids, task.attempt, mark.run_dir)
     rendezvous = None
     if plan.nnodes > 1:

@@ -1,16 +1,18 @@
-"""Supervising one launched job: tail its events, heartbeat, obey cancel and limits, record how it ended."""
+"""Supervising one launched job: tail its events, obey cancel and limits, record how it ended.
+
+Its heartbeat (worker/heartbeat.py) and its uploads (worker/uploads.py) run on threads of their own, so this
+loop's work per tick is bounded: one batch of events, a few reads of the job's row, a poll of the process."""
 
 from __future__ import annotations
 
 import logging
 import subprocess
 import threading
-import time
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from sqlalchemy import func, select, update
+from sqlalchemy import func, select
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
@@ -21,17 +23,16 @@ from core.models import Job, JobEvent, utcnow
 from core.states import JobStatus
 from core.transitions import move, move_from_any
 from worker.failure import classify_failure, root_cause
+from worker.heartbeat import OWNED, own
 from worker.kill import JobMark, kill_job
 from worker.leases import release_leases, ring_waiting_jobs
-from worker.nodes import NodeTask, beat_node, next_attempt_of_nodes, unfinished_after
-from worker.publish import LogPublisher
+from worker.nodes import NodeTask, next_attempt_of_nodes, unfinished_after
 from worker.tail import EventTail, apply_events
+from worker.uploads import Uploads
 
 log = logging.getLogger(__name__)
 
 TICK_S = 0.5
-# The states in which a job's current attempt belongs to the worker that claimed it.
-OWNED = (JobStatus.STARTING, JobStatus.RUNNING, JobStatus.CANCELLING)
 
 
 @dataclass(frozen=True)
@@ -80,19 +81,6 @@ def runtime_deadline(started_at: datetime | None, max_runtime_s: int | None) -> 
     if started_at is None or max_runtime_s is None:
         return None
     return as_utc(started_at) + timedelta(seconds=max_runtime_s)
-
-
-def own(session: Session, job_id: int, attempt: int, node: NodeTask | None = None) -> bool:
-    """Heartbeat the job if this attempt still owns it; the write also locks the row for the rest of the
-    transaction (SQLite: the database), so a reaper or a cancel cannot slip in between check and change."""
-    result = session.execute(
-        update(Job)
-        .where(Job.id == job_id, Job.attempt == attempt, Job.status.in_(OWNED))
-        .values(heartbeat_at=utcnow())
-    )
-    if node is not None:
-        beat_node(session, node)
-    return result.rowcount == 1  # type: ignore[attr-defined]
 
 
 def finish(job_id: int, attempt: int, outcome: Outcome) -> bool:
@@ -179,13 +167,12 @@ def ring_others() -> None:
 
 
 class Supervisor:
-    def __init__(self, job: RunningJob, stop: threading.Event) -> None:
+    def __init__(self, job: RunningJob, uploads: Uploads, stop: threading.Event) -> None:
         self.job = job
+        self.uploads = uploads
         self.stop = stop
         self.settings = get_settings()
-        self.next_heartbeat = 0.0
         self.next_attempt: int | None = None
-        self.logs = LogPublisher(job.job_id, job.mark.run_dir)
 
     def run(self) -> int | None:
         """Supervise until the attempt ends; the attempt to launch next when it ended in a restart."""
@@ -218,7 +205,6 @@ class Supervisor:
             code = job.process.poll()
             if code is not None:
                 return self._end(exit_outcome(job.mark.run_dir, code))
-            self._heartbeat()
         except SQLAlchemyError:
             # A locked or unreachable database: keep the job running and try again next tick.
             log.exception("job %s: database error while supervising", job.job_id)
@@ -235,7 +221,7 @@ class Supervisor:
             return
         try:
             with session_scope() as session:
-                apply_events(session, self.job.job_id, self.job.mark.run_dir, events)
+                apply_events(session, self.job.job_id, events, self.uploads)
         except SQLAlchemyError:
             tail.offset = start
             raise
@@ -247,14 +233,6 @@ class Supervisor:
             return None
         return JobStatus(row.status)
 
-    def _heartbeat(self) -> None:
-        now = time.monotonic()
-        if now >= self.next_heartbeat:
-            with session_scope() as session:
-                own(session, self.job.job_id, self.job.attempt, self.job.node)
-            self.logs.publish()
-            self.next_heartbeat = now + self.settings.heartbeat_s
-
     def _stop_processes(self) -> None:
         kill_job(self.job.mark, self.settings.cancel_grace_s, group=self.job.process.pid)
         self.job.process.wait()
@@ -264,7 +242,9 @@ class Supervisor:
         job = self.job
         self._stop_processes()
         self._pump(drain=True)  # the checkpoints written up to the end, which a restart resumes from
-        self.logs.publish()  # whole before the job is seen to end, so a reader's eof means the full log
+        # Stored before the job is seen to end: a restart resumes from the newest checkpoint, and a reader's
+        # eof means the full log. The heartbeat goes on meanwhile.
+        self.uploads.settle(self.settings.upload_drain_s)
         if outcome.retryable:
             self.next_attempt = begin_restart(job, outcome)
             if self.next_attempt is not None:
@@ -273,6 +253,11 @@ class Supervisor:
             if job.max_restarts:
                 used_up = f"all {job.max_restarts} restarts used"
                 outcome = replace(outcome, message=f"{outcome.message} ({used_up})")
+        if not_stored := self.uploads.close():
+            log.warning("job %s attempt %s: not stored: %s", job.job_id, job.attempt, not_stored)
+            wait = f"uploads wait up to TRAINYARD_UPLOAD_DRAIN_S={self.settings.upload_drain_s:g} s"
+            late = f"not in the object store when it ended: {', '.join(not_stored)} ({wait})"
+            outcome = replace(outcome, message=f"{outcome.message}; {late}")
         if outcome.status is JobStatus.SUCCEEDED and not last_node_done(job):
             log.info(
                 "job %s attempt %s: node %s done, others still run", job.job_id, job.attempt, job.node_rank

@@ -1,4 +1,6 @@
-"""Tailing the trainer's events.jsonl into SQL. Every write is idempotent: re-reading the file is harmless."""
+"""Tailing the trainer's events.jsonl into SQL. Every write is idempotent: re-reading the file is harmless.
+
+Checkpoints go to the job's uploads (worker/uploads.py), which write their rows once the files are stored."""
 
 from __future__ import annotations
 
@@ -6,14 +8,13 @@ import logging
 import math
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
-from sqlalchemy import delete
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
-from core.models import Base, Checkpoint, Job, Metric, utcnow
+from core.models import Base, Job, Metric, utcnow
 from core.states import JobStatus
 from core.transitions import move
 from trainers.events import (
@@ -25,7 +26,9 @@ from trainers.events import (
     PhaseEvent,
     parse_event,
 )
-from worker.publish import publish_checkpoints, unpublish_checkpoint
+
+if TYPE_CHECKING:
+    from worker.uploads import Uploads
 
 log = logging.getLogger(__name__)
 
@@ -99,12 +102,12 @@ def _metric_rows(job_id: int, event: MetricsEvent) -> list[dict[str, Any]]:
     ]
 
 
-def apply_events(session: Session, job_id: int, run_dir: Path, events: Sequence[Event]) -> None:
-    """Write one batch of events; the caller's transaction makes the batch all or nothing."""
+def apply_events(session: Session, job_id: int, events: Sequence[Event], uploads: Uploads) -> None:
+    """Write one batch of events; the caller's transaction makes the batch all or nothing. Checkpoints queued
+    for upload before a failed commit are queued again when the batch is re-read, which stores them once."""
     metrics: list[dict[str, Any]] = []
     latest: dict[str, float | None] = {}
     progress: tuple[int, int | None] | None = None
-    checkpoint_paths = publish_checkpoints(job_id, run_dir, events)
     for event in events:
         if isinstance(event, PhaseEvent):
             move(session, job_id, JobStatus.STARTING, JobStatus.RUNNING, running_at=utcnow())
@@ -113,18 +116,9 @@ def apply_events(session: Session, job_id: int, run_dir: Path, events: Sequence[
             latest.update({name: _finite_or_none(value) for name, value in event.values.items()})
             progress = (event.step, event.total_steps)
         elif isinstance(event, CheckpointEvent):
-            row = {
-                "job_id": job_id,
-                "step": event.step,
-                "epoch": event.epoch,
-                "path": checkpoint_paths[event.path],
-                "size_bytes": event.size_bytes,
-                "created_at": utcnow(),
-            }
-            insert_ignoring_duplicates(session, Checkpoint, [row])
+            uploads.checkpoint_saved(session, event)
         elif isinstance(event, CheckpointRemovedEvent):
-            path = unpublish_checkpoint(job_id, run_dir, event.path)
-            session.execute(delete(Checkpoint).where(Checkpoint.job_id == job_id, Checkpoint.path == path))
+            uploads.checkpoint_removed(session, event)
         elif isinstance(event, DoneEvent):
             progress = (event.step, progress[1] if progress else None)
     insert_ignoring_duplicates(session, Metric, metrics)

@@ -3,17 +3,20 @@
 from __future__ import annotations
 
 import time
+from typing import Annotated
 
-from fastapi import HTTPException, Request, status
+from fastapi import HTTPException, Security, status
+from fastapi.concurrency import run_in_threadpool
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
-from fastapi.security.base import SecurityBase
 
-from app.services.keys import LOCAL_CALLER, Caller, caller_for_token, hash_token
-from core.config import AuthMode, Settings, get_settings
-from core.db import read_in_session
+from app.services.keys import LOCAL_CALLER, Caller, caller_for_token
+from core.config import AuthMode, get_settings
+from core.db import new_session
+from core.keys import hash_token
 
 # auto_error=False: a missing header is answered below with 401 and a message, not HTTPBearer's bare 403.
 bearer = HTTPBearer(auto_error=False, description="an API key from `trainyard keys create --user NAME`")
+BearerDep = Annotated[HTTPAuthorizationCredentials | None, Security(bearer)]
 
 _CHALLENGE = {"WWW-Authenticate": "Bearer"}
 # A client polling its jobs sends the same key many times a second; one lookup per key per this many seconds
@@ -27,19 +30,26 @@ def unauthorized(detail: str) -> HTTPException:
     return HTTPException(status.HTTP_401_UNAUTHORIZED, detail, headers=_CHALLENGE)
 
 
+def _stored_caller(token: str) -> Caller | None:
+    with new_session() as session:
+        return caller_for_token(session, token)
+
+
 async def _caller_for(token: str) -> Caller | None:
     key_hash, now = hash_token(token), time.monotonic()
     known = _known_keys.get(key_hash)
     if known is not None and known[0] > now:
         return known[1]
-    caller = await read_in_session(caller_for_token, token)
+    caller = await run_in_threadpool(_stored_caller, token)
     if caller is not None:
         _known_keys[key_hash] = (now + KEY_TTL_S, caller)
     return caller
 
 
-async def authenticate(settings: Settings, credentials: HTTPAuthorizationCredentials | None) -> Caller:
-    if settings.auth is AuthMode.OFF:
+async def get_caller(credentials: BearerDep) -> Caller:
+    """Who is asking. `async`, so the usual answer (auth off, or a key seen in the last KEY_TTL_S) costs no
+    trip to a pool thread; only a key not seen lately is read from the database, in one."""
+    if get_settings().auth is AuthMode.OFF:
         return LOCAL_CALLER
     if credentials is None:
         raise unauthorized(
@@ -50,18 +60,3 @@ async def authenticate(settings: Settings, credentials: HTTPAuthorizationCredent
     if caller is None:
         raise unauthorized("the API key is not valid; ask an admin for a new one")
     return caller
-
-
-class BearerKeyAuth(SecurityBase):
-    """The dependency that names the caller: documented in OpenAPI as `bearer` is (the HTTPBearer scheme), and
-    solved as one node with no sub-dependencies. FastAPI solves every node of a route's dependency tree on
-    each request, again for each route that names it, and that was the largest part of a lookup's CPU time:
-    settings, the bearer scheme and the caller as three nodes cost ~0.15 ms per GET /v1/jobs/{id}."""
-
-    def __init__(self, scheme: HTTPBearer) -> None:
-        self.scheme = scheme
-        self.model = scheme.model
-        self.scheme_name = scheme.scheme_name
-
-    async def __call__(self, request: Request) -> Caller:
-        return await authenticate(get_settings(), await self.scheme(request))

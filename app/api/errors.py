@@ -21,13 +21,13 @@ from app.services.errors import (
     CheckpointNotFound,
     DomainError,
     IdempotencyConflict,
-    InvalidSpec,
     JobNotFound,
     JobStateConflict,
     ProfileNotFound,
     QuotaExceeded,
 )
 from core.transitions import InvalidTransition
+from trainers.problems import SpecError
 from trainers.spec import JobSpec
 
 MAX_BODY_BYTES = 1 << 20
@@ -36,7 +36,6 @@ STATUS_OF: dict[type[Exception], int] = {
     JobNotFound: 404,
     CheckpointNotFound: 404,
     ProfileNotFound: 404,
-    InvalidSpec: 422,
     JobStateConflict: 409,
     IdempotencyConflict: 409,
     InvalidTransition: 409,
@@ -44,7 +43,6 @@ STATUS_OF: dict[type[Exception], int] = {
 }
 
 _SOURCES = ("body", "query", "path", "header", "cookie")
-_DOTTED = re.compile(r"[a-z_]+(?:\.[a-z_0-9]+)*")
 
 
 def problem_response(
@@ -92,15 +90,7 @@ def _field_error(error: dict[str, Any]) -> FieldError:
     if kind == "json_invalid":
         return FieldError(field="body", message=f"invalid JSON ({error['ctx']['error']}); send a JSON object")
     if kind == "value_error":
-        message = str(error["ctx"]["error"])
-        # Cross-field checks run on a whole section, so the path the message itself names is the precise one.
-        for match in _DOTTED.finditer(message):
-            named = match.group()
-            if named.split(".")[0] in JobSpec.model_fields and (
-                not field or named == field or named.startswith(field + ".")
-            ):
-                return FieldError(field=named, message=message)
-        return FieldError(field=field or source, message=message)
+        return FieldError(field=field or source, message=str(error["ctx"]["error"]))
     if kind == "extra_forbidden" and source == "body":
         allowed = ", ".join(_allowed_fields(path[:-1])) or "none"
         return FieldError(field=field, message=f"unknown field; remove it (allowed here: {allowed})")
@@ -118,6 +108,13 @@ def _detail(errors: list[FieldError]) -> str:
 async def _validation_error(_request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, RequestValidationError)
     errors = [_field_error(dict(error)) for error in exc.errors()]
+    return problem_response(422, _detail(errors), kind="validation-error", errors=errors)
+
+
+async def _spec_error(_request: Request, exc: Exception) -> JSONResponse:
+    """Each problem the planner (or a submit-time check) found, under the field it names."""
+    assert isinstance(exc, SpecError)
+    errors = [FieldError(field=p.field, message=str(p), fix=p.fix or None) for p in exc.problems]
     return problem_response(422, _detail(errors), kind="validation-error", errors=errors)
 
 
@@ -173,6 +170,7 @@ class BodySizeLimit:
 
 def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(RequestValidationError, _validation_error)
+    app.add_exception_handler(SpecError, _spec_error)
     app.add_exception_handler(HTTPException, _http_error)
     for kind in STATUS_OF:
         app.add_exception_handler(kind, _domain_error)

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 import click
 from rich.table import Table
 
-from app.cli.render import console, duration
+from app.cli.render import console, duration, local_time
 from app.client import TrainyardClient
-from app.services.keys import create_key
-from core.db import new_session
-from core.models import utcnow
 
 
 @click.command()
@@ -39,7 +38,7 @@ def queue(client: TrainyardClient) -> None:
     if not entries:
         console.print("the queue is empty")
         return
-    now = utcnow()
+    now = datetime.now(UTC)
     table = Table("#", "job", "name", "owner", "priority", "wants", "waited", "reason")
     for entry in entries:
         waited = duration((now - entry.created_at).total_seconds())
@@ -58,17 +57,23 @@ def queue(client: TrainyardClient) -> None:
 
 @click.group()
 def keys() -> None:
-    """API keys (talks to the database directly: it is how the first key comes to exist)."""
+    """API keys (admins only). The first admin key is made on the server: `python -m core.keys create`."""
 
 
 @keys.command("create")
 @click.option("--user", required=True, help="who the key acts as; their jobs are theirs alone")
-@click.option("--admin", is_flag=True, help="an admin sees and manages every user's jobs")
-def create(user: str, admin: bool) -> None:
-    """Create a key and print it once; only its hash is stored."""
-    try:
-        with new_session() as session:
-            token = create_key(session, user, admin)
-    except ValueError as exc:
-        raise click.ClickException(str(exc)) from exc
-    click.echo(token)
+@click.option("--admin", is_flag=True, help="an admin sees and manages every user's jobs, and makes keys")
+@click.pass_obj
+def create(client: TrainyardClient, user: str, admin: bool) -> None:
+    """Create a key and print it once; the API stores only its hash."""
+    click.echo(client.create_key(user, admin).token)
+
+
+@keys.command("ls")
+@click.pass_obj
+def list_keys(client: TrainyardClient) -> None:
+    """Who holds a key, and since when; tokens cannot be shown again (only their hashes are stored)."""
+    table = Table("id", "user", "admin", "created")
+    for key in client.list_keys().data:
+        table.add_row(str(key.id), key.user, "yes" if key.admin else "no", local_time(key.created_at))
+    console.print(table)

@@ -10,7 +10,15 @@ import click
 from rich.table import Table
 
 from app.cli.follow import follow_job, outcome_line
-from app.cli.render import console, devices, duration, number, progress_text, waiting_or_message
+from app.cli.render import (
+    console,
+    devices,
+    duration,
+    local_time,
+    number,
+    progress_text,
+    waiting_or_message,
+)
 from app.client import TrainyardClient
 from app.schemas import JobPublic
 from core.states import JobStatus
@@ -64,14 +72,13 @@ def list_jobs(client: TrainyardClient, status: str | None, limit: int) -> None:
     jobs = client.list_jobs(JobStatus(status) if status else None, limit=limit).data
     table = Table("id", "name", "status", "progress", "devices", "created", "note")
     for job in jobs:
-        created = job.created_at.astimezone().strftime("%Y-%m-%d %H:%M:%S")
         table.add_row(
             str(job.id),
             job.name,
             str(job.status),
             progress_text(job),
             devices(job),
-            created,
+            local_time(job.created_at),
             waiting_or_message(job),
         )
     console.print(table)

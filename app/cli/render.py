@@ -26,6 +26,11 @@ def duration(seconds: float | None) -> str:
     return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
 
 
+def local_time(value: datetime) -> str:
+    """A moment in the terminal's own time zone; the API sends UTC."""
+    return value.astimezone().strftime("%Y-%m-%d %H:%M:%S")
+
+
 def between(start: datetime | None, end: datetime | None) -> float | None:
     return (end - start).total_seconds() if start and end else None
 

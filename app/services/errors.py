@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from core.states import JobStatus
+from trainers.problems import Problem, SpecError
 
 
 class DomainError(Exception):
@@ -26,11 +27,12 @@ class ProfileNotFound(DomainError):
     pass
 
 
-class InvalidSpec(DomainError):
-    """The spec is well-formed but does not fit this cluster or this database (GPUs, checkpoints)."""
+class InvalidSpec(SpecError):
+    """The spec plans, but what it names on disk or in the database does not fit (a data root, a checkpoint);
+    the message says the fix. A SpecError, so it leaves as the planner's problems do."""
 
     def __init__(self, field: str, message: str) -> None:
-        super().__init__(message, field)
+        super().__init__([Problem(field, message)])
 
 
 class JobStateConflict(DomainError):

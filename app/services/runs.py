@@ -44,7 +44,7 @@ def log_path(settings: Settings, job_id: int, rank: int | None) -> Path:
 
 def _read_log_bytes(settings: Settings, job_id: int, rank: int | None, offset: int, length: int) -> bytes:
     """From the file when this host has it (a shared runs directory, or the worker's own host), else from
-    the copy the worker uploads; a log not written yet reads as empty."""
+    the parts the worker uploads of it; a log not written yet reads as empty."""
     try:
         with log_path(settings, job_id, rank).open("rb") as f:
             f.seek(offset)
@@ -52,7 +52,7 @@ def _read_log_bytes(settings: Settings, job_id: int, rank: int | None, offset: i
     except FileNotFoundError:
         if (store := object_store(settings)) is None:
             return b""
-        return store.read_range(store.run_key(job_id, log_name(rank)), offset, length)
+        return store.read_parts(store.run_key(job_id, log_name(rank)), offset, length)
 
 
 def _utf8_boundary(data: bytes) -> int:

@@ -6,14 +6,14 @@ import logging
 
 from kombu.exceptions import OperationalError
 from pydantic import ValidationError
-from sqlalchemy import insert, select
+from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from app.services.artifacts import owned_checkpoint
 from app.services.confine import check_checkpoint_path, check_data_root
 from app.services.errors import CheckpointNotFound, IdempotencyConflict, InvalidSpec, JobStateConflict
-from app.services.gpus import check_gpus_exist
+from app.services.gpus import read_inventory
 from app.services.jobs import get_owned_job
 from app.services.keys import Caller
 from app.services.quotas import check_quota
@@ -21,7 +21,7 @@ from app.services.runs import run_dir
 from core.config import Settings
 from core.doorbell import enqueue_job
 from core.launch import Rendezvous, torchrun_argv
-from core.models import Base, Job, JobEvent
+from core.models import Job, JobEvent
 from core.states import JobStatus
 from trainers.plan import Plan, resolve_plan
 from trainers.spec import JobSpec
@@ -47,11 +47,11 @@ def _resume_path(
 
 
 def _plan(session: Session, settings: Settings, spec: JobSpec, caller: Caller) -> Plan:
-    """The spec's own checks already passed; these need the database or the disk: GPUs that exist, a
-    checkpoint the caller owns, a data root that stays inside the data directory."""
-    check_gpus_exist(session, settings, spec.parallel)
+    """The plan of a spec whose fields passed their own checks, on the cluster the workers registered; the
+    checks around it need the disk or the database: a data root inside the data directory, a checkpoint the
+    caller owns."""
     check_data_root(settings, spec.data.root)
-    plan = resolve_plan(spec)
+    plan = resolve_plan(spec, read_inventory(session, settings))
     plan.resume_path = _resume_path(session, settings, spec.checkpoint.resume_from, caller)
     return plan
 
@@ -89,13 +89,6 @@ def _ring(job_id: int) -> None:
         log.warning("broker unreachable; job %s waits for the periodic requeue", job_id, exc_info=True)
 
 
-# Core statements built once: submission is a hot path, and ORM units of work (and statements rebuilt per
-# call) cost more than the three rows they write.
-_JOBS, _EVENTS = Base.metadata.tables[Job.__tablename__], Base.metadata.tables[JobEvent.__tablename__]
-_INSERT_JOB = insert(_JOBS).returning(_JOBS.c.id)
-_INSERT_EVENT = insert(_EVENTS)
-
-
 def submit_job(
     session: Session,
     settings: Settings,
@@ -111,20 +104,20 @@ def submit_job(
         return _replay(earlier, spec, idempotency_key), False
     plan = _plan(session, settings, spec, caller)
     check_quota(session, settings, caller.user, plan)
-    row = {
-        "name": spec.name,
-        "owner": caller.user,
-        "status": JobStatus.QUEUED,
-        "spec": spec.model_dump(mode="json"),
-        "plan": plan.public(),
-        "total_gpus": plan.total_gpus,
-        "priority": spec.priority,
-        "idempotency_key": idempotency_key,
-    }
+    job = Job(
+        name=spec.name,
+        owner=caller.user,
+        status=JobStatus.QUEUED,
+        spec=spec.model_dump(mode="json"),
+        plan=plan.public(),
+        total_gpus=plan.total_gpus,
+        priority=spec.priority,
+        idempotency_key=idempotency_key,
+    )
     try:
-        job_id = session.execute(_INSERT_JOB, row).scalar_one()
-        event = {"job_id": job_id, "to_status": JobStatus.QUEUED, "reason": "submitted", "message": message}
-        session.execute(_INSERT_EVENT, event)
+        session.add(job)
+        session.flush()  # gives the job its id, which the event names
+        session.add(JobEvent(job_id=job.id, to_status=JobStatus.QUEUED, reason="submitted", message=message))
         session.commit()
     except IntegrityError:
         # A concurrent request with the same key committed first; answer as its replay.
@@ -132,8 +125,8 @@ def submit_job(
         if idempotency_key and (earlier := _by_key(session, caller.user, idempotency_key)):
             return _replay(earlier, spec, idempotency_key), False
         raise
-    _ring(job_id)
-    return job_id, True
+    _ring(job.id)
+    return job.id, True
 
 
 def retry_job(session: Session, settings: Settings, job_id: int, caller: Caller) -> int:

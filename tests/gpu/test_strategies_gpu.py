@@ -98,7 +98,7 @@ class DtypeProbe(nn.Module):
 @pytest.mark.parametrize(("precision", "dtype"), [("bf16", torch.bfloat16), ("fp16", torch.float16)])
 def test_dp_replicas_compute_in_the_jobs_precision(precision: str, dtype: torch.dtype) -> None:
     probe = DtypeProbe()
-    forward = DataParallelStrategy(GPU0).setup(probe)
+    forward = DataParallelStrategy(GPU0).setup_module(probe)
     with MixedPrecision(Precision(precision), GPU0.device).autocast():
         forward(torch.randn(16, 8, device="cuda"))
     # Replicas are copies made per call; they share the probe's `seen` dict.
@@ -111,7 +111,7 @@ def test_placed_module_trains_on_the_cpu_and_the_rest_on_the_gpu(precision: str)
     model = nn.Sequential(nn.Flatten(), nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 10))
     # The input side on the CPU, as with an embedding table: batches are delivered there.
     strategy = SingleDeviceStrategy(GPU0, {"0": DevicePlacement.CPU, "1": DevicePlacement.CPU})
-    forward = strategy.setup(model)
+    forward = strategy.setup_module(model)
     # The trainer's own optimizer: fused on CUDA, here over CPU and GPU parameters at once.
     optimizer = build_optimizer(model.parameters(), TrainSpec(lr=0.1), 0.1, GPU0.device)
     amp = MixedPrecision(Precision(precision), GPU0.device)

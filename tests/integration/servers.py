@@ -246,6 +246,13 @@ class Stack:
         finally:
             engine.dispose()
 
+    def admin_key(self, user: str = "root") -> str:
+        """An admin key made as an operator makes the first one: `python -m core.keys` on the server."""
+        argv = [sys.executable, "-m", "core.keys", "create", "--user", user, "--admin"]
+        made = subprocess.run(argv, cwd=ROOT, env=self.env, capture_output=True, text=True, timeout=60)
+        assert made.returncode == 0, made.stderr
+        return made.stdout.strip()
+
     def client(self) -> httpx.Client:
         return httpx.Client(base_url=self.url, timeout=30)
 

@@ -23,7 +23,13 @@ LONG = example_spec(
 
 
 def trainyard(stack: Stack, *args: object, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "TRAINYARD_URL": stack.url, "COLUMNS": "200"}
+    # As on a client machine: the API's URL, and no database (a URL that leads nowhere, should it be used).
+    env = {
+        **os.environ,
+        "TRAINYARD_URL": stack.url,
+        "TRAINYARD_DATABASE_URL": "postgresql+psycopg://nobody@db.invalid/none",
+        "COLUMNS": "200",
+    }
     return subprocess.run(
         [str(TRAINYARD), *map(str, args)], env=env, capture_output=True, text=True, timeout=timeout
     )
@@ -86,3 +92,16 @@ def test_cli_cancels_a_long_job(embedded_stack: Stack, tmp_path: Path) -> None:
         wait_status(client, long_id, {"cancelled"}, timeout=30)
     followed = trainyard(embedded_stack, "status", long_id, "--follow")
     assert followed.returncode == 1 and f"job {long_id} cancelled" in followed.stdout
+
+
+def test_cli_makes_keys_through_the_api(auth_stack: Stack) -> None:
+    admin = auth_stack.admin_key("cli-root")
+    made = trainyard(auth_stack, "--token", admin, "keys", "create", "--user", "carol")
+    assert made.returncode == 0, made.stderr
+    carol = made.stdout.strip()
+    assert trainyard(auth_stack, "--token", carol, "ls").returncode == 0
+    listed = trainyard(auth_stack, "--token", admin, "keys", "ls").stdout
+    assert "cli-root" in listed and "carol" in listed
+    refused = trainyard(auth_stack, "--token", carol, "keys", "create", "--user", "mallory", "--admin")
+    assert refused.returncode == 1 and "only an admin may manage API keys" in refused.stderr
+    assert "Traceback" not in refused.stderr

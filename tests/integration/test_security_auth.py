@@ -11,12 +11,9 @@ from typing import Any
 
 import httpx
 import pytest
-from sqlalchemy import create_engine
-from sqlalchemy.orm import Session
 from starlette.routing import BaseRoute, Mount, Route
 
 from app.main import create_app
-from app.services.keys import create_key
 from tests.integration.jobs import example_spec, wait_status
 from tests.integration.servers import Stack
 
@@ -36,11 +33,13 @@ class Keys:
 
 @pytest.fixture(scope="module")
 def keys(auth_stack: Stack) -> Keys:
-    engine = create_engine(auth_stack.env["TRAINYARD_DATABASE_URL"])
-    with Session(engine) as session:
-        made = Keys(*(create_key(session, user, admin=user == "root") for user in ("alice", "bob", "root")))
-    engine.dispose()
-    return made
+    """As a deployment gets them: the first admin key from the server's command, the others from the API."""
+    admin = auth_stack.admin_key()
+    with httpx.Client(base_url=auth_stack.url, timeout=30, headers=bearer(admin)) as client:
+        users = [client.post("/v1/keys", json={"user": user}) for user in ("alice", "bob")]
+    assert all(made.status_code == 201 for made in users), [made.text for made in users]
+    alice, bob = (made.json()["token"] for made in users)
+    return Keys(alice, bob, admin)
 
 
 def bearer(token: str) -> dict[str, str]:

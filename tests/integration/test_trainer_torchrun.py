@@ -5,7 +5,9 @@ thing each and are compared with it: a resume from its step-40 checkpoint, a sin
 global batch, gradient accumulation over 4 micro-steps, and bf16. fp32 runs are compared with rtol 1e-5 on
 the loss curves and the final parameter sum: they see the same samples per step and differ only in the
 order of floating-point sums, which over 75 steps moved the curves by at most 4e-7 (measured). A wrong
-shard, a missing 1/k on accumulated losses or a skipped batch on resume moves them by percents.
+shard, a missing 1/k on accumulated losses or a skipped batch on resume moves them by percents. The
+parameter sum is taken from each run's final checkpoint (rank 0's replica); the other rank's replica shows
+in the curves, whose losses and evaluations sum over both ranks' shards, each run on its own replica.
 """
 
 from __future__ import annotations
@@ -103,11 +105,6 @@ def test_checkpoints_follow_the_cadence_and_keep_last(ddp: TrainerRun) -> None:
     assert not any(key.startswith(("module.", "_orig_mod.")) for key in state["model"])
 
 
-def test_ddp_ranks_end_with_identical_parameters(ddp: TrainerRun) -> None:
-    first, second = ddp.checksums()
-    assert first == second
-
-
 def test_resume_continues_at_the_next_step_and_ends_where_the_reference_did(
     ddp: TrainerRun, tmp_path: Path
 ) -> None:
@@ -116,7 +113,7 @@ def test_resume_continues_at_the_next_step_and_ends_where_the_reference_did(
     # Step 40 is 15 steps into epoch 2: the resumed run must skip exactly those batches of that epoch.
     assert [step for step, _ in resumed.metric("loss")] == list(range(41, STEPS + 1))
     assert [step for step, _ in resumed.metric("eval_accuracy")] == [50, 75]
-    assert math.isclose(resumed.checksums()[0], ddp.checksums()[0], rel_tol=1e-9)
+    assert math.isclose(resumed.parameter_sum(), ddp.parameter_sum(), rel_tol=1e-9)
     assert_same_curve(resumed.metric("eval_loss"), ddp.metric("eval_loss")[1:], RTOL)
 
 
@@ -126,7 +123,7 @@ def test_one_process_and_two_ddp_ranks_follow_the_same_curve(
     single = runs["single"]
     assert_same_curve(single.metric("loss"), ddp.metric("loss"), RTOL)
     assert_same_curve(single.metric("eval_loss"), ddp.metric("eval_loss"), RTOL)
-    assert math.isclose(single.checksums()[0], ddp.checksums()[0], rel_tol=RTOL)
+    assert math.isclose(single.parameter_sum(), ddp.parameter_sum(), rel_tol=RTOL)
 
 
 def test_accumulating_four_micro_steps_matches_one_full_step(
@@ -134,7 +131,7 @@ def test_accumulating_four_micro_steps_matches_one_full_step(
 ) -> None:
     accumulated = runs["accumulated"]
     assert_same_curve(accumulated.metric("loss"), ddp.metric("loss"), RTOL)
-    assert math.isclose(accumulated.checksums()[0], ddp.checksums()[0], rel_tol=RTOL)
+    assert math.isclose(accumulated.parameter_sum(), ddp.parameter_sum(), rel_tol=RTOL)
 
 
 def test_bf16_small_cnn_on_cpu_trains(tmp_path: Path) -> None:
@@ -160,8 +157,6 @@ def test_bf16_small_cnn_on_cpu_trains(tmp_path: Path) -> None:
     assert [step for step, _ in loss] == [4, 8, 12]
     assert all(math.isfinite(value) for _, value in loss) and loss[-1][1] < loss[0][1], loss
     assert run.checkpoint_steps() == [12]
-    first, second = run.checksums()
-    assert first == second
 
 
 def test_a_failing_rank_records_its_error_for_the_worker(tmp_path: Path) -> None:

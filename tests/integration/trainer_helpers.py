@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from core.launch import JOB_TOKEN_ENV
 from trainers.events import (
     EVENTS_FILE,
@@ -94,14 +96,16 @@ class TrainerRun:
     def checkpoint_steps(self) -> list[int]:
         return [e.step for e in self.events() if isinstance(e, CheckpointEvent)]
 
-    def checksums(self) -> list[float]:
-        """The final `param_checksum=` line of every rank's log."""
-        found = []
-        for rank in range(self.nproc):
-            lines = [line for line in self.log(rank).splitlines() if line.startswith("param_checksum=")]
-            assert len(lines) == 1, f"rank {rank} printed {len(lines)} checksums"
-            found.append(float(lines[0].split("=", 1)[1]))
-        return found
+    def final_checkpoint(self) -> dict[str, Any]:
+        """The last checkpoint the run announced, loaded as the trainer loads one."""
+        last = [e for e in self.events() if isinstance(e, CheckpointEvent)][-1]
+        state: dict[str, Any] = torch.load(self.run_dir / last.path, weights_only=True)
+        return state
+
+    def parameter_sum(self) -> float:
+        """Every model tensor of the final checkpoint summed in float64: runs that end with the same
+        parameters give the same sum, and a step taken differently moves it."""
+        return sum(value.double().sum().item() for value in self.final_checkpoint()["model"].values())
 
 
 def train(

@@ -1,4 +1,4 @@
-"""The API's side of artifact_store=s3, with nothing on its own disk: logs read from the uploaded copy,
+"""The API's side of artifact_store=s3, with nothing on its own disk: logs read from the uploaded parts,
 checkpoints streamed from the bucket, resume from a stored checkpoint, and a deleted job's objects gone."""
 
 from __future__ import annotations
@@ -40,11 +40,15 @@ def end(session: Session, job_id: int) -> None:
     session.commit()
 
 
-def test_logs_read_from_the_object_by_byte_offset(
-    client: TestClient, session: Session, upload: Upload
+def test_logs_read_across_the_uploaded_parts_by_byte_offset(
+    client: TestClient, session: Session, s3_store: ObjectStore
 ) -> None:
     job_id = submit(client)["id"]
-    upload(job_id, "logs/rank1.log", "step 1\nünïcode\n".encode())
+    key = s3_store.run_key(job_id, "logs/rank1.log")
+    log = "step 1\nünïcode\n".encode()
+    # Two heartbeats' parts, the first ending inside a character.
+    s3_store.put_bytes(s3_store.part_key(key, 8), log[:8])
+    s3_store.put_bytes(s3_store.part_key(key, len(log)), log[8:])
     url = f"/v1/jobs/{job_id}/logs"
     assert client.get(url).json()["text"] == "", "the launcher's log is not uploaded yet"
 
@@ -87,7 +91,8 @@ def test_resume_from_a_stored_checkpoint_and_delete_the_job(
 ) -> None:
     job_id = submit(client)["id"]
     uri = upload(job_id, "checkpoints/step-10.pt", b"weights")
-    upload(job_id, "logs/rank0.log", b"log")
+    log_part = s3_store.part_key(s3_store.run_key(job_id, "logs/rank0.log"), 3)
+    s3_store.put_bytes(log_part, b"log")
     session.add(Checkpoint(job_id=job_id, step=10, epoch=1, path=uri, size_bytes=7))
     session.add(Checkpoint(job_id=job_id, step=11, epoch=1, path=f"s3://other/{uri[5:]}", size_bytes=7))
     session.commit()
@@ -100,5 +105,5 @@ def test_resume_from_a_stored_checkpoint_and_delete_the_job(
 
     end(session, job_id)
     assert client.delete(f"/v1/jobs/{job_id}").status_code == 204
-    assert not s3_store.exists(s3_store.run_key(job_id, "logs/rank0.log"))
+    assert not s3_store.exists(log_part)
     assert not s3_store.exists(s3_store.run_key(job_id, "checkpoints/step-10.pt"))

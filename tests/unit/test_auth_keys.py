@@ -1,8 +1,12 @@
-"""API keys: hashed at rest, sent as a bearer token, scoping every job route to its owner."""
+"""API keys: made on the server by `python -m core.keys`, hashed at rest, sent as a bearer token, scoping
+every job route to its owner."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
@@ -11,8 +15,9 @@ from sqlalchemy.orm import Session
 
 from app.api import auth
 from app.main import create_app
-from app.services.keys import caller_for_token, create_key, hash_token
+from app.services.keys import Caller, caller_for_token
 from core.config import Settings
+from core.keys import TOKEN_PREFIX, create_key, hash_token, main
 from core.models import ApiKey
 from tests.unit.conftest import job_body
 
@@ -34,6 +39,48 @@ def test_keys_are_stored_as_hashes_only(session: Session) -> None:
 def test_user_names_are_plain_words(session: Session) -> None:
     with pytest.raises(ValueError, match="not a valid name"):
         create_key(session, "../root", admin=True)
+
+
+def test_the_management_command_makes_the_first_admin_key(auth_on: Settings, session: Session) -> None:
+    # A real process, as an operator runs it on the server: it finds the database through the server's own
+    # settings (TRAINYARD_DATABASE_URL, set by the fixture), with no API running.
+    made = subprocess.run(
+        [sys.executable, "-m", "core.keys", "create", "--user", "ada", "--admin"],
+        cwd=Path(__file__).parents[2],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert made.returncode == 0, made.stderr
+    token = made.stdout.removesuffix("\n")
+    assert token.startswith(TOKEN_PREFIX) and "\n" not in token
+    assert "shown this once" in made.stderr
+    assert caller_for_token(session, token) == Caller("ada", is_admin=True)
+    # It is an admin key: the API lets it make the next ones.
+    listed = TestClient(create_app()).get("/v1/keys", headers=bearer(token))
+    assert listed.status_code == 200, listed.text
+    assert [key["user"] for key in listed.json()["data"]] == ["ada"]
+
+
+def test_the_management_command_names_a_bad_user(
+    settings: Settings, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["create", "--user", "no spaces"])
+    assert exited.value.code == 1
+    assert "user 'no spaces' is not a valid name: use 1-128 letters" in capsys.readouterr().err
+
+
+def test_the_management_command_asks_for_migrations(
+    env: Settings, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["create", "--user", "ada"])
+    error = capsys.readouterr().err
+    assert exited.value.code == 1
+    assert "no such table: api_keys" in error and "make migrate" in error
+    assert "sqlite:" not in error  # the URL may carry a password, so it is never printed
 
 
 def test_no_or_bad_token_is_401_with_a_challenge(auth_on: Settings) -> None:

@@ -12,15 +12,17 @@ import pytest
 from click.testing import CliRunner, Result
 from fastapi.testclient import TestClient
 from sqlalchemy import update
+from sqlalchemy.orm import Session
 
 import app.cli
 from app.cli import cli, follow
 from app.cli.render import console
 from app.client import TrainyardClient
-from app.services.keys import caller_for_token
+from app.services.keys import Caller, caller_for_token
 from app.services.runs import log_path
 from core.config import Settings
-from core.db import new_session, session_scope
+from core.db import session_scope
+from core.keys import create_key
 from core.models import Job, Metric, Worker, utcnow
 from core.states import JobStatus
 from tests.unit.conftest import job_body, submit
@@ -164,14 +166,22 @@ def test_logs_print_a_rank_log(run: CliRunnerCall, client: TestClient, settings:
     assert run("logs", job_id, "-f", "--rank", 1).output == "rank 1 says hello\n" * 3
 
 
-def test_keys_create_prints_a_working_key(settings: Settings) -> None:
-    result = CliRunner().invoke(cli, ["keys", "create", "--user", "grace", "--admin"])
-    assert result.exit_code == 0, result.output
-    with new_session() as session:
-        caller = caller_for_token(session, result.output.strip())
-    assert caller is not None and (caller.user, caller.is_admin) == ("grace", True)
-    refused = CliRunner().invoke(cli, ["keys", "create", "--user", "no spaces"])
-    assert refused.exit_code == 1 and "is not a valid name" in refused.output
+def test_keys_are_made_and_listed_through_the_api(
+    run: CliRunnerCall, auth_on: Settings, session: Session
+) -> None:
+    root = create_key(session, "root", admin=True)
+    made = run("--token", root, "keys", "create", "--user", "grace", "--admin")
+    assert made.exit_code == 0, made.output
+    grace = made.output.strip()
+    assert caller_for_token(session, grace) == Caller("grace", is_admin=True)
+    listed = run("--token", grace, "keys", "ls").output
+    assert "root" in listed and "grace" in listed and grace not in listed
+    alice = run("--token", grace, "keys", "create", "--user", "alice").output.strip()
+    refused = run("--token", alice, "keys", "create", "--user", "mallory", "--admin")
+    assert refused.exit_code == 1
+    assert "only an admin may manage API keys" in refused.output and "(HTTP 403)" in refused.output
+    bad = run("--token", root, "keys", "create", "--user", "no spaces")
+    assert bad.exit_code == 1 and "user: user 'no spaces' is not a valid name" in bad.output
 
 
 def test_gpus_lists_every_host_with_its_address_and_status(run: CliRunnerCall) -> None:

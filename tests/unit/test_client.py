@@ -9,8 +9,8 @@ from sqlalchemy.orm import Session
 
 from app.api.routes import stream
 from app.client import ApiError, StreamEnd, TrainyardClient
-from app.services.keys import create_key
 from core.config import get_settings
+from core.keys import create_key
 from core.models import Job, Metric
 from core.states import JobStatus
 from tests.unit.conftest import job_body

@@ -75,7 +75,7 @@ def test_embedding_bag_learns_synthetic_bags_in_one_process(tmp_path: Path) -> N
         }
     )
     config = RunConfig(job_id=1, attempt=1, spec=spec, plan=resolve_plan(spec))
-    # A world of one, built directly: distributed() would also take over this process's SIGTERM.
+    # A world of one, built directly: rank_env() would also take over this process's SIGTERM.
     assert train(config, tmp_path, DistEnv(rank=0, local_rank=0, world_size=1, device=CPU))
     events = [parse_event(line) for line in (tmp_path / "events.jsonl").read_text().splitlines()]
     evals = [e.values for e in events if isinstance(e, MetricsEvent) and "eval_accuracy" in e.values]

@@ -52,3 +52,18 @@ def test_a_multi_host_job_counts_its_gpus_on_every_host(small_quota: TestClient)
     assert refused.status_code == 429, refused.text
     assert "ask for 2 GPUs; 2 more would pass" in refused.json()["detail"]
     submit(small_quota, parallel={"num_gpus": 1})
+
+
+def test_a_cpu_job_is_not_refused_by_a_gpu_quota_it_takes_nothing_from(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After the GPU quota is lowered below what a user's jobs already ask for, GPU jobs are refused and jobs
+    that ask for no GPUs are still taken: they cannot take the user past the GPU quota."""
+    submit(TestClient(create_app()), parallel={"num_gpus": 2})
+    monkeypatch.setenv("TRAINYARD_QUOTA_MAX_GPUS", "1")
+    get_settings.cache_clear()
+    client = TestClient(create_app())
+    refused = client.post("/v1/jobs", json=job_body(parallel={"num_gpus": 1}))
+    assert refused.status_code == 429, refused.text
+    assert "ask for 2 GPUs; 1 more would pass TRAINYARD_QUOTA_MAX_GPUS=1" in refused.json()["detail"]
+    submit(client)

@@ -13,8 +13,8 @@ from hypothesis import HealthCheck
 from sqlalchemy.orm import Session
 
 from app.main import create_app
-from app.services.keys import hash_token
 from core.config import Settings, get_settings
+from core.keys import hash_token
 from core.models import ApiKey
 from tests.unit.conftest import submit
 

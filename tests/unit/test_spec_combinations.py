@@ -1,6 +1,6 @@
 """Options valid alone but not together are refused at submit (422 naming the field and the fix) instead of
-failing or being ignored once the job runs; the catalog they are checked against matches the real models and
-datasets."""
+failing or being ignored once the job runs; the catalogue they are checked against matches the real models
+and datasets."""
 
 from __future__ import annotations
 
@@ -15,16 +15,10 @@ from fastapi.testclient import TestClient
 from tests.unit.conftest import job_body
 from tests.unit.test_datasets_disk import data_dir, write_cifar_batch, write_idx
 from tests.unit.test_spec import assert_problem
-from trainers.catalog import (
-    DATASETS,
-    DATASETS_ON_DISK,
-    DATASETS_WITH_TEST_SPLIT,
-    SPARSE_ARCHS,
-    TOKEN_ARCHS,
-    TOKEN_DATASETS,
-)
+from trainers.catalog.archs import ARCHS
+from trainers.catalog.datasets import DATASETS, DatasetName, InputKind
 from trainers.data import load_dataset
-from trainers.models import ARCHS, build_model
+from trainers.models import build_model
 from trainers.plan import resolve_plan
 from trainers.schedule import sparse_parameters
 from trainers.spec import DataSpec, JobSpec
@@ -59,7 +53,7 @@ REFUSED: list[tuple[str, dict[str, Any], str, str]] = [
         "an image size for token bags",
         bags(data={**BAG_DATA, "image_size": 32}),
         "data.image_size",
-        "embedding_bag reads token ids; drop it",
+        "embedding_bag reads bags of token ids; drop it",
     ),
     (
         "adam on the sparse table",
@@ -144,15 +138,14 @@ def test_combinations_that_work_are_accepted(client: TestClient, body: dict[str,
     assert response.status_code == 200, response.text
 
 
-@pytest.mark.parametrize("dataset", DATASETS_WITH_TEST_SPLIT)
+TEST_SPLITS = [name for name, info in DATASETS.items() if info.test_split]
+
+
+@pytest.mark.parametrize("dataset", TEST_SPLITS)
 def test_plateau_without_a_held_out_share_is_fine_where_a_test_split_exists(dataset: str) -> None:
     data = {"dataset": dataset, "root": dataset, "val_fraction": 0}
     spec = JobSpec.model_validate({"model": {"arch": "mlp"}, "data": data, "train": PLATEAU})
     resolve_plan(spec)
-
-
-def test_token_archs_are_the_models_that_read_token_ids() -> None:
-    assert set(TOKEN_ARCHS) == {name for name, arch in ARCHS.items() if arch.tokens}
 
 
 def test_sparse_archs_are_the_models_with_sparse_gradients() -> None:
@@ -162,14 +155,16 @@ def test_sparse_archs_are_the_models_with_sparse_gradients() -> None:
             model = build_model(name, {}, 3, 4, max(arch.min_image_size, 8), vocab_size=100)
         if sparse_parameters(model):
             sparse.add(name)
-    assert sparse == set(SPARSE_ARCHS)
+    assert sparse == {name for name, arch in ARCHS.items() if arch.sparse}
 
 
-@pytest.mark.parametrize("dataset", sorted(set(DATASETS) - set(DATASETS_ON_DISK)))
-def test_in_memory_datasets_hold_out_val_fraction_and_hold_tokens_as_catalogued(dataset: str) -> None:
+@pytest.mark.parametrize("dataset", [name for name, info in DATASETS.items() if not info.on_disk])
+def test_in_memory_datasets_hold_out_val_fraction_and_hold_what_is_catalogued(dataset: DatasetName) -> None:
     data = load_dataset(DataSpec(dataset=dataset, num_samples=64, val_fraction=0), seed=0)
-    assert len(data.val[1]) == 0 and dataset not in DATASETS_WITH_TEST_SPLIT
-    assert data.tokens == (dataset in TOKEN_DATASETS)
+    info = DATASETS[dataset]
+    assert len(data.val[1]) == 0 and not info.test_split
+    assert data.tokens == (info.input is InputKind.TOKEN_BAGS)
+    assert data.num_classes == (info.classes if isinstance(info.classes, int) else 10)  # the spec's default
 
 
 def test_cifar10_and_mnist_evaluate_on_their_test_split_whatever_val_fraction(data_dir: Path) -> None:
@@ -180,6 +175,8 @@ def test_cifar10_and_mnist_evaluate_on_their_test_split_whatever_val_fraction(da
     for prefix, count in (("train", 2), ("t10k", 1)):
         write_idx(data_dir / "mnist" / f"{prefix}-images-idx3-ubyte", np.zeros((count, 28, 28)), False)
         write_idx(data_dir / "mnist" / f"{prefix}-labels-idx1-ubyte", np.zeros(count), False)
-    for dataset in DATASETS_WITH_TEST_SPLIT:
+    assert TEST_SPLITS == ["cifar10", "mnist"]
+    for dataset in TEST_SPLITS:
         data = load_dataset(DataSpec(dataset=dataset, root=dataset, val_fraction=0), seed=0)
         assert len(data.val[1]) == 1, dataset
+        assert data.num_classes == DATASETS[dataset].classes

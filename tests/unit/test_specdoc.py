@@ -49,4 +49,7 @@ def test_rows_show_types_defaults_bounds_and_choices() -> None:
     assert all(f"`{strategy.value}`" in parallel["strategy"] for strategy in Strategy)
     assert "each ≥ 0, each ≤ 255" in parallel["gpus"]
     assert "**required**" in data["dataset"]
-    assert "| `mlp` | `hidden` (int, 4..16384), `depth` (int, 1..32) |" in text
+    assert (
+        "| `mlp` | images | `hidden` (int, 4..16384, default 256), `depth` (int, 1..32, default 2) |" in text
+    )
+    assert "| `cifar10` | 3 x 32 x 32 | 10 | `data.root` | its test split |" in text

@@ -90,7 +90,7 @@ def test_stage_i_goes_to_the_jobs_gpu_i() -> None:
 def test_hybrid_single_puts_batches_where_the_first_module_lives() -> None:
     strategy = SingleDeviceStrategy(SOLO, {"0": DevicePlacement.CPU})
     model = two_layers()
-    assert strategy.setup(model) is model and strategy.input_device == CPU
+    assert strategy.setup_module(model) is model and strategy.input_device == CPU
     assert model[0]._forward_pre_hooks, "placement installs its hooks even where every device is the CPU"
 
 
@@ -100,7 +100,7 @@ def test_model_parallel_on_cpu_stages_trains_exactly_like_single() -> None:
     results = []
     for strategy in (SingleDeviceStrategy(SOLO), ModelParallelStrategy(SOLO, ["2"])):
         model = two_layers()
-        forward = strategy.setup(model)
+        forward = strategy.setup_module(model)
         loss = strategy.forward_backward(forward, x, y, precision, divisor=2)
         grads = [p.grad.clone() for p in model.parameters() if p.grad is not None]
         results.append((loss, grads, list(strategy.full_state(torch.optim.SGD(model.parameters()))[0])))
@@ -136,12 +136,12 @@ def test_replicas_run_under_the_callers_autocast_dtype() -> None:
 def test_dp_unwraps_to_the_bare_model_and_saves_bare_keys() -> None:
     strategy = DataParallelStrategy(SOLO)
     model = two_layers()
-    wrapped = strategy.setup(model)
+    wrapped = strategy.setup_module(model)
     assert isinstance(wrapped, nn.DataParallel) and strategy.unwrap() is model
     assert next(iter(wrapped.state_dict())).startswith("module.")
     model_state, optimizer_state = strategy.full_state(torch.optim.SGD(model.parameters(), lr=0.1))
     assert list(model_state) == list(bare_keys(wrapped.state_dict())) == list(two_layers().state_dict())
     fresh = SingleDeviceStrategy(SOLO)
-    fresh.setup(two_layers())
+    fresh.setup_module(two_layers())
     fresh.load_full_state(model_state, optimizer_state, torch.optim.SGD(fresh.unwrap().parameters(), lr=0.1))
     assert wrapped(torch.ones(1, 4)).shape == (1, 3)

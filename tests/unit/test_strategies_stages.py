@@ -1,5 +1,5 @@
-"""Stage split points: the spec's module table matches the real models, defaults fall where documented, and
-a model cut into SequentialStages computes exactly what the whole model does."""
+"""Stage split points: the catalogue's module names match the real models, defaults fall where documented,
+and a model cut into SequentialStages computes exactly what the whole model does."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ import pytest
 import torch
 from torch import nn
 
-from trainers.catalog import MODULE_NAMES
-from trainers.models import ARCHS, build_model
-from trainers.spec import ModelSpec, module_names
-from trainers.stages import default_split_at, max_stages, split_at_problem, stage_groups
+from trainers.catalog.archs import ARCHS, Arch
+from trainers.models import build_model
+from trainers.problems import SpecError
+from trainers.stages import default_split_at, split_at_problem, stage_groups
 from trainers.strategies.pipeline import SequentialStage
 
 
@@ -20,19 +20,23 @@ def build(arch: str, **kwargs: int | float) -> nn.Module:
     return build_model(arch, dict(kwargs), 3, 10, 64)
 
 
-def test_the_module_table_covers_every_registered_model() -> None:
-    assert set(MODULE_NAMES) == set(ARCHS)
+def names_of(arch: Arch) -> tuple[str, ...]:
+    return ARCHS[arch].module_names({})
 
 
-@pytest.mark.parametrize("arch", sorted(ARCHS))
-def test_module_names_are_the_models_children(arch: str) -> None:
+def test_the_catalogue_covers_every_architecture() -> None:
+    assert set(ARCHS) == set(Arch)
+
+
+@pytest.mark.parametrize("arch", sorted(Arch))
+def test_module_names_are_the_models_children(arch: Arch) -> None:
     names = tuple(name for name, _ in build(arch).named_children())
-    assert module_names(ModelSpec(arch=arch)) == names
+    assert names_of(arch) == names
 
 
 def test_mlp_module_names_follow_its_depth() -> None:
     names = tuple(name for name, _ in build("mlp", depth=3).named_children())
-    assert module_names(ModelSpec(arch="mlp", kwargs={"depth": 3})) == names
+    assert ARCHS[Arch.MLP].module_names({"depth": 3}) == names
 
 
 @pytest.mark.parametrize(
@@ -47,18 +51,18 @@ def test_mlp_module_names_follow_its_depth() -> None:
         ("embedding_bag", ["classifier"]),
     ],
 )
-def test_two_stages_split_at_the_natural_point(arch: str, expected: list[str]) -> None:
-    assert default_split_at(arch, MODULE_NAMES[arch], 2) == expected
+def test_two_stages_split_at_the_natural_point(arch: Arch, expected: list[str]) -> None:
+    assert default_split_at(arch, names_of(arch), 2) == expected
 
 
 def test_more_stages_spread_over_the_candidates_and_stop_at_their_count() -> None:
-    names = MODULE_NAMES["resnet50"]
+    names = names_of(Arch.RESNET50)
     assert default_split_at("resnet50", names, 3) == ["layer2", "layer4"]
     assert default_split_at("resnet50", names, 6) == ["layer1", "layer2", "layer3", "layer4", "avgpool"]
-    assert max_stages("resnet50", names) == 6
+    assert ARCHS[Arch.RESNET50].max_stages(names) == 6
     with pytest.raises(ValueError, match="at most 6 stages"):
         default_split_at("resnet50", names, 7)
-    mlp = MODULE_NAMES["mlp"]
+    mlp = names_of(Arch.MLP)
     for stages in range(2, 7):
         split = default_split_at("mlp", mlp, stages)
         assert len(set(split)) == stages - 1 and split_at_problem(mlp, split) is None
@@ -68,12 +72,14 @@ def test_split_points_are_checked_and_cut_in_order() -> None:
     names = ("a", "b", "c", "d")
     assert stage_groups(names, ["c"]) == [["a", "b"], ["c", "d"]]
     assert stage_groups(names, ["b", "d"]) == [["a"], ["b", "c"], ["d"]]
-    assert "does not have" in (split_at_problem(names, ["x"]) or "")
-    assert "first stage would be empty" in (split_at_problem(names, ["a"]) or "")
-    assert "model's order" in (split_at_problem(names, ["c", "b"]) or "")
-    assert "model's order" in (split_at_problem(names, ["b", "b"]) or "")
-    with pytest.raises(ValueError, match=r"parallel\.split_at"):
+    assert "does not have" in str(split_at_problem(names, ["x"]))
+    assert "first stage would be empty" in str(split_at_problem(names, ["a"]))
+    assert "model's order" in str(split_at_problem(names, ["c", "b"]))
+    assert "model's order" in str(split_at_problem(names, ["b", "b"]))
+    assert split_at_problem(names, ["b", "d"]) is None
+    with pytest.raises(SpecError, match=r"parallel\.split_at") as refused:
         stage_groups(names, ["x"])
+    assert [problem.field for problem in refused.value.problems] == ["parallel.split_at"]
 
 
 @pytest.mark.parametrize("arch", ["mlp", "small_cnn", "alexnet", "resnet18", "vgg11"])

@@ -23,6 +23,7 @@ from trainers.plan import RunConfig
 from worker.leases import WAITING_FOR_GPUS, claim_job
 from worker.runner import run_job
 from worker.tail import EventTail, apply_events
+from worker.uploads import Uploads
 
 if TYPE_CHECKING:
     from tests.unit.worker_fixtures import Doorbell, WorkerDb
@@ -93,10 +94,11 @@ def test_batches_land_in_sql_and_retailing_changes_nothing(database: WorkerDb) -
     run_dir.mkdir(parents=True)
     path = run_dir / "events.jsonl"
     tail = EventTail(path)
+    uploads = Uploads(job_id, run_dir, launcher_log=True)  # a shared runs directory: no upload, rows at once
 
     def pump(tail: EventTail) -> None:
         with session_scope() as session:
-            apply_events(session, job_id, run_dir, tail.drain())
+            apply_events(session, job_id, tail.drain(), uploads)
 
     for event in FIRST:
         append_event(path, event)

@@ -73,7 +73,7 @@ def test_round_trip_restores_model_optimizer_rng_and_step(tmp_path: Path) -> Non
     fresh_optimizer = torch.optim.SGD(fresh.parameters(), lr=0.1, momentum=0.9)
     torch.manual_seed(123)
     strategy = SingleDeviceStrategy(DistEnv(rank=0, local_rank=0, world_size=1, device=CPU))
-    strategy.setup(fresh)
+    strategy.setup_module(fresh)
     step = restore(load_checkpoint(path, CPU), strategy, fresh_optimizer, MixedPrecision(Precision.FP32, CPU))
     assert step == 12
     for key, value in model.state_dict().items():

@@ -5,12 +5,21 @@ from __future__ import annotations
 import pytest
 import torch
 
-from trainers.catalog import MODEL_KWARGS
-from trainers.models import ARCHS, build_model, get_arch
+from trainers.catalog.archs import Arch
+from trainers.models import BUILDERS, build_model, get_arch
+from trainers.problems import SpecError
 
 
 def test_registry_covers_every_arch_the_spec_accepts() -> None:
-    assert set(ARCHS) == set(MODEL_KWARGS)
+    assert set(BUILDERS) == set(Arch)
+
+
+def test_builders_take_the_catalogues_defaults_and_refuse_other_kwargs() -> None:
+    model = build_model("mlp", {"hidden": 16}, in_channels=1, num_classes=10, image_size=8)
+    assert len(model) == 6  # Flatten, (Linear, ReLU) x the catalogue's default depth of 2, Linear
+    with pytest.raises(SpecError) as refused:
+        build_model("mlp", {"width": 16, "depth": 99}, in_channels=1, num_classes=10, image_size=8)
+    assert [p.field for p in refused.value.problems] == ["model.kwargs.width", "model.kwargs.depth"]
 
 
 @pytest.mark.parametrize(

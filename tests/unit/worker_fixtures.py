@@ -134,15 +134,21 @@ FAKE_TRAINER = textwrap.dedent(
         (run_dir / "error.json").write_text(json.dumps(error))
     if mode == "crash":
         print("Traceback (most recent call last):\\nRuntimeError: out of cheese", file=sys.stderr)
+    if mode == "checkpoint":
+        (run_dir / "checkpoints").mkdir(exist_ok=True)
+        (run_dir / "checkpoints" / "step-10.pt").write_bytes(b"weights")
+        saved = {"step": 10, "epoch": 0, "path": "checkpoints/step-10.pt", "size_bytes": 7}
+        emit({"kind": "checkpoint", **saved})
     emit({"kind": "done", "step": 10})
-    sys.exit(0 if mode == "ok" else 1)
+    sys.exit(0 if mode in ("ok", "checkpoint") else 1)
     """
 )
 
 
 @pytest.fixture
 def fake_trainer(monkeypatch: pytest.MonkeyPatch) -> Callable[[str], None]:
-    """Call with a mode (ok, hang, error_file, crash) to make the runner start FAKE_TRAINER instead."""
+    """Call with a mode (ok, checkpoint, hang, error_file, crash) to make the runner start FAKE_TRAINER
+    instead."""
     monkeypatch.setenv("TRAINYARD_CANCEL_GRACE_S", "2")
     get_settings.cache_clear()
     monkeypatch.setattr(runner, "SHUTDOWN", threading.Event())

@@ -16,26 +16,29 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import Dataset, DistributedSampler
 
+from trainers.catalog.datasets import DATASETS, DatasetName
 from trainers.data import bags, cifar10, digits, image_folder, mnist, synthetic
 from trainers.dist_env import DistEnv
 from trainers.spec import DataPlacement, DataSpec
 
 Batch = tuple[torch.Tensor, torch.Tensor]
+Loader = Callable[[DataSpec, int], tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]]
 
 
 @dataclass(frozen=True)
 class Source:
-    load: Callable[[DataSpec, int], tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]]
-    num_classes: Callable[[DataSpec], int]
+    load: Loader
+    num_classes: Callable[[DataSpec], int] | None = None  # None: the catalogue's fixed count
 
 
-DATASETS: dict[str, Source] = {
-    "synthetic": Source(synthetic.load, lambda data: data.num_classes),
-    "digits": Source(digits.load, lambda data: digits.NUM_CLASSES),
-    "cifar10": Source(cifar10.load, lambda data: cifar10.NUM_CLASSES),
-    "mnist": Source(mnist.load, lambda data: mnist.NUM_CLASSES),
-    "image_folder": Source(image_folder.load, image_folder.num_classes),
-    "synthetic_bags": Source(bags.load, lambda data: data.num_classes),
+# The loaders, keyed by the catalogue's DatasetName; what the planner knows of each is its DatasetInfo.
+SOURCES: dict[DatasetName, Source] = {
+    DatasetName.SYNTHETIC: Source(synthetic.load, lambda data: data.num_classes),
+    DatasetName.DIGITS: Source(digits.load),
+    DatasetName.CIFAR10: Source(cifar10.load),
+    DatasetName.MNIST: Source(mnist.load),
+    DatasetName.IMAGE_FOLDER: Source(image_folder.load, image_folder.num_classes),
+    DatasetName.SYNTHETIC_BAGS: Source(bags.load, lambda data: data.num_classes),
 }
 
 
@@ -59,12 +62,19 @@ class LoadedData:
         return self.train[0].shape[-1]
 
 
+def num_classes(data: DataSpec) -> int:
+    """The catalogue's count where it is fixed; else what the spec or the files say."""
+    counted = SOURCES[data.dataset].num_classes
+    if counted is not None:
+        return counted(data)
+    fixed = DATASETS[data.dataset].classes
+    assert isinstance(fixed, int), f"{data.dataset}'s loader must count its classes: the catalogue has none"
+    return fixed
+
+
 def load_dataset(data: DataSpec, seed: int) -> LoadedData:
-    if data.dataset not in DATASETS:
-        raise ValueError(f"unknown data.dataset {data.dataset!r}; choose one of {', '.join(DATASETS)}")
-    source = DATASETS[data.dataset]
-    train_x, train_y, val_x, val_y = source.load(data, seed)
-    return LoadedData(train=(train_x, train_y), val=(val_x, val_y), num_classes=source.num_classes(data))
+    train_x, train_y, val_x, val_y = SOURCES[data.dataset].load(data, seed)
+    return LoadedData(train=(train_x, train_y), val=(val_x, val_y), num_classes=num_classes(data))
 
 
 def storage_device(placement: DataPlacement, device: torch.device) -> torch.device:

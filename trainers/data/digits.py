@@ -10,7 +10,6 @@ import torch
 
 from trainers.spec import DataSpec
 
-NUM_CLASSES = 10
 _MAX_PIXEL = 16.0
 
 

@@ -26,5 +26,5 @@ class EmbeddingBagClassifier(nn.Module):
         return self.classifier(self.embedding(tokens))
 
 
-def build_embedding_bag(vocab_size: int, num_classes: int, embedding_dim: int = 64) -> nn.Module:
+def build_embedding_bag(vocab_size: int, num_classes: int, embedding_dim: int) -> nn.Module:
     return EmbeddingBagClassifier(vocab_size, num_classes, embedding_dim, hidden=max(embedding_dim, 64))

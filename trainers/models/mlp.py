@@ -5,9 +5,7 @@ from __future__ import annotations
 from torch import nn
 
 
-def build_mlp(
-    in_channels: int, num_classes: int, image_size: int, hidden: int = 256, depth: int = 2
-) -> nn.Module:
+def build_mlp(in_channels: int, num_classes: int, image_size: int, hidden: int, depth: int) -> nn.Module:
     layers: list[nn.Module] = [nn.Flatten()]
     width = in_channels * image_size * image_size
     for _ in range(depth):

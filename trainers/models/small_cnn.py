@@ -13,7 +13,7 @@ def _block(c_in: int, c_out: int) -> nn.Sequential:
     )
 
 
-def build_small_cnn(in_channels: int, num_classes: int, image_size: int, channels: int = 32) -> nn.Module:
+def build_small_cnn(in_channels: int, num_classes: int, image_size: int, channels: int) -> nn.Module:
     # Adaptive pooling makes the head independent of image_size, so any size from the spec works.
     return nn.Sequential(
         _block(in_channels, channels),

@@ -9,7 +9,7 @@ from __future__ import annotations
 from torch import nn
 
 
-def build_alexnet(in_channels: int, num_classes: int, image_size: int, dropout: float = 0.5) -> nn.Module:
+def build_alexnet(in_channels: int, num_classes: int, image_size: int, dropout: float) -> nn.Module:
     from torchvision.models import alexnet
 
     return alexnet(weights=None, num_classes=num_classes, dropout=dropout)
@@ -27,7 +27,7 @@ def build_resnet50(in_channels: int, num_classes: int, image_size: int) -> nn.Mo
     return resnet50(weights=None, num_classes=num_classes)
 
 
-def build_vgg11(in_channels: int, num_classes: int, image_size: int, dropout: float = 0.5) -> nn.Module:
+def build_vgg11(in_channels: int, num_classes: int, image_size: int, dropout: float) -> nn.Module:
     from torchvision.models import vgg11
 
     return vgg11(weights=None, num_classes=num_classes, dropout=dropout)

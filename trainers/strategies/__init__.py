@@ -6,46 +6,49 @@ from collections.abc import Callable
 
 from trainers.dist_env import DistEnv
 from trainers.spec import ParallelSpec, Strategy
-from trainers.strategies.base import ParallelStrategy, Reduce
+from trainers.strategies.base import ParallelStrategy
+from trainers.strategies.process_group import GroupOptions
+
+Builder = Callable[[DistEnv, ParallelSpec, GroupOptions], ParallelStrategy]
 
 
-def _single(env: DistEnv, parallel: ParallelSpec) -> ParallelStrategy:
+def _single(env: DistEnv, parallel: ParallelSpec, group: GroupOptions) -> ParallelStrategy:
     from trainers.strategies.single import SingleDeviceStrategy
 
     return SingleDeviceStrategy(env, parallel.placement)
 
 
-def _dp(env: DistEnv, parallel: ParallelSpec) -> ParallelStrategy:
+def _dp(env: DistEnv, parallel: ParallelSpec, group: GroupOptions) -> ParallelStrategy:
     from trainers.strategies.dp import DataParallelStrategy
 
     return DataParallelStrategy(env)
 
 
-def _model_parallel(env: DistEnv, parallel: ParallelSpec) -> ParallelStrategy:
+def _model_parallel(env: DistEnv, parallel: ParallelSpec, group: GroupOptions) -> ParallelStrategy:
     from trainers.strategies.model_parallel import ModelParallelStrategy
 
     return ModelParallelStrategy(env, parallel.split_at or [])
 
 
-def _pipeline(env: DistEnv, parallel: ParallelSpec) -> ParallelStrategy:
+def _pipeline(env: DistEnv, parallel: ParallelSpec, group: GroupOptions) -> ParallelStrategy:
     from trainers.strategies.pipeline import PipelineStrategy
 
-    return PipelineStrategy(env, parallel.split_at or [], parallel.microbatches or 1)
+    return PipelineStrategy(env, group, parallel.split_at or [], parallel.microbatches or 1)
 
 
-def _ddp(env: DistEnv, parallel: ParallelSpec) -> ParallelStrategy:
+def _ddp(env: DistEnv, parallel: ParallelSpec, group: GroupOptions) -> ParallelStrategy:
     from trainers.strategies.ddp import DDPStrategy
 
-    return DDPStrategy(env, sync_batchnorm=parallel.sync_batchnorm)
+    return DDPStrategy(env, group, sync_batchnorm=parallel.sync_batchnorm)
 
 
-def _fsdp(env: DistEnv, parallel: ParallelSpec) -> ParallelStrategy:
+def _fsdp(env: DistEnv, parallel: ParallelSpec, group: GroupOptions) -> ParallelStrategy:
     from trainers.strategies.fsdp import FSDPStrategy
 
-    return FSDPStrategy(env)
+    return FSDPStrategy(env, group)
 
 
-def _hogwild(env: DistEnv, parallel: ParallelSpec) -> ParallelStrategy:
+def _hogwild(env: DistEnv, parallel: ParallelSpec, group: GroupOptions) -> ParallelStrategy:
     from trainers.strategies.hogwild import HogwildStrategy
 
     return HogwildStrategy(env)
@@ -53,8 +56,9 @@ def _hogwild(env: DistEnv, parallel: ParallelSpec) -> ParallelStrategy:
 
 # Each strategy's module is imported only when a job uses it: fsdp pulls in torch.distributed.checkpoint
 # and DTensor, pipeline torch._dynamo, seconds of import that every other job would pay at start-up.
-# The loop fills in split_at (per-arch defaults) and microbatches from the plan before building these.
-_STRATEGIES: dict[Strategy, Callable[[DistEnv, ParallelSpec], ParallelStrategy]] = {
+# The loop fills in split_at (per-arch defaults) and microbatches from the plan before building these;
+# the group options serve the strategies whose ranks join a process group (ddp, fsdp, pipeline).
+_STRATEGIES: dict[Strategy, Builder] = {
     Strategy.SINGLE: _single,
     Strategy.DP: _dp,
     Strategy.MODEL_PARALLEL: _model_parallel,
@@ -65,11 +69,13 @@ _STRATEGIES: dict[Strategy, Callable[[DistEnv, ParallelSpec], ParallelStrategy]]
 }
 
 
-def build_strategy(strategy: Strategy, parallel: ParallelSpec, env: DistEnv) -> ParallelStrategy:
+def build_strategy(
+    strategy: Strategy, parallel: ParallelSpec, env: DistEnv, group: GroupOptions
+) -> ParallelStrategy:
     if strategy not in _STRATEGIES:
         names = ", ".join(_STRATEGIES)
         raise ValueError(f"strategy {strategy!r} is not implemented by the trainer; use one of {names}")
-    return _STRATEGIES[strategy](env, parallel)
+    return _STRATEGIES[strategy](env, parallel, group)
 
 
-__all__ = ["ParallelStrategy", "Reduce", "build_strategy"]
+__all__ = ["GroupOptions", "ParallelStrategy", "build_strategy"]

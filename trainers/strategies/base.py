@@ -1,8 +1,10 @@
-"""The one interface every parallel strategy implements, in the spirit of Lightning Fabric's Strategy.
+"""The one interface every parallel strategy implements, in the shape of Lightning Fabric's Strategy.
 
-The loop only talks to this interface, so a new way of splitting work (dp, fsdp, pipeline, ...) is a new
-file here and an entry in the registry, never an edit to the loop. The defaults serve every strategy that
-runs the whole model's forward in one process; pipeline overrides what it runs differently.
+A strategy's life: setup_environment, setup_module, setup_optimizer; per step forward_backward (backward)
+and optimizer_step; reduce_metrics at report steps; barrier; teardown. The loop only talks to this
+interface, so a new way of splitting work (dp, fsdp, pipeline, ...) is a new file here and an entry in the
+registry, never an edit to the loop. The defaults serve every strategy that runs the whole model's forward
+in one process; pipeline overrides what it runs differently.
 """
 
 from __future__ import annotations
@@ -10,7 +12,6 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from contextlib import AbstractContextManager
-from enum import StrEnum
 from typing import Any
 
 import torch
@@ -20,6 +21,8 @@ from torch import nn
 from trainers.dist_env import DistEnv
 from trainers.placement import place
 from trainers.precision import MixedPrecision
+from trainers.schedule import build_optimizer, sparse_parameters
+from trainers.spec import TrainSpec
 
 Forward = Callable[[torch.Tensor], torch.Tensor]
 
@@ -32,18 +35,17 @@ def batch_sums(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     return torch.stack([loss.double(), correct.double(), loss.new_tensor(len(y), dtype=torch.float64)])
 
 
-class Reduce(StrEnum):
-    SUM = "sum"
-    MEAN = "mean"
-
-
 class ParallelStrategy(ABC):
     def __init__(self, env: DistEnv) -> None:
         self.env = env
         self._module: nn.Module | None = None
         self.input_device = env.device  # where the loop delivers batches
 
-    def setup(self, module: nn.Module) -> nn.Module:
+    @abstractmethod
+    def setup_environment(self) -> None:
+        """Connect this rank to the others, before setup_module."""
+
+    def setup_module(self, module: nn.Module) -> nn.Module:
         """Put the bare module (built on the CPU) on its device(s) and wrap it; returns what the loop runs."""
         self._module = module
         names = [name for name, _ in module.named_children()]
@@ -62,6 +64,12 @@ class ParallelStrategy(ABC):
     @abstractmethod
     def wrap(self, module: nn.Module) -> nn.Module: ...
 
+    def setup_optimizer(self, train: TrainSpec, lr: float) -> torch.optim.Optimizer:
+        """The optimizer over the parameters this rank holds once wrapped: a stage's under pipeline, and
+        under fsdp the shards that fully_shard put in place of the module's own parameters."""
+        module = self.unwrap()
+        return build_optimizer(module.parameters(), train, lr, self.env.device, sparse_parameters(module))
+
     def compiled(self, forward: Forward) -> Forward:
         """What the loop runs under performance.compile."""
         return torch.compile(forward)
@@ -69,12 +77,6 @@ class ParallelStrategy(ABC):
     @abstractmethod
     def no_sync(self) -> AbstractContextManager[None]:
         """Context for accumulation micro-steps: gradients stay local until the last micro-step."""
-
-    @abstractmethod
-    def all_reduce(self, tensor: torch.Tensor, op: Reduce = Reduce.MEAN) -> torch.Tensor: ...
-
-    @abstractmethod
-    def barrier(self) -> None: ...
 
     @property
     def data_env(self) -> DistEnv:
@@ -95,6 +97,35 @@ class ParallelStrategy(ABC):
     def backward(self, loss: torch.Tensor) -> None:
         loss.backward()
 
+    def optimizer_step(
+        self, optimizer: torch.optim.Optimizer, precision: MixedPrecision, clip_grad_norm: float | None
+    ) -> None:
+        """Clip (on unscaled gradients) when asked, update the parameters, and drop the gradients."""
+        if clip_grad_norm is not None:
+            precision.unscale(optimizer)
+            self.clip_grad_norm(clip_grad_norm)
+        precision.step(optimizer)
+        optimizer.zero_grad(set_to_none=True)
+
+    def clip_grad_norm(self, max_norm: float) -> torch.Tensor:
+        """Scales the gradients so that their norm over the whole model is at most max_norm; returns the norm
+        before clipping. Overridden where a rank holds only part of the gradients."""
+        return nn.utils.clip_grad_norm_(self.unwrap().parameters(), max_norm)
+
+    @abstractmethod
+    def reduce_metrics(self, sums: torch.Tensor) -> torch.Tensor:
+        """The job's totals of per-rank metric sums (summed losses, correct predictions, sample counts).
+
+        A collective: every rank calls it at the same step with a tensor of the same shape, and every rank
+        gets the same totals back (rank 0 reports them; every rank's plateau schedule reads eval_loss).
+        Totals are sums, never means: ranks may hold unequal sample counts (uneven eval shards), so callers
+        divide a summed loss by the summed count. The caller's tensor is left as it was.
+        """
+
+    @abstractmethod
+    def barrier(self) -> None:
+        """Returns once every rank has called it."""
+
     @torch.no_grad()
     def eval_sums(self, x: torch.Tensor, y: torch.Tensor, precision: MixedPrecision) -> torch.Tensor:
         """Summed loss, correct predictions and samples of one batch, on env.device. The bare module: a
@@ -102,10 +133,6 @@ class ParallelStrategy(ABC):
         with precision.autocast():
             logits = self.unwrap()(x)
         return batch_sums(logits, y).to(self.env.device)
-
-    def clip_grad_norm(self, max_norm: float) -> torch.Tensor:
-        """Sharded strategies override this: the norm must then be reduced over the shards."""
-        return nn.utils.clip_grad_norm_(self.unwrap().parameters(), max_norm)
 
     def full_state(self, optimizer: torch.optim.Optimizer) -> tuple[dict[str, Any], dict[str, Any]]:
         """The whole model's and optimizer's state as the bare model names them, complete on rank 0.
@@ -122,7 +149,7 @@ class ParallelStrategy(ABC):
     def unwrap(self) -> nn.Module:
         """The bare module, whose state_dict keys carry no wrapper prefixes."""
         if self._module is None:
-            raise RuntimeError("call setup(module) before unwrap()")
+            raise RuntimeError("call setup_module(module) before unwrap()")
         return self._module
 
     def teardown(self) -> None:

@@ -4,18 +4,16 @@ from __future__ import annotations
 
 from contextlib import AbstractContextManager
 
-import torch
-import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 from trainers.dist_env import DistEnv
-from trainers.strategies.base import ParallelStrategy, Reduce
+from trainers.strategies.process_group import GroupOptions, ProcessGroupStrategy
 
 
-class DDPStrategy(ParallelStrategy):
-    def __init__(self, env: DistEnv, sync_batchnorm: bool) -> None:
-        super().__init__(env)
+class DDPStrategy(ProcessGroupStrategy):
+    def __init__(self, env: DistEnv, group: GroupOptions, sync_batchnorm: bool) -> None:
+        super().__init__(env, group)
         if sync_batchnorm and env.device.type != "cuda":
             raise ValueError(
                 "parallel.sync_batchnorm needs CUDA (torch's SyncBatchNorm has no CPU kernel); "
@@ -24,11 +22,11 @@ class DDPStrategy(ParallelStrategy):
         self.sync_batchnorm = sync_batchnorm
         self._ddp: DistributedDataParallel | None = None
 
-    def setup(self, module: nn.Module) -> nn.Module:
+    def setup_module(self, module: nn.Module) -> nn.Module:
         # Converted before wrapping so that unwrap() and checkpoints see the SyncBatchNorm layers DDP trains.
         if self.sync_batchnorm:
             module = nn.SyncBatchNorm.convert_sync_batchnorm(module)
-        return super().setup(module)
+        return super().setup_module(module)
 
     def wrap(self, module: nn.Module) -> nn.Module:
         device_ids = [self.env.device.index] if self.env.device.type == "cuda" else None
@@ -39,17 +37,8 @@ class DDPStrategy(ParallelStrategy):
 
     def no_sync(self) -> AbstractContextManager[None]:
         if self._ddp is None:
-            raise RuntimeError("call setup(module) before no_sync()")
+            raise RuntimeError("call setup_module(module) before no_sync()")
         return self._ddp.no_sync()
-
-    def all_reduce(self, tensor: torch.Tensor, op: Reduce = Reduce.MEAN) -> torch.Tensor:
-        # gloo has no AVG, so a mean is a sum divided here; works the same on nccl.
-        reduced = tensor.clone()
-        dist.all_reduce(reduced, op=dist.ReduceOp.SUM)
-        return reduced / self.env.world_size if op is Reduce.MEAN else reduced
-
-    def barrier(self) -> None:
-        dist.barrier()
 
     def teardown(self) -> None:
         super().teardown()

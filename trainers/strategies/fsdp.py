@@ -25,7 +25,7 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import FSDPModule, fully_shard
 
 from trainers.dist_env import DistEnv
-from trainers.strategies.ddp import DDPStrategy
+from trainers.strategies.process_group import GroupOptions, ProcessGroupStrategy
 
 _GATHER = StateDictOptions(full_state_dict=True, cpu_offload=True)
 _SCATTER = StateDictOptions(full_state_dict=True)
@@ -79,11 +79,11 @@ def named_optimizer_state(
     return {"state": {names[i]: s for i, s in indexed["state"].items()}, "param_groups": groups}
 
 
-class FSDPStrategy(DDPStrategy):
-    """Shares DDP's process-group collectives (all_reduce, barrier); shards instead of replicating."""
+class FSDPStrategy(ProcessGroupStrategy):
+    """ddp's sibling: the same process group and metric totals, but each rank keeps a shard, not a replica."""
 
-    def __init__(self, env: DistEnv) -> None:
-        super().__init__(env, sync_batchnorm=False)
+    def __init__(self, env: DistEnv, group: GroupOptions) -> None:
+        super().__init__(env, group)
         self._root: FSDPModule | None = None
 
     def wrap(self, module: nn.Module) -> nn.Module:
@@ -101,7 +101,7 @@ class FSDPStrategy(DDPStrategy):
     @contextmanager
     def _local_gradients(self) -> Iterator[None]:
         if self._root is None:
-            raise RuntimeError("call setup(module) before no_sync()")
+            raise RuntimeError("call setup_module(module) before no_sync()")
         self._root.set_requires_gradient_sync(False)
         try:
             yield

@@ -1,7 +1,8 @@
 """Hogwild's main process: the model lives in shared memory, where worker processes update it lock-free.
 
-The main process itself does not train (trainers/hogwild.py drives the workers); to the loop's pieces it is
-one process on the CPU, so it evaluates, checkpoints and resumes the shared model as single does.
+Hogwild is the one strategy that does not run trainers/loop.py: its main process trains nothing and drives
+worker processes instead (trainers/hogwild.py). To the loop's pieces it is one process on the CPU, so it
+evaluates, checkpoints and resumes the shared model as single does.
 """
 
 from __future__ import annotations

@@ -6,8 +6,9 @@ each stage is its own torchrun rank, driven by torch.distributed.pipelining. Eve
 model from the same seed and keeps only its stage, registered under the model's own module names: state
 keys are the bare model's, and rank 0 gathers the stages' state into a whole-model checkpoint.
 
-Only the last stage has the loss and predictions, so every metric comes from it: all_reduce broadcasts the
-last stage's value rather than summing the ranks', which would count each sample once per stage.
+Only the last stage computes the loss and predictions, so every metric comes from it: reduce_metrics
+broadcasts the last stage's sums rather than summing the ranks', which would count each sample once per
+stage. Joining the process group, barriers and teardown are ddp's and fsdp's (process_group.py).
 """
 
 from __future__ import annotations
@@ -27,7 +28,8 @@ from trainers.dist_env import DistEnv
 from trainers.optimizer_state import NamedOptimizerState, merge, to_indexed, to_named
 from trainers.precision import MixedPrecision
 from trainers.stages import FLATTEN_AFTER, stage_groups
-from trainers.strategies.base import Forward, ParallelStrategy, Reduce, batch_sums
+from trainers.strategies.base import Forward, batch_sums
+from trainers.strategies.process_group import GroupOptions, ProcessGroupStrategy
 from trainers.strategies.stage_p2p import receive_activation, send_activation
 
 
@@ -77,9 +79,9 @@ def share_overflow(precision: MixedPrecision) -> None:
     precision.scaler = shared
 
 
-class PipelineStrategy(ParallelStrategy):
-    def __init__(self, env: DistEnv, split_at: Sequence[str], microbatches: int) -> None:
-        super().__init__(env)
+class PipelineStrategy(ProcessGroupStrategy):
+    def __init__(self, env: DistEnv, group: GroupOptions, split_at: Sequence[str], microbatches: int) -> None:
+        super().__init__(env, group)
         self.split_at = list(split_at)
         self.microbatches = microbatches
         self.is_first, self.is_last = env.rank == 0, env.rank == env.world_size - 1
@@ -89,7 +91,7 @@ class PipelineStrategy(ParallelStrategy):
         self._precision: MixedPrecision | None = None
         self._divisor = 1
 
-    def setup(self, module: nn.Module) -> nn.Module:
+    def setup_module(self, module: nn.Module) -> nn.Module:
         groups = stage_groups([name for name, _ in module.named_children()], self.split_at)
         if len(groups) != self.env.world_size:
             raise ValueError(
@@ -109,7 +111,7 @@ class PipelineStrategy(ParallelStrategy):
     def compiled(self, forward: Forward) -> Forward:
         """The schedule calls the stage itself, never the loop's forward: compile the stage's modules."""
         if self._stage is None:
-            raise RuntimeError("call setup(module) before compiled()")
+            raise RuntimeError("call setup_module(module) before compiled()")
         self._stage.compile_layers()
         return forward
 
@@ -131,7 +133,7 @@ class PipelineStrategy(ParallelStrategy):
     ) -> torch.Tensor:
         """The schedule runs this stage's part of every micro-batch; the mean loss is the last stage's."""
         if self._schedule is None or self._stage is None:
-            raise RuntimeError("call setup(module) before forward_backward()")
+            raise RuntimeError("call setup_module(module) before forward_backward()")
         share_overflow(precision)
         self._precision, self._divisor = precision, divisor
         self._stage.autocast = precision.autocast
@@ -162,13 +164,13 @@ class PipelineStrategy(ParallelStrategy):
     def no_sync(self) -> AbstractContextManager[None]:
         return nullcontext()  # no replicas: gradients are never synchronised
 
-    def all_reduce(self, tensor: torch.Tensor, op: Reduce = Reduce.MEAN) -> torch.Tensor:
-        reported = tensor.clone()
-        dist.broadcast(reported, src=self.env.world_size - 1)
-        return reported
-
-    def barrier(self) -> None:
-        dist.barrier()
+    def reduce_metrics(self, sums: torch.Tensor) -> torch.Tensor:
+        """Every stage sees the same samples, and only the last stage computes their loss and predictions
+        (the others count the samples but hold zero losses): its sums are the totals, broadcast from it to
+        every stage."""
+        totals = sums.clone()
+        dist.broadcast(totals, src=self.env.world_size - 1)
+        return totals
 
     def clip_grad_norm(self, max_norm: float) -> torch.Tensor:
         """The norm over every stage's gradients: each stage's squared norm, summed over the stages."""

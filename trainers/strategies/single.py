@@ -12,13 +12,16 @@ from torch import nn
 from trainers.dist_env import DistEnv
 from trainers.placement import hybrid_devices
 from trainers.spec import DevicePlacement
-from trainers.strategies.base import ParallelStrategy, Reduce
+from trainers.strategies.base import ParallelStrategy
 
 
 class SingleDeviceStrategy(ParallelStrategy):
     def __init__(self, env: DistEnv, placement: Mapping[str, DevicePlacement] | None = None) -> None:
         super().__init__(env)
         self.placement = placement
+
+    def setup_environment(self) -> None:
+        """One process: no other rank to connect to."""
 
     def device_map(self, names: list[str]) -> dict[str, torch.device] | None:
         return None if not self.placement else hybrid_devices(names, self.placement, self.env.device)
@@ -29,8 +32,9 @@ class SingleDeviceStrategy(ParallelStrategy):
     def no_sync(self) -> AbstractContextManager[None]:
         return nullcontext()
 
-    def all_reduce(self, tensor: torch.Tensor, op: Reduce = Reduce.MEAN) -> torch.Tensor:
-        return tensor
+    def reduce_metrics(self, sums: torch.Tensor) -> torch.Tensor:
+        """This process saw every sample: its sums are the job's totals."""
+        return sums
 
     def barrier(self) -> None:
         return None

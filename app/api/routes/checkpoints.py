@@ -8,7 +8,7 @@ from typing import Annotated
 from fastapi import APIRouter, Path, Request
 from fastapi.responses import FileResponse, Response, StreamingResponse
 
-from app.api.deps import DB_INT_MAX, CallerDep, OwnedJobId, SessionDep, SettingsDep
+from app.api.deps import DB_INT_MAX, CallerDep, OwnedJob, SessionDep, SettingsDep
 from app.api.openapi import problems
 from app.schemas import CheckpointPublic, CheckpointsPublic
 from app.services.artifacts import checkpoint_content, list_checkpoints
@@ -19,7 +19,7 @@ OCTET_STREAM = "application/octet-stream"
 
 
 @router.get("/jobs/{job_id}/checkpoints")
-def get_checkpoints(job_id: OwnedJobId, session: SessionDep, request: Request) -> CheckpointsPublic:
+def get_checkpoints(job: OwnedJob, session: SessionDep, request: Request) -> CheckpointsPublic:
     return CheckpointsPublic(
         data=[
             CheckpointPublic(
@@ -31,7 +31,7 @@ def get_checkpoints(job_id: OwnedJobId, session: SessionDep, request: Request) -
                 created_at=c.created_at,
                 download_url=request.url_for("download_checkpoint", checkpoint_id=c.id).path,
             )
-            for c in list_checkpoints(session, job_id)
+            for c in list_checkpoints(session, job.id)
         ]
     )
 

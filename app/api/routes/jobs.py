@@ -7,13 +7,15 @@ from typing import Annotated
 from fastapi import APIRouter, Header, Query, Response, status
 from sqlalchemy.orm import Session
 
-from app.api.deps import DB_INT_MAX, CallerDep, JobId, OwnedJobId, SessionDep, SettingsDep
+from app.api.caching import CACHE_HEADERS, IfNoneMatch, revalidated_json
+from app.api.deps import DB_INT_MAX, CallerDep, OwnedJob, SessionDep, SettingsDep
 from app.api.openapi import BODY_PROBLEMS, problem, problems
 from app.schemas import JobEventPublic, JobEventsPublic, JobPublic, JobsPublic, JobSubmitted, JobUpdate
 from app.services import jobs, submit
 from app.services.keys import Caller
 from core.config import Settings
-from core.db import read_in_connection, run_in_session
+from core.db import run_in_session
+from core.models import Job
 from core.states import JobStatus
 from trainers.plan import Plan
 from trainers.spec import JobSpec
@@ -21,8 +23,9 @@ from trainers.spec import JobSpec
 router = APIRouter(prefix="/jobs", tags=["jobs"])
 
 
-def _submitted(session: Session, job_id: int, caller: Caller) -> JobSubmitted:
-    job = jobs.public_job(session.connection(), job_id, caller)
+def _submitted(session: Session, job_id: int) -> JobSubmitted:
+    # The job submit_job just stored or found is in this session already: get_one reads no row again.
+    job = jobs.public_job(session, session.get_one(Job, job_id))
     return JobSubmitted(job=job, plan=Plan.model_validate(job.plan))
 
 
@@ -44,8 +47,8 @@ async def create_job(
     dry_run: bool = False,
     idempotency_key: Annotated[str | None, Header(min_length=1, max_length=128)] = None,
 ) -> JobSubmitted:
-    # async, with the whole unit of work in one pool-thread hop: a sync route and its sync dependencies hop
-    # once each, and a hop that waits for a free thread while holding a connection can stall the others.
+    # Not a plain `def` with SessionDep like the other routes: clients submit in bursts, and on SQLite
+    # run_in_session lets only a few submissions write at once, each whole unit of work in one thread hop.
     if dry_run:
         response.status_code = status.HTTP_200_OK
         return JobSubmitted(job=None, plan=await run_in_session(submit.dry_run, settings, spec, caller))
@@ -59,7 +62,7 @@ def _submit(
     session: Session, settings: Settings, spec: JobSpec, caller: Caller, idempotency_key: str | None
 ) -> tuple[JobSubmitted, bool]:
     job_id, created = submit.submit_job(session, settings, spec, caller, idempotency_key=idempotency_key)
-    return _submitted(session, job_id, caller), created
+    return _submitted(session, job_id), created
 
 
 @router.get("")
@@ -76,21 +79,24 @@ def list_jobs(
     return JobsPublic(data=page, next_cursor=next_cursor)
 
 
-@router.get("/{job_id}", response_model=JobPublic, responses=problems(404))
-async def get_job(job_id: JobId, caller: CallerDep) -> Response:
-    # The API's hottest route (clients poll it): one indexed read and no pool-thread hop on SQLite. Most
-    # requests reach it through app/api/fast_lookup.py, which calls it without FastAPI's routing; it renders
-    # its own body, so both ways in send the same bytes and neither pays FastAPI's response validation.
-    body = await read_in_connection(jobs.public_job_json, job_id, caller)
-    return Response(body, media_type="application/json")
+@router.get(
+    "/{job_id}",
+    response_model=JobPublic,
+    responses={
+        200: {"headers": CACHE_HEADERS},
+        304: {"description": "the client's copy (its If-None-Match) is still the job as it is"},
+        **problems(404),
+    },
+)
+def get_job(job: OwnedJob, session: SessionDep, if_none_match: IfNoneMatch = None) -> Response:
+    return revalidated_json(jobs.public_job(session, job), if_none_match)
 
 
 @router.patch(
     "/{job_id}", responses={**problems(404), **BODY_PROBLEMS, 409: problem("the job is no longer queued")}
 )
-def update_job(job_id: OwnedJobId, update: JobUpdate, session: SessionDep, caller: CallerDep) -> JobPublic:
-    jobs.set_priority(session, job_id, update.priority)
-    return jobs.public_job(session.connection(), job_id, caller)
+def update_job(job: OwnedJob, update: JobUpdate, session: SessionDep) -> JobPublic:
+    return jobs.public_job(session, jobs.set_priority(session, job.id, update.priority))
 
 
 @router.post(
@@ -101,11 +107,11 @@ def update_job(job_id: OwnedJobId, update: JobUpdate, session: SessionDep, calle
         409: problem("the job has already finished"),
     },
 )
-def cancel_job(job_id: OwnedJobId, session: SessionDep, caller: CallerDep, response: Response) -> JobPublic:
-    job = jobs.cancel_job(session, job_id)
-    if job.status == JobStatus.CANCELLING:
+def cancel_job(job: OwnedJob, session: SessionDep, response: Response) -> JobPublic:
+    cancelled = jobs.cancel_job(session, job.id)
+    if cancelled.status == JobStatus.CANCELLING:
         response.status_code = status.HTTP_202_ACCEPTED
-    return jobs.public_job(session.connection(), job_id, caller)
+    return jobs.public_job(session, cancelled)
 
 
 @router.post(
@@ -113,10 +119,8 @@ def cancel_job(job_id: OwnedJobId, session: SessionDep, caller: CallerDep, respo
     status_code=status.HTTP_201_CREATED,
     responses={**problems(404, 429), 409: problem("the job has not finished, or succeeded")},
 )
-def retry_job(
-    job_id: OwnedJobId, session: SessionDep, settings: SettingsDep, caller: CallerDep
-) -> JobSubmitted:
-    return _submitted(session, submit.retry_job(session, settings, job_id, caller), caller)
+def retry_job(job: OwnedJob, session: SessionDep, settings: SettingsDep, caller: CallerDep) -> JobSubmitted:
+    return _submitted(session, submit.retry_job(session, settings, job.id, caller))
 
 
 @router.delete(
@@ -124,11 +128,11 @@ def retry_job(
     status_code=status.HTTP_204_NO_CONTENT,
     responses={**problems(404), 409: problem("the job has not finished; cancel it first")},
 )
-def delete_job(job_id: OwnedJobId, session: SessionDep, settings: SettingsDep) -> None:
-    jobs.delete_job(session, settings, job_id)
+def delete_job(job: OwnedJob, session: SessionDep, settings: SettingsDep) -> None:
+    jobs.delete_job(session, settings, job)
 
 
 @router.get("/{job_id}/events", responses=problems(404))
-def list_events(job_id: OwnedJobId, session: SessionDep) -> JobEventsPublic:
-    events = jobs.list_events(session, job_id)
+def list_events(job: OwnedJob, session: SessionDep) -> JobEventsPublic:
+    events = jobs.list_events(session, job.id)
     return JobEventsPublic(data=[JobEventPublic.model_validate(event) for event in events])

@@ -6,10 +6,9 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query
 
-from app.api.deps import OwnedJobId, SessionDep, SettingsDep
+from app.api.deps import OwnedJob, SettingsDep
 from app.api.openapi import problems
 from app.schemas import LogChunk
-from app.services.jobs import get_job
 from app.services.runs import read_log
 
 router = APIRouter(prefix="/jobs", tags=["logs"], responses=problems(404))
@@ -19,11 +18,10 @@ MAX_LOG_CHUNK = 1 << 20
 
 @router.get("/{job_id}/logs")
 def get_logs(
-    job_id: OwnedJobId,
-    session: SessionDep,
+    job: OwnedJob,
     settings: SettingsDep,
     rank: Annotated[int | None, Query(ge=0, le=4095, description="omit for the launcher's log")] = None,
     offset: Annotated[int, Query(ge=0, description="byte offset: the next_offset of the last read")] = 0,
     limit_bytes: Annotated[int, Query(ge=1, le=MAX_LOG_CHUNK)] = 64 * 1024,
 ) -> LogChunk:
-    return read_log(settings, get_job(session, job_id), rank, offset, limit_bytes)
+    return read_log(settings, job, rank, offset, limit_bytes)

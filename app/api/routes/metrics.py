@@ -6,7 +6,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query
 
-from app.api.deps import DB_INT_MAX, OwnedJobId, SessionDep
+from app.api.deps import DB_INT_MAX, OwnedJob, SessionDep
 from app.api.openapi import problems
 from app.schemas import MetricPublic, MetricsPublic
 from app.services.artifacts import list_metrics
@@ -20,7 +20,7 @@ MAX_DOWNSAMPLED_ROWS = 200_000
 
 @router.get("/{job_id}/metrics")
 def get_metrics(
-    job_id: OwnedJobId,
+    job: OwnedJob,
     session: SessionDep,
     name: Annotated[
         str | None, Query(min_length=1, max_length=64, description="one series, e.g. loss")
@@ -41,7 +41,7 @@ def get_metrics(
     ] = None,
 ) -> MetricsPublic:
     scan = limit if max_points is None else MAX_DOWNSAMPLED_ROWS
-    rows, next_after_step = list_metrics(session, job_id, name, after_step, scan)
+    rows, next_after_step = list_metrics(session, job.id, name, after_step, scan)
     if max_points is not None:
         rows = downsample_by_name(rows, max_points)
     return MetricsPublic(

@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter
 from fastapi.responses import FileResponse
 
-from app.api.deps import OwnedJobId, SessionDep, SettingsDep
+from app.api.deps import OwnedJob, SessionDep, SettingsDep
 from app.api.openapi import problems
 from app.services.profiles import profile_summary, profile_trace
 from trainers.profile_summary import ProfileSummary
@@ -14,8 +14,8 @@ router = APIRouter(tags=["profile"], responses=problems(404))
 
 
 @router.get("/jobs/{job_id}/profile")
-def get_profile(job_id: OwnedJobId, session: SessionDep, settings: SettingsDep) -> ProfileSummary:
-    return profile_summary(session, settings, job_id)
+def get_profile(job: OwnedJob, session: SessionDep, settings: SettingsDep) -> ProfileSummary:
+    return profile_summary(session, settings, job.id)
 
 
 @router.get(
@@ -23,10 +23,10 @@ def get_profile(job_id: OwnedJobId, session: SessionDep, settings: SettingsDep) 
     response_class=FileResponse,
     responses={200: {"content": {"application/json": {}}}},
 )
-def download_profile_trace(job_id: OwnedJobId, session: SessionDep, settings: SettingsDep) -> FileResponse:
+def download_profile_trace(job: OwnedJob, session: SessionDep, settings: SettingsDep) -> FileResponse:
     # Open it in chrome://tracing or ui.perfetto.dev.
     return FileResponse(
-        profile_trace(session, settings, job_id),
+        profile_trace(session, settings, job.id),
         media_type="application/json",
-        filename=f"job{job_id}-trace.json",
+        filename=f"job{job.id}-trace.json",
     )

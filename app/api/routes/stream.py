@@ -17,7 +17,7 @@ from fastapi.responses import StreamingResponse
 from sqlalchemy import select
 from starlette.concurrency import run_in_threadpool
 
-from app.api.deps import DB_INT_MAX, OwnedJobId, SessionDep
+from app.api.deps import DB_INT_MAX, OwnedJob, SessionDep
 from app.api.openapi import problems
 from app.schemas import MetricPublic
 from app.services.jobs import get_job
@@ -113,7 +113,7 @@ async def metric_events(
     responses={200: {"content": {"text/event-stream": {}}}},
 )
 def stream_metrics(
-    job_id: OwnedJobId,
+    job: OwnedJob,
     session: SessionDep,
     request: Request,
     name: Annotated[str | None, Query(min_length=1, max_length=64, description="one series")] = None,
@@ -127,7 +127,7 @@ def stream_metrics(
     session.close()
     start = max(after_step, last_event_id if last_event_id is not None else -1)
     return StreamingResponse(
-        metric_events(job_id, name, start, request.is_disconnected),
+        metric_events(job.id, name, start, request.is_disconnected),
         media_type="text/event-stream",
         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
     )

@@ -1,0 +1,69 @@
+"""The lease of one node of one attempt, renewed on a thread that does nothing else.
+
+The reaper requeues a job whose heartbeat is older than lease_timeout_s. The supervisor's loop tails events
+into SQL and waits for uploads at a job's end, either of which may take longer than that; the heartbeat runs
+beside it, so only a dead worker (or a database it cannot reach) lets the lease expire.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from types import TracebackType
+
+from sqlalchemy import update
+from sqlalchemy.orm import Session
+
+from core.db import session_scope
+from core.models import Job, utcnow
+from core.states import JobStatus
+from worker.nodes import NodeTask, beat_node
+
+log = logging.getLogger(__name__)
+
+# The states in which a job's current attempt belongs to the worker that claimed it.
+OWNED = (JobStatus.STARTING, JobStatus.RUNNING, JobStatus.CANCELLING)
+
+
+def own(session: Session, job_id: int, attempt: int, node: NodeTask | None = None) -> bool:
+    """Heartbeat the job if this attempt still owns it; the write also locks the row for the rest of the
+    transaction (SQLite: the database), so a reaper or a cancel cannot slip in between check and change."""
+    result = session.execute(
+        update(Job)
+        .where(Job.id == job_id, Job.attempt == attempt, Job.status.in_(OWNED))
+        .values(heartbeat_at=utcnow())
+    )
+    if node is not None:
+        beat_node(session, node)
+    return result.rowcount == 1  # type: ignore[attr-defined]
+
+
+class Heartbeat:
+    """Beats every `every_s` while its `with` block runs; once the attempt is no longer this worker's the
+    write matches no row, and the supervisor's own look at the job stops it."""
+
+    def __init__(self, node: NodeTask, every_s: float) -> None:
+        self.node = node
+        self.every_s = every_s
+        self.halt = threading.Event()
+        self.thread = threading.Thread(target=self._run, name=f"heartbeat-job-{node.job_id}", daemon=True)
+
+    def __enter__(self) -> Heartbeat:
+        self.thread.start()
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.halt.set()
+        self.thread.join()  # at most one write in flight, which the database's lock timeout bounds
+
+    def _run(self) -> None:
+        while True:
+            try:
+                with session_scope() as session:  # blocks only on the database's own lock
+                    own(session, self.node.job_id, self.node.attempt, self.node)
+            except Exception:  # a locked or unreachable database: one failed beat must not end them all
+                log.exception("job %s: heartbeat failed", self.node.job_id)
+            if self.halt.wait(self.every_s):
+                return
