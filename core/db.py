@@ -56,12 +56,12 @@ def get_engine() -> Engine:
 
 
 @lru_cache
-def _sessionmaker(url: str) -> sessionmaker[Session]:
+def sessionmaker_for(url: str) -> sessionmaker[Session]:
     return sessionmaker(engine_for(url), expire_on_commit=False)
 
 
 def new_session() -> Session:
-    return _sessionmaker(get_settings().database_url)()
+    return sessionmaker_for(get_settings().database_url)()
 
 
 @contextmanager

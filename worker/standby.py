@@ -49,6 +49,11 @@ class WarmLauncher:
         self._lock = threading.Lock()
         self._standby: subprocess.Popen[bytes] | None = None
 
+    @property
+    def standby(self) -> subprocess.Popen[bytes] | None:
+        """The torchrun waiting for the next job, if one is."""
+        return self._standby
+
     def prepare(self) -> None:
         """Start a standby if none is waiting (call at worker start; launches call it themselves)."""
         if not self.enabled:

@@ -70,7 +70,7 @@ def dry_run(session: Session, settings: Settings, spec: JobSpec, caller: Caller)
     return plan
 
 
-def _by_key(session: Session, owner: str, key: str) -> Job | None:
+def job_by_key(session: Session, owner: str, key: str) -> Job | None:
     # Keys are scoped per owner: one user's key never reveals or replays another user's job.
     return session.scalar(select(Job).where(Job.owner == owner, Job.idempotency_key == key))
 
@@ -100,7 +100,7 @@ def submit_job(
 ) -> tuple[int, bool]:
     """Returns the job's id and whether this call created it (False: an earlier request with the same key
     did)."""
-    if idempotency_key and (earlier := _by_key(session, caller.user, idempotency_key)):
+    if idempotency_key and (earlier := job_by_key(session, caller.user, idempotency_key)):
         return _replay(earlier, spec, idempotency_key), False
     plan = _plan(session, settings, spec, caller)
     check_quota(session, settings, caller.user, plan)
@@ -122,7 +122,7 @@ def submit_job(
     except IntegrityError:
         # A concurrent request with the same key committed first; answer as its replay.
         session.rollback()
-        if idempotency_key and (earlier := _by_key(session, caller.user, idempotency_key)):
+        if idempotency_key and (earlier := job_by_key(session, caller.user, idempotency_key)):
             return _replay(earlier, spec, idempotency_key), False
         raise
     _ring(job.id)

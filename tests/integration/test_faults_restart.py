@@ -1,6 +1,6 @@
 """Fault injection under real torchrun (2 gloo ranks): a rank SIGKILLed mid-job restarts from the latest
 checkpoint and matches an uninterrupted run; max_runtime ends in timed_out after a final checkpoint.
-A recorded exception not being restarted is tests/unit/test_faults_restart.py (runner, fake trainer)."""
+A recorded exception not being restarted is tests/unit/worker/test_faults_restart.py (fake trainer)."""
 
 from __future__ import annotations
 

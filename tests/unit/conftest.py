@@ -10,13 +10,15 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from app.main import create_app
 from core import db
 from core.config import Settings, get_settings
 from core.doorbell import get_celery
-from core.models import Base
+from core.models import Base, Job, JobEvent
+from trainers.datadir import DATA_DIR_ENV
 
 
 def _clear_caches() -> None:
@@ -26,7 +28,7 @@ def _clear_caches() -> None:
     if db.engine_for.cache_info().currsize:
         db.get_engine().dispose()
     db.engine_for.cache_clear()
-    db._sessionmaker.cache_clear()
+    db.sessionmaker_for.cache_clear()
     get_settings.cache_clear()
 
 
@@ -99,3 +101,28 @@ def submit(client: TestClient, **sections: Any) -> dict[str, Any]:
     assert response.status_code == 201, response.text
     job: dict[str, Any] = response.json()["job"]
     return job
+
+
+def assert_nothing_stored(session: Session, settings: Settings) -> None:
+    assert session.scalar(select(func.count()).select_from(Job)) == 0
+    assert session.scalar(select(func.count()).select_from(JobEvent)) == 0
+    assert enqueued(settings) == []
+
+
+def assert_problem(response: Any, field: str, fragment: str) -> None:
+    assert response.status_code == 422, response.text
+    assert response.headers["content-type"] == "application/problem+json"
+    problem = response.json()
+    assert problem["status"] == 422
+    assert field in [error["field"] for error in problem["errors"]], problem
+    assert f"{field}: " in problem["detail"]
+    assert fragment in problem["detail"], problem["detail"]
+
+
+@pytest.fixture
+def data_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """TRAINYARD_DATA_DIR for trainers and the API alike, empty."""
+    directory = tmp_path / "data"
+    directory.mkdir()
+    monkeypatch.setenv(DATA_DIR_ENV, str(directory))
+    return directory

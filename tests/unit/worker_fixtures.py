@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 def _clear_caches() -> None:
     get_settings.cache_clear()
     db.engine_for.cache_clear()
-    db._sessionmaker.cache_clear()
+    db.sessionmaker_for.cache_clear()
 
 
 class WorkerDb:

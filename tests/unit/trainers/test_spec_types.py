@@ -10,8 +10,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session
 
 from core.config import Settings
-from tests.unit.conftest import job_body
-from tests.unit.test_spec import assert_nothing_stored, assert_problem
+from tests.unit.conftest import assert_nothing_stored, assert_problem, job_body
 from trainers.plan import RunConfig, resolve_plan
 from trainers.spec import DevicePlacement, JobSpec, Optimizer, Precision, Schedule, Strategy
 

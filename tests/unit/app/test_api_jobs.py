@@ -162,10 +162,10 @@ def test_idempotency_key_race_answers_as_a_replay(
 ) -> None:
     """Two requests with one key both miss the lookup; the unique constraint turns the loser into a replay."""
     first = client.post("/v1/jobs", json=job_body(), headers={"Idempotency-Key": "k"}).json()["job"]
-    real_lookup = submit_service._by_key
+    real_lookup = submit_service.job_by_key
     misses = iter([None])
     monkeypatch.setattr(
-        submit_service, "_by_key", lambda s, owner, key: next(misses, real_lookup(s, owner, key))
+        submit_service, "job_by_key", lambda s, owner, key: next(misses, real_lookup(s, owner, key))
     )
     again = client.post("/v1/jobs", json=job_body(), headers={"Idempotency-Key": "k"})
     assert again.status_code == 200, again.text

@@ -15,7 +15,7 @@ from core.config import Settings
 from core.db import get_engine
 from core.models import utcnow
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 # (owner, status, stored plan, the GPUs it asks for)
 JOBS: list[tuple[str, str, dict[str, Any], int]] = [

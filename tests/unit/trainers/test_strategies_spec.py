@@ -7,8 +7,7 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from tests.unit.conftest import job_body
-from tests.unit.test_spec import assert_problem
+from tests.unit.conftest import assert_problem, job_body
 
 TRAIN = {"max_steps": 5, "batch_size": 64}
 

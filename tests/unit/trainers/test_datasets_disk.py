@@ -3,8 +3,6 @@ and nothing outside it is read, at load or at submit."""
 
 from __future__ import annotations
 
-import gzip
-import struct
 from pathlib import Path
 
 import numpy as np
@@ -14,36 +12,11 @@ from fastapi.testclient import TestClient
 from PIL import Image
 
 from tests.unit.conftest import job_body
+from tests.unit.disk_data import write_cifar_batch, write_idx
 from trainers.data import BatchShape, DeviceFeeder, load_dataset
-from trainers.datadir import DATA_DIR_ENV
 from trainers.spec import DataSpec
 
 CPU = torch.device("cpu")
-
-
-@pytest.fixture
-def data_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    directory = tmp_path / "data"
-    directory.mkdir()
-    monkeypatch.setenv(DATA_DIR_ENV, str(directory))
-    return directory
-
-
-def write_cifar_batch(path: Path, labels: list[int], seed: int) -> np.ndarray:
-    pixels = np.random.default_rng(seed).integers(0, 256, (len(labels), 3072), dtype=np.uint8)
-    records = np.concatenate([np.array(labels, dtype=np.uint8)[:, None], pixels], axis=1)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    records.tofile(path)
-    return pixels.reshape(-1, 3, 32, 32)
-
-
-def write_idx(path: Path, values: np.ndarray, compress: bool) -> None:
-    header = bytes([0, 0, 0x08, values.ndim]) + struct.pack(f">{values.ndim}i", *values.shape)
-    raw = header + values.astype(np.uint8).tobytes()
-    if compress:
-        path.with_name(path.name + ".gz").write_bytes(gzip.compress(raw))
-    else:
-        path.write_bytes(raw)
 
 
 def test_cifar10_binary_batches(data_dir: Path) -> None:

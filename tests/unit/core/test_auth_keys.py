@@ -46,7 +46,7 @@ def test_the_management_command_makes_the_first_admin_key(auth_on: Settings, ses
     # settings (TRAINYARD_DATABASE_URL, set by the fixture), with no API running.
     made = subprocess.run(
         [sys.executable, "-m", "core.keys", "create", "--user", "ada", "--admin"],
-        cwd=Path(__file__).parents[2],
+        cwd=Path(__file__).parents[3],
         capture_output=True,
         text=True,
         timeout=120,

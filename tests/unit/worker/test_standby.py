@@ -37,7 +37,7 @@ def launcher() -> WarmLauncher:
 
 def test_the_standby_becomes_the_jobs_torchrun(tmp_path: Path, launcher: WarmLauncher) -> None:
     launcher.prepare()
-    standby = launcher._standby
+    standby = launcher.standby
     assert standby is not None
     log = tmp_path / "launcher.log"
     process = launcher.start(torchrun(tmp_path), log)
@@ -45,7 +45,7 @@ def test_the_standby_becomes_the_jobs_torchrun(tmp_path: Path, launcher: WarmLau
     assert process.wait(TIMEOUT_S) == 0
     text = log.read_text()
     assert "rank says job-7 0 2" in text and "rank says job-7 1 2" in text
-    follower = launcher._standby
+    follower = launcher.standby
     assert follower is not None and follower.pid != standby.pid and follower.poll() is None
     follower.kill()
 
@@ -55,32 +55,32 @@ def test_a_failing_rank_fails_the_standby_torchrun(tmp_path: Path, launcher: War
     process = launcher.start(torchrun(tmp_path, EXIT_WITH="3"), tmp_path / "launcher.log")
     assert process.wait(TIMEOUT_S) != 0
     assert "ChildFailedError" in (tmp_path / "launcher.log").read_text()
-    if launcher._standby is not None:
-        launcher._standby.kill()
+    if launcher.standby is not None:
+        launcher.standby.kill()
 
 
 @pytest.mark.parametrize("standby", ["disabled", "dead"])
 def test_without_a_live_standby_torchrun_starts_cold(tmp_path: Path, standby: str) -> None:
     launcher = WarmLauncher(sys.executable, PROJECT_ROOT, enabled=standby != "disabled")
     launcher.prepare()
-    if launcher._standby is not None:
-        launcher._standby.kill()
-        launcher._standby.wait()
-        dead_pid = launcher._standby.pid
+    if launcher.standby is not None:
+        launcher.standby.kill()
+        launcher.standby.wait()
+        dead_pid = launcher.standby.pid
     process = launcher.start(torchrun(tmp_path), tmp_path / "launcher.log")
     assert process.wait(TIMEOUT_S) == 0
     assert "rank says job-7 0 2" in (tmp_path / "launcher.log").read_text()
     if standby == "dead":
         assert process.pid != dead_pid
-        assert launcher._standby is not None
-        launcher._standby.kill()
+        assert launcher.standby is not None
+        launcher.standby.kill()
     else:
-        assert launcher._standby is None
+        assert launcher.standby is None
 
 
 def test_a_standby_exits_when_its_worker_goes_away(launcher: WarmLauncher) -> None:
     launcher.prepare()
-    standby = launcher._standby
+    standby = launcher.standby
     assert standby is not None and standby.stdin is not None
     standby.stdin.close()  # what the worker's death does to the pipe
     assert standby.wait(TIMEOUT_S) == 0

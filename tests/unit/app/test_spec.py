@@ -6,12 +6,11 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
-from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from core.config import Settings
-from core.models import Job, JobEvent, Worker
-from tests.unit.conftest import enqueued, job_body
+from core.models import Worker
+from tests.unit.conftest import assert_nothing_stored, assert_problem, job_body
 
 BAD_SPECS: list[tuple[str, dict[str, Any], str, str]] = [
     ("unknown model", job_body(model={"arch": "gpt5"}), "model.arch", "choose one of mlp"),
@@ -56,22 +55,6 @@ BAD_SPECS: list[tuple[str, dict[str, Any], str, str]] = [
         "GET /v1/jobs/{id}/checkpoints",
     ),
 ]
-
-
-def assert_nothing_stored(session: Session, settings: Settings) -> None:
-    assert session.scalar(select(func.count()).select_from(Job)) == 0
-    assert session.scalar(select(func.count()).select_from(JobEvent)) == 0
-    assert enqueued(settings) == []
-
-
-def assert_problem(response: Any, field: str, fragment: str) -> None:
-    assert response.status_code == 422, response.text
-    assert response.headers["content-type"] == "application/problem+json"
-    problem = response.json()
-    assert problem["status"] == 422
-    assert field in [error["field"] for error in problem["errors"]], problem
-    assert f"{field}: " in problem["detail"]
-    assert fragment in problem["detail"], problem["detail"]
 
 
 @pytest.mark.parametrize(

@@ -18,7 +18,7 @@ from core.config import Settings
 from core.db import get_engine
 from core.models import Base
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def test_migration_builds_exactly_the_models_schema(env: Settings) -> None:

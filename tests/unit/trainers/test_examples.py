@@ -12,7 +12,7 @@ import pytest
 from trainers.plan import resolve_plan
 from trainers.spec import JobSpec, Precision, Strategy
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 EXAMPLES = sorted((ROOT / "examples").glob("*.json"))
 BUNDLED_DATA = {"synthetic", "digits", "synthetic_bags"}
 

@@ -11,7 +11,7 @@ from pydantic import BaseModel
 from app.specdoc import render
 from trainers.spec import JobSpec, Strategy
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def rows(text: str, section: str) -> dict[str, str]:

@@ -12,9 +12,8 @@ import pytest
 import torch
 from fastapi.testclient import TestClient
 
-from tests.unit.conftest import job_body
-from tests.unit.test_datasets_disk import data_dir, write_cifar_batch, write_idx
-from tests.unit.test_spec import assert_problem
+from tests.unit.conftest import assert_problem, job_body
+from tests.unit.disk_data import write_cifar_batch, write_idx
 from trainers.catalog.archs import ARCHS
 from trainers.catalog.datasets import DATASETS, DatasetName, InputKind
 from trainers.data import load_dataset
@@ -22,8 +21,6 @@ from trainers.models import build_model
 from trainers.plan import resolve_plan
 from trainers.schedule import sparse_parameters
 from trainers.spec import DataSpec, JobSpec
-
-__all__ = ["data_dir"]  # the fixture, imported for the on-disk datasets
 
 BAG_MODEL = {"arch": "embedding_bag"}
 BAG_DATA = {"dataset": "synthetic_bags", "num_samples": 64}
