@@ -37,6 +37,10 @@ class Settings(BaseSettings):
     broker_url: str = f"sqla+sqlite:///{VAR_DIR}/broker.db"
     runs_dir: Path = VAR_DIR / "runs"
     data_dir: Path = VAR_DIR / "data"
+    code_dir: Path = Field(VAR_DIR / "code", description="code bundles, unpacked read-only, one folder each")
+    user_code: bool = Field(
+        True, description="run jobs that bring a code bundle (spec.code), inside the sandbox; off: refused"
+    )
     host: str = "127.0.0.1"
     port: int = Field(8000, ge=1, le=65535)
     hostname: str = Field(default_factory=socket.gethostname, description="this worker's host identity")
@@ -74,7 +78,7 @@ class Settings(BaseSettings):
         None, description="test only: comma-separated fake GPU ids that replace NVML discovery"
     )
 
-    @field_validator("runs_dir", "data_dir")
+    @field_validator("runs_dir", "data_dir", "code_dir")
     @classmethod
     def absolute(cls, path: Path) -> Path:
         return path.resolve()

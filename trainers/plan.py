@@ -180,3 +180,4 @@ class RunConfig(BaseModel):
     attempt: int
     spec: JobSpec
     plan: Plan
+    code_dir: str | None = None  # the job's code bundle, unpacked and read-only, when spec.code names one

@@ -290,8 +290,17 @@ class LimitsSpec(Section):
     collective_timeout_s: int = Field(600, ge=10, le=86400, description="a hung collective fails after this")
 
 
+CODE_ID_PATTERN = r"^sha256:[0-9a-f]{64}$"
+
+
 class JobSpec(Section):
     name: str = Field("job", min_length=1, max_length=128)
+    code: str | None = Field(
+        None,
+        pattern=CODE_ID_PATTERN,
+        description="a code bundle's id from POST /v1/code (`trainyard code push DIR`); its modules are "
+        "what model.factory, data.factory and train.loss name",
+    )
     model: ModelSpec
     data: DataSpec
     train: TrainSpec = Field(default_factory=TrainSpec)
