@@ -4,8 +4,6 @@
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,7 +12,7 @@ import pytest
 from playwright.sync_api import Browser, Page, expect, sync_playwright
 
 from tests.integration.jobs import example_spec, metric_values, submit, wait_status
-from tests.integration.servers import ROOT, Stack
+from tests.integration.servers import Stack
 
 CHROMIUM = Path("/usr/bin/chromium")
 # Without the background-networking flags Chromium keeps dialling Google, which this closed network refuses.
@@ -142,9 +140,7 @@ def test_overview_pages_compare_gpus_and_queue(embedded_stack: Stack, page: Page
 
 
 def test_with_auth_on_the_key_box_lets_the_page_in(auth_stack: Stack, page: Page) -> None:
-    create = [sys.executable, "-c", "from app.cli import main; main()", "keys", "create", "--user", "ada"]
-    key = subprocess.run(create, cwd=ROOT, env=auth_stack.env, capture_output=True, text=True, check=True)
-    token = key.stdout.strip()
+    token = auth_stack.admin_key("ada")
 
     page.goto(auth_stack.url + "/")
     expect(page.get_by_role("alert")).to_contain_text("needs an API key")
