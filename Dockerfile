@@ -18,13 +18,17 @@ RUN python -c "import torch, torchvision; print(f'torch=={torch.__version__}'); 
         > /tmp/requirements.txt \
     && pip install --no-cache-dir -c /opt/torch-pins.txt -r /tmp/requirements.txt
 
+# bubblewrap: the sandbox of user code (docs/security.md); setpriv, prlimit and env come with the base.
+RUN apt-get update && apt-get install -y --no-install-recommends bubblewrap && rm -rf /var/lib/apt/lists/*
+
 COPY . .
 RUN pip install --no-cache-dir --no-deps . \
     && useradd --create-home --uid 1000 trainyard \
     && mkdir -p /var/lib/trainyard/runs /var/lib/trainyard/data \
     && chown -R trainyard /var/lib/trainyard
 
-# Jobs run as this user too: a spec can name a model and data, never anything that should run as root.
+# The worker runs as this user, and so do jobs: a job with a code bundle in bubblewrap, this uid mapped in a
+# user namespace of its own, seeing only its run directory writable (docs/security.md).
 USER trainyard
 EXPOSE 8000
 CMD ["uvicorn", "app.main:app", "--host", "0.0.0.0", "--port", "8000"]

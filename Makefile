@@ -30,9 +30,11 @@ run: migrate
 
 # Servers the integration tests start on loopback: redis-server from apt when missing; PostgreSQL's
 # binaries are used from /usr/lib/postgresql/15/bin. Debian's chromium is the browser of the dashboard test
-# (Playwright drives it and never downloads its own).
+# (Playwright drives it and never downloads its own). bubblewrap is the sandbox of user code
+# (docs/security.md), for the worker of `make run` as for the tests.
 servers:
 	@command -v redis-server >/dev/null || (apt-get update -qq && apt-get install -y -qq redis-server >/dev/null)
+	@command -v bwrap >/dev/null || (apt-get update -qq && apt-get install -y -qq bubblewrap >/dev/null)
 	@test -x /usr/lib/postgresql/15/bin/initdb || (apt-get update -qq && apt-get install -y -qq postgresql-15 >/dev/null)
 	@test -x /usr/bin/chromium || (apt-get update -qq && apt-get install -y -qq chromium >/dev/null)
 

@@ -6,11 +6,13 @@ import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any
+from typing import IO, Any
 
 import httpx
 
 from app.schemas import (
+    CodeBundleDetail,
+    CodeBundlesPublic,
     HostsPublic,
     JobEventsPublic,
     JobPublic,
@@ -197,3 +199,19 @@ class TrainyardClient:
 
     def list_keys(self) -> KeysPublic:
         return KeysPublic.model_validate(self._call("GET", "/v1/keys"))
+
+    def push_code(self, archive: IO[bytes] | bytes) -> tuple[CodeBundleDetail, bool]:
+        """Uploads a tar.gz; the bundle, and whether it is new (False: these bytes were pushed before)."""
+        headers = {"Content-Type": "application/gzip"}
+        response = self._http.post("/v1/code", content=archive, headers=headers)
+        _raise_for_problem(response)
+        return CodeBundleDetail.model_validate(response.json()), response.status_code == 201
+
+    def list_code(self) -> CodeBundlesPublic:
+        return CodeBundlesPublic.model_validate(self._call("GET", "/v1/code"))
+
+    def get_code(self, code_id: str) -> CodeBundleDetail:
+        return CodeBundleDetail.model_validate(self._call("GET", f"/v1/code/{code_id}"))
+
+    def delete_code(self, code_id: str) -> None:
+        self._call("DELETE", f"/v1/code/{code_id}")

@@ -7,7 +7,20 @@ from fastapi import Depends, FastAPI
 from app.api.deps import get_caller
 from app.api.errors import install_error_handlers
 from app.api.openapi import install_openapi, problems
-from app.api.routes import checkpoints, gpus, health, jobs, keys, logs, metrics, profile, queue, stream, web
+from app.api.routes import (
+    checkpoints,
+    code,
+    gpus,
+    health,
+    jobs,
+    keys,
+    logs,
+    metrics,
+    profile,
+    queue,
+    stream,
+    web,
+)
 from app.api.routes.prometheus import install_prometheus
 
 API_PREFIX = "/v1"
@@ -22,8 +35,9 @@ def create_app() -> FastAPI:
         # OpenTelemetry, on by default, would only look for providers on every request and find none.
         telemetry={"tracing": False, "metrics": False, "logs": False},
     )
-    install_error_handlers(app)
-    for module in (jobs, metrics, stream, checkpoints, logs, gpus, queue, profile, keys):
+    # The one body that is not a JSON spec: a code bundle's archive, capped by TRAINYARD_CODE_MAX_BYTES.
+    install_error_handlers(app, streamed=[("POST", f"{API_PREFIX}{code.router.prefix}")])
+    for module in (jobs, metrics, stream, checkpoints, logs, gpus, queue, profile, keys, code):
         # Auth once for every /v1 route, those added later included; a route that needs to know who is
         # asking takes CallerDep, which FastAPI resolves once per request.
         app.include_router(

@@ -218,3 +218,29 @@ class KeyPublic(BaseModel):
 
 class KeysPublic(BaseModel):
     data: list[KeyPublic] = Field(description="every key, oldest first")
+
+
+class CodeFile(BaseModel):
+    path: str = Field(description="inside the bundle, as a module path's folders")
+    size: int = Field(description="bytes")
+
+
+class CodeBundlePublic(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
+    id: str = Field(description="sha256:<hex> of the archive; what a spec's `code` names")
+    owner: str
+    size_bytes: int = Field(description="the archive as uploaded; what TRAINYARD_CODE_QUOTA_BYTES counts")
+    unpacked_bytes: int = Field(description="its files, added up")
+    file_count: int
+    created_at: UtcDatetime
+
+
+class CodeBundleDetail(CodeBundlePublic):
+    files: list[CodeFile] = Field(description="the first 1000 files in archive order; file_count counts all")
+    jobs: list[int] = Field(description="ids of the owner's jobs whose spec names this bundle, newest first")
+
+
+class CodeBundlesPublic(BaseModel):
+    data: list[CodeBundlePublic] = Field(description="newest first; an admin sees every user's")
+    count: int

@@ -12,7 +12,7 @@ from enum import Enum
 from typing import Annotated, Any, Union, get_args, get_origin
 
 import annotated_types as at
-from pydantic import BaseModel
+from pydantic import BaseModel, JsonValue
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
@@ -34,6 +34,68 @@ ARCHS_NOTE = (
     "`parallel.placement` may use (mlp's grow with its depth; shown at the defaults); a default split into "
     "stages starts them at the last column's modules:"
 )
+
+USER_CODE = """## User code
+
+`model.factory`, `data.factory` and `train.loss` may name functions of a code bundle as `module:function`
+(module `pkg.models` is `pkg/models.py` in the bundle); `code` names the bundle by the id that
+`trainyard code push DIR` prints. The API checks only their form and never imports user code: each rank
+imports the bundle (read-only, first on `sys.path`) and resolves them in the job's first seconds. A missing
+module or function, a syntax error, an exception in the code or a wrong return value fails the job at once,
+without a restart, with the reason `user_code_error` and the traceback's lines inside the bundle (file and
+line) in its message.
+
+- `model.factory(**model.kwargs) -> torch.nn.Module`. Every rank calls it with the same seed, so replicas
+  start equal.
+- `data.factory(**data.kwargs, root=...) -> (train, val)` or `(train, val, collate)`: torch `Dataset`s,
+  map-style (`__getitem__` and `__len__`) or `IterableDataset`s; `val` may be `None`. `root` is `data.root`
+  resolved inside `TRAINYARD_DATA_DIR`, passed only when `data.root` is set. Items are tensors, or tuples,
+  lists and dicts of them; `collate` (default: torch's) makes batches of them. Batches come through a
+  DataLoader with `data.loader_workers` processes, prefetching, and pinned memory on GPUs, and reach the
+  device whatever their nesting.
+  - A map-style dataset is sharded by a seeded `DistributedSampler`: reshuffled every epoch, the last
+    incomplete batch dropped. A resumed job starts at the checkpoint's epoch and step within it and sees
+    exactly the samples it would have seen.
+  - An `IterableDataset` is sharded by rank and loader worker: item i goes to shard i mod (ranks x
+    workers), so it must not shard itself; `set_epoch(n)` is called, where it has one, before each pass.
+    Its length is unknown: `train.max_steps` is required and the run counts as one epoch (evaluation at the
+    end, checkpoints by `checkpoint.every_n_steps`). A resumed job replays the stream and skips the batches
+    already trained on: the same samples when the stream yields the same items in the same order each time.
+  - Loader workers are seeded per (`train.seed`, rank, epoch): randomness drawn in them repeats with the
+    epoch, but a job resumed mid-epoch does not replay the draws of the samples it skips. With
+    `loader_workers: 0` the dataset runs in the rank itself and shares torch's random stream with the model.
+- `train.loss`: `cross_entropy` (the default: `(input, class index)` batches; evaluation also reports
+  `eval_accuracy`), `mse` (`(input, target)` batches, targets shaped like the output), or a function
+  `loss(model, batch) -> loss | (loss, {name: metric})` of 0-d tensors: the batch's mean loss, and metrics
+  reduced over the ranks like the loss and reported next to it (as `name`, and `eval_name` for evaluation).
+  `model` is the model as the strategy runs it (wrapped, maybe compiled): call it. Evaluation calls the same
+  function under `torch.no_grad()` on the bare model.
+
+A `model.factory` may train on a built-in `data.dataset` (resident `(images, labels)` batches, the fast
+path); a built-in `model.arch` needs a built-in dataset, which sizes it. What the planner cannot know of a
+factory's model (its size, its module names) is settled once it is built: `parallel.strategy: auto` picks
+ddp for several processes, and the names in `parallel.split_at`, `parallel.placement` and `parallel.wrap`
+are checked against the model in the job's first seconds, failing it with the names the model has.
+
+Strategies with a factory's model:
+
+- single, dp, ddp: as with built-in models; `parallel.sync_batchnorm` converts its BatchNorm layers.
+- fsdp: shards each module of the classes in `parallel.wrap` (inner ones first), by default each child of
+  its largest `ModuleList`, else each top-level child (and the blocks of a child made of blocks).
+- model_parallel: stages start at the top-level modules `parallel.split_at` names (default: spread evenly
+  over `named_children()`); the model's own `forward` runs, its inputs following the modules' devices.
+- pipeline: each stage runs its top-level modules one after another (flattening after a module named
+  `avgpool`, as torchvision's classifiers do), so the model's `forward` must do exactly that. The last stage
+  computes the loss from its output: `cross_entropy` or `mse` on `(input, target)` batches only, and a
+  `module:function` loss is refused.
+- hogwild: refused, with a `module:function` loss too: its worker processes share one resident built-in
+  model and dataset.
+
+`performance.activation_checkpointing` recomputes each block as fsdp would shard it (the classes of
+`parallel.wrap`, or the children of the largest `ModuleList`, else Sequential blocks);
+`performance.channels_last` applies where the model has 2-D convolutions; `performance.compile` compiles
+the model as for built-ins.
+"""
 
 _BOUNDS: list[tuple[type[Any], str, str]] = [
     (at.Ge, "ge", "≥ {}"),
@@ -62,6 +124,8 @@ def _number(value: Any) -> str:
 
 def type_name(annotation: Any) -> str:
     """`int`, `list[int]`, `Strategy`, `int | null` as a reader of JSON would call them."""
+    if annotation is JsonValue:
+        return "JSON"
     origin = get_origin(annotation)
     if origin is Annotated:
         return type_name(get_args(annotation)[0])
@@ -166,6 +230,7 @@ def render() -> str:
                 out += [ARCHS_NOTE, "", *arch_table(), ""]
             if name == "data":
                 out += ["Datasets (nothing is downloaded):", "", *dataset_table(), ""]
+    out += [USER_CODE]
     return "\n".join(out).rstrip() + "\n"
 
 

@@ -1,15 +1,220 @@
 """Code bundles: users' own modules, content-addressed by the sha256 of the archive they uploaded, unpacked
-once per host into a read-only folder that jobs import from."""
+once per host into a read-only folder that jobs import from.
+
+On disk, under TRAINYARD_CODE_DIR:
+    <hex>/                      the bundle, unpacked, read-only; what the sandbox binds into a job
+    archives/<hex>.tar[.gz]     the archive as uploaded, from which a host that lacks the folder unpacks it
+    .incoming/, .unpack-*       uploads being received and archives being unpacked: nothing outside them is
+                                written until an archive has passed every check (core/code_unpack.py)
+With artifact_store=s3 the archive is also stored at <s3_prefix>/code/<hex>, so that a worker on another
+host fetches it, checks its hash and unpacks it (`ensure_unpacked`).
+"""
 
 from __future__ import annotations
 
+import errno
+import fcntl
+import hashlib
+import logging
+import os
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import IO
 
+from botocore.exceptions import BotoCoreError, ClientError
+
+from core.code_unpack import Limits, Manifest, UnsafeArchive, is_gzip, remove_tree, unpack
 from core.config import Settings
+from core.storage import object_store
+
+log = logging.getLogger(__name__)
 
 CODE_ID_PREFIX = "sha256:"
+ARCHIVES = "archives"
+INCOMING = ".incoming"
+HASH_CHUNK = 1 << 20
+
+
+class ArchiveTooLarge(Exception):
+    def __init__(self, max_bytes: int) -> None:
+        super().__init__(
+            f"the archive is over {max_bytes} bytes (TRAINYARD_CODE_MAX_BYTES); leave data, weights and "
+            "outputs out with .trainyardignore and read data from TRAINYARD_DATA_DIR"
+        )
+
+
+class BundleUnavailable(Exception):
+    """A worker cannot unpack the bundle a job names; the message says why and what to do."""
+
+
+def code_hex(code_id: str) -> str:
+    return code_id.removeprefix(CODE_ID_PREFIX)
 
 
 def bundle_dir(settings: Settings, code_id: str) -> Path:
     """Where a bundle is unpacked on this host: `<code_dir>/<hex digest>`."""
-    return settings.code_dir / code_id.removeprefix(CODE_ID_PREFIX)
+    return settings.code_dir / code_hex(code_id)
+
+
+def archive_path(settings: Settings, code_id: str, gzipped: bool) -> Path:
+    suffix = ".tar.gz" if gzipped else ".tar"
+    return settings.code_dir / ARCHIVES / f"{code_hex(code_id)}{suffix}"
+
+
+def stored_archive(settings: Settings, code_id: str) -> Path | None:
+    """This host's copy of the bundle's archive, if it has one."""
+    return next((p for p in (archive_path(settings, code_id, g) for g in (True, False)) if p.exists()), None)
+
+
+def is_stored(settings: Settings, code_id: str) -> bool:
+    return bundle_dir(settings, code_id).is_dir() and stored_archive(settings, code_id) is not None
+
+
+def limits(settings: Settings) -> Limits:
+    return Limits(settings.code_max_unpacked_bytes, settings.code_max_files)
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as source:
+        while chunk := source.read(HASH_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+class Incoming:
+    """An upload as it arrives: into a temporary file, hashed on the way, refused once past `max_bytes`."""
+
+    def __init__(self, file: IO[bytes], path: Path, max_bytes: int) -> None:
+        self.file = file
+        self.path = path
+        self.max_bytes = max_bytes
+        self.size = 0
+        self._digest = hashlib.sha256()
+
+    def write(self, chunk: bytes) -> None:
+        self.size += len(chunk)
+        if self.size > self.max_bytes:
+            raise ArchiveTooLarge(self.max_bytes)
+        self._digest.update(chunk)
+        self.file.write(chunk)
+
+    @property
+    def code_id(self) -> str:
+        return f"{CODE_ID_PREFIX}{self._digest.hexdigest()}"
+
+
+@contextmanager
+def _temporary_file(settings: Settings) -> Iterator[Path]:
+    """A new file under the code directory (so that keeping it is a rename), removed on the way out unless
+    it was kept; `.part` is where ObjectStore.download writes before its own rename."""
+    folder = settings.code_dir / INCOMING
+    folder.mkdir(parents=True, exist_ok=True)
+    descriptor, name = tempfile.mkstemp(dir=folder)
+    os.close(descriptor)
+    try:
+        yield Path(name)
+    finally:
+        Path(name).unlink(missing_ok=True)
+        Path(f"{name}.part").unlink(missing_ok=True)
+
+
+@contextmanager
+def incoming(settings: Settings) -> Iterator[Incoming]:
+    with _temporary_file(settings) as path, path.open("wb") as file:
+        yield Incoming(file, path, settings.code_max_bytes)
+
+
+@contextmanager
+def locked(settings: Settings) -> Iterator[None]:
+    """One store or removal at a time across this host's API processes: a bundle removed while the same
+    bytes are pushed again would otherwise leave a row whose files are gone."""
+    settings.code_dir.mkdir(parents=True, exist_ok=True)
+    with (settings.code_dir / ".lock").open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        yield
+
+
+def _unpack_into_place(settings: Settings, archive: Path, code_id: str) -> Manifest:
+    """Unpacks into a temporary sibling of the bundle's folder, then renames it into place: a job never sees
+    half a bundle, and a refused archive leaves nothing but the temporary folder, which is removed."""
+    settings.code_dir.mkdir(parents=True, exist_ok=True)
+    temporary = Path(tempfile.mkdtemp(dir=settings.code_dir, prefix=".unpack-"))
+    try:
+        manifest = unpack(archive, temporary, limits(settings))
+        try:
+            temporary.rename(bundle_dir(settings, code_id))
+        except OSError as exc:
+            if exc.errno not in (errno.EEXIST, errno.ENOTEMPTY):
+                raise
+            # Another process unpacked the same bytes first: the folder it made holds the same files.
+    finally:
+        remove_tree(temporary)
+    return manifest
+
+
+def store(settings: Settings, upload: Incoming) -> Manifest:
+    """Checks and unpacks a received archive, keeps it (and puts it in the object store, if there is one).
+    Idempotent: the same bytes again find the same places. Raises UnsafeArchive with nothing kept."""
+    upload.file.flush()
+    manifest = _unpack_into_place(settings, upload.path, upload.code_id)
+    kept = archive_path(settings, upload.code_id, is_gzip(upload.path))
+    kept.parent.mkdir(parents=True, exist_ok=True)
+    upload.path.chmod(0o444)
+    upload.path.replace(kept)
+    if (objects := object_store(settings)) is not None:
+        objects.put_file(kept, objects.code_key(code_hex(upload.code_id)))
+    return manifest
+
+
+def _fetch(settings: Settings, code_id: str) -> Path:
+    """The archive from the object store, into archives/ once its hash is checked."""
+    objects = object_store(settings)
+    if objects is None or not objects.exists(key := objects.code_key(code_hex(code_id))):
+        raise BundleUnavailable(
+            f"code bundle {code_id} is not on this host ({settings.code_dir}) nor in an object store; "
+            "push it again with `trainyard code push DIR`, or share TRAINYARD_CODE_DIR between hosts"
+        )
+    with _temporary_file(settings) as fetched:
+        objects.download(key, fetched)
+        if sha256_file(fetched) != code_hex(code_id):
+            raise BundleUnavailable(f"the object store's copy of code bundle {code_id} does not match its id")
+        kept = archive_path(settings, code_id, is_gzip(fetched))
+        kept.parent.mkdir(parents=True, exist_ok=True)
+        fetched.chmod(0o444)
+        fetched.replace(kept)
+    return kept
+
+
+def ensure_unpacked(settings: Settings, code_id: str) -> Path:
+    """The bundle's folder on this host, unpacked first if it is missing: from this host's archive or the
+    object store's, either checked against the id. A worker calls it before it launches a job."""
+    folder = bundle_dir(settings, code_id)
+    if folder.is_dir():
+        return folder
+    archive = stored_archive(settings, code_id) or _fetch(settings, code_id)
+    if sha256_file(archive) != code_hex(code_id):
+        raise BundleUnavailable(
+            f"{archive} does not match code bundle {code_id}; delete the bundle and push it again"
+        )
+    try:
+        _unpack_into_place(settings, archive, code_id)
+    except UnsafeArchive as exc:  # a stricter TRAINYARD_CODE_MAX_* on this host than on the API's
+        raise BundleUnavailable(f"code bundle {code_id} cannot be unpacked on this host: {exc}") from exc
+    return folder
+
+
+def remove(settings: Settings, code_id: str) -> None:
+    """The folder, the archive and the object store's copy. Other hosts keep their unpacked folders, which
+    hold the same bytes should the bundle be pushed again."""
+    remove_tree(bundle_dir(settings, code_id))
+    if (archive := stored_archive(settings, code_id)) is not None:
+        archive.unlink()
+    if (objects := object_store(settings)) is not None:
+        try:
+            objects.delete(objects.code_key(code_hex(code_id)))
+        except (BotoCoreError, ClientError):
+            # The row is gone already; the object is unreachable garbage, not a bundle anyone can use.
+            log.exception("could not delete code bundle %s from the object store", code_id)

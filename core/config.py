@@ -18,6 +18,14 @@ class AuthMode(StrEnum):
     OFF = "off"
 
 
+class SandboxMode(StrEnum):
+    # auto: built-in jobs run only the service's own code, on data the API checked, so the sandbox would cost
+    # them the warm launcher's head start (worker/standby.py) and guard against nothing their spec can name.
+    AUTO = "auto"
+    ON = "on"
+    OFF = "off"
+
+
 class ArtifactStore(StrEnum):
     SHARED = "shared"  # runs_dir is one filesystem that the API and every worker see
     S3 = "s3"  # checkpoints and logs are uploaded to an S3-compatible bucket the API reads
@@ -41,6 +49,16 @@ class Settings(BaseSettings):
     user_code: bool = Field(
         True, description="run jobs that bring a code bundle (spec.code), inside the sandbox; off: refused"
     )
+    code_max_bytes: int = Field(
+        100 * 2**20, ge=1, le=2**40, description="the largest code bundle archive POST /v1/code accepts"
+    )
+    code_max_unpacked_bytes: int = Field(
+        1 << 30, ge=1, le=2**42, description="a code bundle's files, added up once unpacked"
+    )
+    code_max_files: int = Field(10_000, ge=1, le=10**7, description="files and folders in one code bundle")
+    code_quota_bytes: int = Field(
+        1 << 30, ge=0, le=2**50, description="the archive bytes of all of a user's code bundles together"
+    )
     host: str = "127.0.0.1"
     port: int = Field(8000, ge=1, le=65535)
     hostname: str = Field(default_factory=socket.gethostname, description="this worker's host identity")
@@ -54,6 +72,29 @@ class Settings(BaseSettings):
     worker_concurrency: int = Field(4, ge=1, le=256, description="jobs one worker supervises at once")
     warm_launcher: bool = Field(
         True, description="keep a torchrun process that has imported torch ready for the next job"
+    )
+    sandbox: SandboxMode = Field(
+        SandboxMode.AUTO,
+        description="run jobs in bubblewrap (docs/security.md): auto, the jobs with a code bundle; on, every "
+        "job; off, none, for a box whose users are all trusted",
+    )
+    job_uid: int = Field(
+        65534, ge=1, le=2**31 - 1, description="a root worker runs sandboxed ranks as this uid (nobody)"
+    )
+    job_max_processes: int = Field(
+        4096, ge=32, le=4_194_304, description="sandboxed: one job's processes and threads together"
+    )
+    job_max_open_files: int = Field(
+        65536, ge=256, le=2**30, description="sandboxed: one process's open files"
+    )
+    job_max_file_gb: float = Field(
+        256.0, gt=0, le=2**20, description="sandboxed: the largest file one job may write (a checkpoint)"
+    )
+    job_max_disk_gb: float | None = Field(
+        None,
+        gt=0,
+        le=2**30,
+        description="every job: its run directory's size, when limits.max_disk_gb is unset or larger",
     )
     heartbeat_s: float = Field(2.0, gt=0, le=300)
     lease_timeout_s: float = Field(30.0, gt=0, le=3600, description="older heartbeat: reaped")

@@ -3,12 +3,28 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from trainers.datadir import DATA_DIR_ENV
 from trainers.plan import Plan
 
 JOB_TOKEN_ENV = "TRAINYARD_JOB_TOKEN"
+# The job's run directory, set next to the token: the token ("<host>/<job>/<attempt>") repeats across
+# deployments on one host (a test suite beside a dev server, both with job 1), the run directory does not.
+RUN_DIR_ENV = "TRAINYARD_RUN_DIR"
+
+# What a rank may inherit from the worker's environment: what the interpreter, the locale, CUDA and the
+# collectives need to work, and the admin's tuning of them. Nothing else passes, so the database and broker
+# URLs, object-store credentials, API keys and the worker's own TRAINYARD_* settings never reach user code.
+INHERITED = frozenset(
+    {
+        *("PATH", "LANG", "LANGUAGE", "TZ", "LD_LIBRARY_PATH", "CUDA_HOME"),
+        *("PYTHONPATH", "PYTHONHASHSEED", "PYTHONDONTWRITEBYTECODE", "PYTHONWARNINGS", "PYTHONFAULTHANDLER"),
+    }
+)
+INHERITED_PREFIXES = ("LC_", "CUDA_", "NCCL_", "GLOO_", "TORCH_", "NVSHMEM_")
 
 
 @dataclass(frozen=True)
@@ -74,23 +90,40 @@ def job_token(job_id: int, attempt: int, host: str) -> str:
     return f"{host}/{job_id}/{attempt}"
 
 
+def inherited(worker_env: Mapping[str, str]) -> dict[str, str]:
+    """The part of the worker's environment the allow-list lets through."""
+    return {
+        name: value
+        for name, value in worker_env.items()
+        if name in INHERITED or name.startswith(INHERITED_PREFIXES)
+    }
+
+
 def launch_env(
-    base: dict[str, str], plan: Plan, gpu_ids: list[int], token: str, run_dir: Path, cpu_count: int
+    worker_env: Mapping[str, str],
+    plan: Plan,
+    gpu_ids: list[int],
+    token: str,
+    run_dir: Path,
+    data_dir: Path,
+    cpu_count: int,
 ) -> dict[str, str]:
-    env = dict(base)
-    env.update(
-        {
-            # Physical ids in PCI order, the numbering NVML and users see; a CPU job sees no GPU at all.
-            "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
-            "CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in gpu_ids),
-            # Every process of the job inherits this, data-loader workers too: it is how cancel finds them.
-            JOB_TOKEN_ENV: token,
-            "TORCHELASTIC_ERROR_FILE": str(run_dir / "error.json"),
-            "OMP_NUM_THREADS": str(max(1, cpu_count // plan.nproc_per_node)),
-            "PYTHONUNBUFFERED": "1",
-        }
-    )
-    return env
+    return {
+        **inherited(worker_env),
+        # Physical ids in PCI order, the numbering NVML and users see; a CPU job sees no GPU at all.
+        "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
+        "CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in gpu_ids),
+        # Every process of the job inherits these, data-loader workers too: it is how cancel finds them.
+        JOB_TOKEN_ENV: token,
+        RUN_DIR_ENV: str(run_dir),
+        # The data dir the API checked data.root against, resolved: the trainer runs from another cwd.
+        DATA_DIR_ENV: str(data_dir),
+        # Caches and dotfiles of libraries land in the job's own directory, never the worker's home.
+        "HOME": str(run_dir),
+        "TORCHELASTIC_ERROR_FILE": str(run_dir / "error.json"),
+        "OMP_NUM_THREADS": str(max(1, cpu_count // plan.nproc_per_node)),
+        "PYTHONUNBUFFERED": "1",
+    }
 
 
 def build_launch(
@@ -100,21 +133,23 @@ def build_launch(
     attempt: int,
     host: str,
     run_dir: Path,
+    data_dir: Path,
     gpu_ids: list[int],
     python: str,
-    base_env: dict[str, str] | None = None,
+    worker_env: Mapping[str, str] | None = None,
     cpu_count: int | None = None,
     rendezvous: Rendezvous | None = None,
 ) -> Launch:
+    """`worker_env` (default: os.environ) passes through the allow-list."""
     if plan.device == "cuda" and len(gpu_ids) != plan.num_gpus:
         raise ValueError(f"plan needs {plan.num_gpus} GPUs but {len(gpu_ids)} were leased: {gpu_ids}")
-    token = job_token(job_id, attempt, host)
     env = launch_env(
-        dict(os.environ) if base_env is None else base_env,
+        os.environ if worker_env is None else worker_env,
         plan,
         gpu_ids,
-        token,
+        job_token(job_id, attempt, host),
         run_dir,
+        data_dir,
         cpu_count or os.cpu_count() or 1,
     )
     return Launch(argv=torchrun_argv(plan, run_dir, python, rendezvous), env=env)

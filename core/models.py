@@ -7,6 +7,7 @@ from typing import Any, ClassVar
 
 from sqlalchemy import (
     JSON,
+    BigInteger,
     Boolean,
     DateTime,
     Float,
@@ -156,6 +157,22 @@ class ApiKey(Base):
     user: Mapped[str] = mapped_column(String(128), index=True)
     key_hash: Mapped[str] = mapped_column(String(64), unique=True)
     is_admin: Mapped[bool] = mapped_column(Boolean, default=False)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class CodeBundle(Base):
+    """A user's code bundle (core/code_store.py holds its files). The id is the sha256 of the archive, so two
+    users who push the same bytes share the files and each has a row: neither sees, blocks or deletes the
+    other's."""
+
+    __tablename__ = "code_bundles"
+
+    id: Mapped[str] = mapped_column(String(71), primary_key=True)  # "sha256:" and 64 hex digits
+    owner: Mapped[str] = mapped_column(String(128), primary_key=True, index=True)
+    size_bytes: Mapped[int] = mapped_column(BigInteger)  # the archive, as uploaded; what the quota sums
+    unpacked_bytes: Mapped[int] = mapped_column(BigInteger)
+    file_count: Mapped[int] = mapped_column(Integer)
+    files: Mapped[list[dict[str, Any]]] = mapped_column(JSON, default=list)  # {path, size}, the first 1000
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
 

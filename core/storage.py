@@ -73,6 +73,10 @@ class ObjectStore:
         inside = is_object_uri(uri) and bucket == self.bucket and key.startswith(f"{self.prefix}/")
         return key if inside else None
 
+    def code_key(self, digest: str) -> str:
+        """A code bundle's archive; `code` is no job id, so it never meets a run's keys."""
+        return f"{self.prefix}/code/{digest}"
+
     def part_key(self, key: str, end: int) -> str:
         """The part of `key`'s file that ends at byte `end` (and begins where the previous part ended)."""
         return f"{key}{PARTS}/{end:0{PART_DIGITS}d}"

@@ -53,6 +53,17 @@ def _parallel_options(parallel: ParallelSpec, strategy: Strategy, device: str) -
         yield Problem("parallel.microbatches", "parallel.microbatches is for strategy pipeline", "drop it")
 
 
+def _wrap(spec: JobSpec, strategy: Strategy) -> Iterator[Problem]:
+    """Block classes are what fsdp shards and activation checkpointing recomputes, one at a time."""
+    if spec.parallel.wrap and strategy is not Strategy.FSDP and not spec.performance.activation_checkpointing:
+        yield Problem(
+            "parallel.wrap",
+            "parallel.wrap names the blocks that strategy fsdp shards and activation checkpointing "
+            "recomputes, and this job does neither",
+            "drop it, use strategy fsdp, or turn on performance.activation_checkpointing",
+        )
+
+
 def _device_options(spec: JobSpec, device: str) -> Iterator[Problem]:
     if device == "cpu" and spec.precision is Precision.FP16:
         yield Problem(
@@ -127,6 +138,7 @@ def combination_problems(spec: JobSpec, strategy: Strategy, device: str) -> Iter
     """Every option that does not fit the others, each with its fix."""
     yield from _devices(spec.parallel)
     yield from _parallel_options(spec.parallel, strategy, device)
+    yield from _wrap(spec, strategy)
     yield from _device_options(spec, device)
     yield from _plateau_evaluates(spec)
     yield from _hogwild_options(spec, strategy)

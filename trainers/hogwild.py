@@ -16,10 +16,12 @@ from typing import Any
 
 import torch
 
-from trainers.data import TrainBatches, eval_batches
+from trainers.components import Components, build
+from trainers.data import TrainBatches
+from trainers.data.held_out import ResidentHeldOut
 from trainers.dist_env import DistEnv
 from trainers.hogwild_worker import METRICS, Crew, WorkerArgs
-from trainers.loop import Components, build, evaluate, resume
+from trainers.loop import evaluate, resume
 from trainers.plan import RunConfig
 from trainers.progress import Position, RunOutput, checkpoint_due, evaluation_due, total_steps
 
@@ -41,19 +43,27 @@ def combine(reports: list[dict[str, float]]) -> dict[str, float]:
     return values
 
 
+def resident(c: Components) -> TrainBatches:
+    """Hogwild trains built-in models on built-in data only (user code is refused at submit)."""
+    if not isinstance(c.batches, TrainBatches) or not isinstance(c.held_out, ResidentHeldOut):
+        raise ValueError("parallel.strategy=hogwild trains a built-in data.dataset only")
+    return c.batches
+
+
 def worker_args(config: RunConfig, c: Components, done: int) -> list[WorkerArgs]:
     workers = config.plan.workers
-    x, y = c.batches.feeder.x.share_memory_(), c.batches.feeder.y.share_memory_()
+    feeder = resident(c).feeder
+    x, y = feeder.x.share_memory_(), feeder.y.share_memory_()
     return [
         WorkerArgs(
             rank=rank,
             config=config,
             model=c.strategy.unwrap(),
             train=(x, y),
-            shape=c.batches.feeder.shape,
+            shape=feeder.shape,
             optimizer_state=c.optimizer.state_dict() if done else None,
             done=done,
-            evaluates=len(c.val_feed) > 0,
+            evaluates=not c.held_out.empty,
             threads=max(1, torch.get_num_threads() // workers),
             parent=os.getpid(),
         )
@@ -66,13 +76,15 @@ def steps_per_epoch(config: RunConfig, c: Components) -> int:
     plan, env = config.plan, c.strategy.env
     worker = DistEnv(rank=0, local_rank=0, world_size=plan.workers, device=env.device)
     seed = config.spec.train.seed
-    return TrainBatches(c.batches.feeder, worker, plan.per_rank_batch, plan.micro_batch, seed).steps_per_epoch
+    return TrainBatches(
+        resident(c).feeder, worker, plan.per_rank_batch, plan.micro_batch, seed
+    ).steps_per_epoch
 
 
 def train_hogwild(config: RunConfig, run_dir: Path, env: DistEnv) -> bool:
     """True when training ran to the end; False when a SIGTERM stopped it after a final checkpoint."""
     spec, plan = config.spec, config.plan
-    c = build(spec, plan, env)
+    c = build(config, env)
     done = resume(plan, run_dir, c)
     per_epoch = steps_per_epoch(config, c)
     total = total_steps(spec.train, per_epoch)
@@ -102,9 +114,8 @@ def train_hogwild(config: RunConfig, run_dir: Path, env: DistEnv) -> bool:
             if len(paused[step]) < plan.workers:
                 continue
             # Every worker waits at this step: the shared model holds exactly `step` steps of each.
-            if len(c.val_feed) and evaluation_due(spec.train, at):
-                shard = eval_batches(c.val_feed, env, c.batches.per_rank_batch)
-                output.report(at, evaluate(shard, c.precision, c.strategy))
+            if not c.held_out.empty and evaluation_due(spec.train, at):
+                output.report(at, evaluate(c, c.batches.per_rank_batch))
             if checkpoint_due(spec.checkpoint, at) or step == stop_at:
                 optimizer_state = next(s for s in paused.pop(step) if s is not None)
                 model_state, _ = c.strategy.full_state(c.optimizer)

@@ -24,10 +24,13 @@ import torch
 import torch.multiprocessing as mp
 from torch import nn
 
-from trainers.data import Batch, BatchShape, DeviceFeeder, TrainBatches
+from trainers.components import Components
+from trainers.data import BatchShape, DeviceFeeder, Pair, TrainBatches
+from trainers.data.held_out import ResidentHeldOut
 from trainers.dist_env import DistEnv
-from trainers.loop import Components, train_step
+from trainers.loop import train_step
 from trainers.metrics import TrainMetrics
+from trainers.objectives import build_objective
 from trainers.plan import RunConfig
 from trainers.precision import MixedPrecision
 from trainers.progress import Position, checkpoint_due, evaluation_due, report_due, total_steps
@@ -46,7 +49,7 @@ class WorkerArgs:
     rank: int
     config: RunConfig
     model: nn.Module  # parameters in shared memory
-    train: Batch  # the whole training split, in shared memory; each worker reads its own shard
+    train: Pair  # the whole training split, in shared memory; each worker reads its own shard
     shape: BatchShape
     optimizer_state: dict[str, Any] | None  # what the run resumed from
     done: int  # steps done before this run
@@ -99,8 +102,9 @@ def components(args: WorkerArgs) -> Components:
         forward=forward,
         optimizer=optimizer,
         precision=MixedPrecision(plan.precision, CPU),
+        objective=build_objective(spec.train.loss, None),  # user losses are refused for hogwild at submit
         batches=TrainBatches(feeder, env, plan.per_rank_batch, plan.micro_batch, spec.train.seed),
-        val_feed=DeviceFeeder((x[:0], y[:0]), args.shape, CPU, CPU),  # the main process evaluates
+        held_out=ResidentHeldOut(DeviceFeeder((x[:0], y[:0]), args.shape, CPU, CPU)),  # main evaluates
     )
 
 

@@ -11,6 +11,7 @@ import torch
 from pydantic import BaseModel
 
 from trainers.events import EVENTS_FILE, append_event
+from trainers.objectives import LossValues
 from trainers.strategies.base import ParallelStrategy
 
 
@@ -37,7 +38,8 @@ def peak_memory_mb(device: torch.device) -> float:
 
 
 class TrainMetrics:
-    """Sums of loss and samples since the last report, as device tensors: adding to them never waits."""
+    """Sums of loss, the loss function's own metrics and samples since the last report, as device tensors:
+    adding to them never waits. Metrics are weighted by samples, as the loss is."""
 
     def __init__(self, strategy: ParallelStrategy, device: torch.device, start_step: int) -> None:
         self.strategy = strategy
@@ -47,21 +49,30 @@ class TrainMetrics:
     def _reset(self, step: int) -> None:
         self.loss_sum = torch.zeros((), dtype=torch.float64, device=self.device)
         self.samples = torch.zeros((), dtype=torch.float64, device=self.device)
+        self.metric_sums: dict[str, torch.Tensor] = {}
         self.since_step = step
         self.since_time = time.perf_counter()
 
-    def add(self, mean_loss: torch.Tensor, samples: int) -> None:
+    def add(self, values: LossValues, samples: int) -> None:
         # The loss lives where the model's last stage runs (model_parallel, pipeline), maybe not on this
         # rank's device; the copy between GPUs is queued on the stream, not a host sync.
-        self.loss_sum += mean_loss.detach().to(self.device, torch.float64) * samples
+        self.loss_sum += values.loss.to(self.device, torch.float64) * samples
         self.samples += samples
+        for name, value in values.metrics.items():
+            weighted = value.to(self.device, torch.float64) * samples  # a new tensor: summing into it is safe
+            if name in self.metric_sums:
+                self.metric_sums[name] += weighted
+            else:
+                self.metric_sums[name] = weighted
 
     def report(self, step: int, lr: float) -> dict[str, float]:
         """The window's totals over the job (a collective: every rank calls it at the same step), then a
         new window."""
-        totals = self.strategy.reduce_metrics(torch.stack([self.loss_sum, self.samples]))
+        names = sorted(self.metric_sums)
+        sums = [self.loss_sum, self.samples, *(self.metric_sums[name] for name in names)]
+        totals = self.strategy.reduce_metrics(torch.stack(sums))
         # .tolist() is the host sync that waits for the window's work, so wall time covers all of it.
-        loss_sum, samples = totals.tolist()
+        loss_sum, samples, *metric_sums = totals.tolist()
         elapsed = time.perf_counter() - self.since_time
         steps = step - self.since_step
         values = {
@@ -70,6 +81,7 @@ class TrainMetrics:
             "samples_per_s": samples / elapsed,
             "step_time_s": elapsed / steps,
             "peak_mem_mb": peak_memory_mb(self.device),
+            **{name: total / samples for name, total in zip(names, metric_sums, strict=True)},
         }
         self._reset(step)
         return values

@@ -1,31 +1,34 @@
 """Whether the spec fits its model and dataset, as the catalogue describes them: allowed kwargs, module names
 for placement and split points, the kind of input, sparse tables, what there is to evaluate on. No torch.
+
+A model or dataset from a factory has no catalogue entry: what it would tell (module names, kwargs, the kind
+of input) is checked inside the job once the factory has run; what user code needs is trainers/user_fit.py.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 
-from trainers.catalog.archs import ARCHS, ArchInfo, archs_of
-from trainers.catalog.datasets import DATASETS, InputKind, datasets_of
+from trainers.catalog.archs import ARCHS, Arch, ArchInfo, archs_of
+from trainers.catalog.datasets import DATASETS, DatasetName, InputKind, datasets_of
 from trainers.problems import Problem
 from trainers.spec import JobSpec, Optimizer, Schedule, Strategy
 from trainers.stages import split_at_problem
 
 
-def _module_names(spec: JobSpec, info: ArchInfo) -> tuple[str, ...] | None:
+def _module_names(arch: Arch, spec: JobSpec, info: ArchInfo) -> tuple[str, ...] | None:
     """The model's top-level modules; None while its kwargs are refused (mlp's depth sets their count)."""
-    if info.kwarg_problems(spec.model.arch, spec.model.kwargs):
+    if info.kwarg_problems(arch, spec.model.arch_kwargs):
         return None
-    return info.module_names(spec.model.kwargs)
+    return info.module_names(spec.model.arch_kwargs)
 
 
-def _modules(spec: JobSpec, names: tuple[str, ...]) -> Iterator[Problem]:
+def _modules(arch: Arch, spec: JobSpec, names: tuple[str, ...]) -> Iterator[Problem]:
     for name in spec.parallel.placement or {}:
         if name not in names:
             yield Problem(
                 "parallel.placement",
-                f"parallel.placement names {name!r}, which {spec.model.arch} does not have",
+                f"parallel.placement names {name!r}, which {arch} does not have",
                 f"use {', '.join(names)}",
             )
     problem = split_at_problem(names, spec.parallel.split_at or [])
@@ -33,8 +36,7 @@ def _modules(spec: JobSpec, names: tuple[str, ...]) -> Iterator[Problem]:
         yield problem
 
 
-def _reads_data(spec: JobSpec, info: ArchInfo) -> Iterator[Problem]:
-    arch, dataset = spec.model.arch, spec.data.dataset
+def _reads_data(arch: Arch, dataset: DatasetName, spec: JobSpec, info: ArchInfo) -> Iterator[Problem]:
     holds = DATASETS[dataset].input
     if info.input is not holds:
         # Blame the side that reads something other than images: it is the one chosen on purpose.
@@ -56,8 +58,8 @@ def _reads_data(spec: JobSpec, info: ArchInfo) -> Iterator[Problem]:
         )
 
 
-def _sparse_table(spec: JobSpec, info: ArchInfo, strategy: Strategy) -> Iterator[Problem]:
-    arch, optimizer = spec.model.arch, spec.train.optimizer
+def _sparse_table(arch: Arch, spec: JobSpec, info: ArchInfo, strategy: Strategy) -> Iterator[Problem]:
+    optimizer = spec.train.optimizer
     if not info.sparse:
         return
     if strategy is Strategy.PIPELINE:
@@ -77,47 +79,55 @@ def _sparse_table(spec: JobSpec, info: ArchInfo, strategy: Strategy) -> Iterator
         )
 
 
-def _data_options(spec: JobSpec) -> Iterator[Problem]:
-    data, info = spec.data, DATASETS[spec.data.dataset]
+def _data_options(dataset: DatasetName, spec: JobSpec) -> Iterator[Problem]:
+    data, info = spec.data, DATASETS[dataset]
     if info.on_disk and not data.root:
         yield Problem(
             "data.root",
-            f"data.dataset {data.dataset} is read from disk, and data.root is not set",
+            f"data.dataset {dataset} is read from disk, and data.root is not set",
             "set data.root to its directory under TRAINYARD_DATA_DIR (nothing is downloaded)",
         )
     if spec.train.schedule is Schedule.PLATEAU and data.val_fraction == 0 and not info.test_split:
         yield Problem(
             "data.val_fraction",
-            f"data.val_fraction=0 holds nothing of {data.dataset} out to evaluate on, and "
+            f"data.val_fraction=0 holds nothing of {dataset} out to evaluate on, and "
             "train.schedule=plateau decays the lr only when eval_loss stops improving",
             "set data.val_fraction above 0 or choose another train.schedule",
         )
 
 
 def model_problems(spec: JobSpec, strategy: Strategy) -> Iterator[Problem]:
-    """Everything about the model and the data that does not fit the rest of the spec."""
-    info = ARCHS[spec.model.arch]
-    names = _module_names(spec, info)
-    if names is None:
-        yield from info.kwarg_problems(spec.model.arch, spec.model.kwargs)
-    else:
-        yield from _modules(spec, names)
-    yield from _reads_data(spec, info)
-    yield from _sparse_table(spec, info, strategy)
-    yield from _data_options(spec)
+    """Everything about a built-in model and dataset that does not fit the rest of the spec."""
+    arch, dataset = spec.model.arch, spec.data.dataset
+    if arch is not None:
+        info = ARCHS[arch]
+        names = _module_names(arch, spec, info)
+        if names is None:
+            yield from info.kwarg_problems(arch, spec.model.arch_kwargs)
+        else:
+            yield from _modules(arch, spec, names)
+        if dataset is not None:
+            yield from _reads_data(arch, dataset, spec, info)
+        yield from _sparse_table(arch, spec, info, strategy)
+    if dataset is not None:
+        yield from _data_options(dataset, spec)
 
 
 def stage_problems(spec: JobSpec, strategy: Strategy, stages: int) -> Iterator[Problem]:
-    """A default split must find a place for every stage the layout asks for."""
-    info = ARCHS[spec.model.arch]
-    names = _module_names(spec, info)
-    if stages == 1 or spec.parallel.split_at or names is None:
+    """A default split must find a place for every stage the layout asks for. A factory's model is split
+    once built (trainers/stages.py), where its module names are known."""
+    arch = spec.model.arch
+    if stages == 1 or spec.parallel.split_at or arch is None:
+        return
+    info = ARCHS[arch]
+    names = _module_names(arch, spec, info)
+    if names is None:
         return
     most = info.max_stages(names)
     if stages > most:
         yield Problem(
             "parallel.strategy",
-            f"parallel.strategy={strategy} needs {stages} stages but {spec.model.arch} splits into at most "
+            f"parallel.strategy={strategy} needs {stages} stages but {arch} splits into at most "
             f"{most} by default",
             "ask for fewer GPUs/processes or give parallel.split_at",
         )

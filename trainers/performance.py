@@ -1,14 +1,18 @@
-"""Speed and memory switches of the performance section: activation checkpointing and cuDNN autotuning."""
+"""Speed and memory switches of the performance section: activation checkpointing, cuDNN autotuning and
+channels_last."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections import OrderedDict
+from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
+from typing import Any
 
 import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
+from trainers.blocks import blocks, outermost
 from trainers.spec import PerformanceSpec
 
 _ACTIVATIONS = (nn.ReLU, nn.GELU, nn.SiLU, nn.Tanh)
@@ -49,6 +53,33 @@ def _batchnorm_stats_kept(module: nn.Module) -> Iterator[None]:
                 b.copy_(old)
 
 
+def convolutional(model: nn.Module) -> bool:
+    """channels_last only changes how 4-D activations are laid out, which 2-D convolutions produce."""
+    return any(isinstance(module, nn.Conv2d) for module in model.modules())
+
+
+def recompute_contexts(
+    module: nn.Module,
+) -> tuple[AbstractContextManager[None], AbstractContextManager[None]]:
+    """The forward as usual; the recomputation without a second update of BatchNorm's statistics."""
+    return nullcontext(), _batchnorm_stats_kept(module)
+
+
+def checkpoint_forward(module: nn.Module) -> None:
+    """Recompute this module's activations in backward. Its forward is replaced on the instance, so the
+    module, its class and its state_dict keys stay as they were: strategies and checkpoints see no wrapper."""
+    forward = module.forward
+
+    def contexts() -> tuple[AbstractContextManager[None], AbstractContextManager[None]]:
+        return recompute_contexts(module)
+
+    def recomputed(*args: Any, **kwargs: Any) -> Any:
+        # Non-reentrant checkpointing also restores the RNG, so dropout recomputes the same mask.
+        return checkpoint(forward, *args, use_reentrant=False, context_fn=contexts, **kwargs)
+
+    module.forward = recomputed
+
+
 def segment_ends(layers: list[nn.Module]) -> list[int]:
     """Exclusive end indices of the blocks: a block closes after an activation or a nested block (a
     residual block, a conv-BN-ReLU Sequential), and a pooling layer right after joins the block it pools."""
@@ -67,8 +98,8 @@ class CheckpointedSequential(nn.Sequential):
     """A Sequential that keeps only each block's input in the forward pass and recomputes the rest in the
     backward pass. Its children and their names are the original's, so state_dict keys do not change."""
 
-    def __init__(self, *layers: nn.Module) -> None:
-        super().__init__(*layers)
+    def __init__(self, original: nn.Sequential) -> None:
+        super().__init__(OrderedDict(original.named_children()))
         self.ends = segment_ends(list(self))
 
     def _run(self, start: int, end: int, x: torch.Tensor) -> torch.Tensor:
@@ -77,7 +108,7 @@ class CheckpointedSequential(nn.Sequential):
         return x
 
     def _contexts(self) -> tuple[AbstractContextManager[None], AbstractContextManager[None]]:
-        return nullcontext(), _batchnorm_stats_kept(self)
+        return recompute_contexts(self)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         start = 0
@@ -88,18 +119,24 @@ class CheckpointedSequential(nn.Sequential):
         return x
 
 
-def checkpoint_activations(model: nn.Module) -> nn.Module:
-    """Recompute activations in backward, block by block: the model itself when it is a Sequential (mlp,
+def checkpoint_activations(model: nn.Module, wrap: Sequence[str] | None = None) -> nn.Module:
+    """Recompute activations in backward, block by block: each block of parallel.wrap's classes or of the
+    model's largest ModuleList (trainers/blocks.py); else the model itself when it is a plain Sequential (mlp,
     small_cnn), else its Sequential children (a ResNet's layer1-4, AlexNet's and VGG's features and
-    classifier). Returns the model to use, which is a new object only in the first case."""
-    if isinstance(model, nn.Sequential):
-        return CheckpointedSequential(*model)
+    classifier). Returns the model to use, which is a new object only for a plain Sequential."""
+    found = blocks(model, wrap)
+    if found is not None:
+        for block in outermost(found):
+            checkpoint_forward(block)
+        return model
+    if type(model) is nn.Sequential:
+        return CheckpointedSequential(model)
     targets = [name for name, child in model.named_children() if type(child) is nn.Sequential]
     if not targets:
         raise ValueError(
             f"performance.activation_checkpointing does not know the blocks of {type(model).__name__}; "
-            "turn it off for this model"
+            "name their classes in parallel.wrap, or turn it off for this model"
         )
     for name in targets:
-        setattr(model, name, CheckpointedSequential(*getattr(model, name)))
+        setattr(model, name, CheckpointedSequential(getattr(model, name)))
     return model

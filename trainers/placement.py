@@ -14,6 +14,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from trainers.data.batches import to_device
+from trainers.problems import refuse
 from trainers.spec import DevicePlacement
 from trainers.stages import stage_groups
 
@@ -21,10 +23,9 @@ PreHook = Callable[[nn.Module, tuple[Any, ...], dict[str, Any]], tuple[tuple[Any
 
 
 def move(value: Any, device: torch.device) -> Any:
-    if not isinstance(value, torch.Tensor) or value.device == device:
-        return value
+    """Tensors, also inside tuples, lists and dicts (a user's model may take any), onto `device`."""
     # A copy to the CPU must finish before the CPU reads it; copies to a GPU are ordered on its stream.
-    return value.to(device, non_blocking=device.type != "cpu")
+    return to_device(value, device, non_blocking=device.type != "cpu")
 
 
 def inputs_mover(device: torch.device) -> PreHook:
@@ -36,14 +37,20 @@ def inputs_mover(device: torch.device) -> PreHook:
     return hook
 
 
-def place(model: nn.Module, devices: Mapping[str, torch.device]) -> None:
-    """Move each top-level module to its device, and its inputs there on every call."""
-    own = [*model.parameters(recurse=False), *model.buffers(recurse=False)]
+def top_level_only(model: nn.Module, split: str) -> None:
+    """Splitting a model by its top-level modules leaves nothing behind only if they hold all its tensors."""
+    own = [name for name, _ in [*model.named_parameters(recurse=False), *model.named_buffers(recurse=False)]]
     if own:
         raise ValueError(
-            "this model holds tensors outside its top-level modules, so it cannot be placed module by "
-            "module; drop parallel.placement / use strategy single or ddp"
+            f"the model holds tensors outside its top-level modules ({', '.join(own)}), so {split} cannot "
+            "split it module by module; move them into a module of their own, or use strategy single, ddp "
+            "or fsdp"
         )
+
+
+def place(model: nn.Module, devices: Mapping[str, torch.device]) -> None:
+    """Move each top-level module to its device, and its inputs there on every call."""
+    top_level_only(model, "parallel.placement or model_parallel")
     for name, child in model.named_children():
         child.to(devices[name])
         child.register_forward_pre_hook(inputs_mover(devices[name]), with_kwargs=True)
@@ -52,7 +59,15 @@ def place(model: nn.Module, devices: Mapping[str, torch.device]) -> None:
 def hybrid_devices(
     names: Sequence[str], placement: Mapping[str, DevicePlacement], device: torch.device
 ) -> dict[str, torch.device]:
-    """Named modules where the spec puts them, the rest on the job's device. A CPU job has only the CPU."""
+    """Named modules where the spec puts them, the rest on the job's device. A CPU job has only the CPU.
+    The planner checks a built-in model's names; a factory's model is checked here, once built."""
+    for name in placement:
+        if name not in names:
+            raise refuse(
+                "parallel.placement",
+                f"parallel.placement names {name!r}, which the model does not have",
+                f"use some of {', '.join(names)}",
+            )
     cpu = torch.device("cpu")
     return {name: cpu if placement.get(name) is DevicePlacement.CPU else device for name in names}
 

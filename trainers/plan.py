@@ -18,6 +18,7 @@ from trainers.layout import LAYOUTS, Layout, spanning
 from trainers.model_fit import model_problems, stage_problems
 from trainers.problems import Problem, SpecError, refuse
 from trainers.spec import JobSpec, LrScaling, ParallelSpec, Precision, Strategy, TrainSpec
+from trainers.user_fit import user_code_problems
 
 
 class Plan(BaseModel):
@@ -81,7 +82,12 @@ def _pick_strategy(spec: JobSpec, gpus: int) -> tuple[Strategy, str]:
     processes = (gpus or parallel.nproc_per_node or 1) * parallel.nnodes
     if processes == 1:
         return Strategy.SINGLE, "one process: no parallel wrapper needed"
-    params = ARCHS[spec.model.arch].approx_params(spec.model.kwargs, spec.data.vocab_size)
+    if spec.model.arch is None:
+        return Strategy.DDP, (
+            f"{processes} processes: DDP keeps a replica of model.factory's model each (its size is known "
+            "only once built; ask for fsdp to shard it)"
+        )
+    params = ARCHS[spec.model.arch].approx_params(spec.model.arch_kwargs, spec.data.vocab_size)
     if params * 16 > REPLICA_BYTES_LIMIT:
         return Strategy.FSDP, f"~{params / 1e6:.0f}M parameters are too many to replicate: FSDP shards them"
     return Strategy.DDP, f"{processes} processes, ~{params / 1e6:.0f}M parameters: DDP keeps a replica each"
@@ -141,6 +147,7 @@ def resolve_plan(spec: JobSpec, inventory: Inventory = NO_HOSTS) -> Plan:
         *_processes_match_gpus(parallel, gpus),
         *combination_problems(spec, strategy, device),
         *model_problems(spec, strategy),
+        *user_code_problems(spec, strategy),
     ]
     try:
         per_host = LAYOUTS[strategy](parallel, gpus)

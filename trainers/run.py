@@ -45,13 +45,16 @@ def train_rank(run_dir: Path) -> bool:
     """True when training ran to its end, False when a SIGTERM stopped it after a final checkpoint."""
     from trainers.dist_env import rank_env
     from trainers.loop import train
+    from trainers.user_errors import blaming
 
     config = read_config(run_dir)
     if config.plan.strategy is Strategy.HOGWILD:
         # The one alternative loop: one torchrun rank that drives its own worker processes.
         from trainers.hogwild import train_hogwild as train
-    # The strategy joins the ranks' process group, if it has one, and leaves it after a clean finish.
-    return train(config, run_dir, rank_env(config.plan))
+    # The strategy joins the ranks' process group, if it has one, and leaves it after a clean finish. An
+    # exception from inside the code bundle leaves as a UserCodeError, which the worker does not retry.
+    with blaming(config.code_dir):
+        return train(config, run_dir, rank_env(config.plan))
 
 
 def main(argv: list[str] | None = None) -> None:

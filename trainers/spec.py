@@ -7,27 +7,16 @@ loads it.
 
 from __future__ import annotations
 
-import json
 import math
 from enum import StrEnum
-from typing import Annotated, TypeVar
+from typing import Annotated
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, Strict, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
-from trainers.catalog.archs import Arch
-from trainers.catalog.datasets import DatasetName
-
-
-class Section(BaseModel):
-    # Strict: a value keeps the JSON type it was sent with. Lax mode would read "5" as 5 and 1 as true, so a
-    # mistyped spec would run with values the user never wrote; ints are still taken where floats are due.
-    model_config = ConfigDict(extra="forbid", strict=True)
-
-
-AnyEnum = TypeVar("AnyEnum", bound=StrEnum)
-# Strict mode takes a plain string for an enum only from raw JSON, but the API (FastAPI) and the worker (a
-# stored spec) validate parsed JSON, where enum values are plain strings: enum fields take their values.
-Choice = Annotated[AnyEnum, Strict(False)]
+from trainers.spec_fields import ENTRY_POINT, Choice, Section
+from trainers.spec_inputs import DataPlacement as DataPlacement
+from trainers.spec_inputs import DataSpec as DataSpec
+from trainers.spec_inputs import ModelSpec as ModelSpec
 
 
 class Strategy(StrEnum):
@@ -78,12 +67,6 @@ class LrScaling(StrEnum):
     SQRT = "sqrt"
 
 
-class DataPlacement(StrEnum):
-    AUTO = "auto"
-    GPU = "gpu"
-    CPU = "cpu"
-
-
 PositiveFloat = Annotated[float, Field(gt=0, le=1e4)]
 
 
@@ -93,75 +76,11 @@ def _finite(value: float, field: str) -> float:
     return value
 
 
-def known(choices: type[StrEnum], field: str, value: object) -> object:
-    """A message that lists the choices, where pydantic's would quote each one."""
-    if isinstance(value, str) and value not in {member.value for member in choices}:
-        raise ValueError(f"unknown {field} {value!r}; choose one of {', '.join(choices)}")
-    return value
+class Loss(StrEnum):
+    """The built-in losses; train.loss may also name a function of the code bundle."""
 
-
-def json_number(value: object) -> object:
-    """One message per bad value, where the int | float union would give one per member."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ValueError(f"must be a JSON number, got {json.dumps(value, default=repr)}")
-    return value
-
-
-KwargValue = Annotated[int | float, BeforeValidator(json_number)]
-
-
-class ModelSpec(Section):
-    arch: Choice[Arch] = Field(description="architecture from the registry: see the table below")
-    kwargs: dict[str, KwargValue] = Field(
-        default_factory=dict, description="constructor args the architecture allows: see the table below"
-    )
-
-    @field_validator("arch", mode="before")
-    @classmethod
-    def known_arch(cls, arch: object) -> object:
-        return known(Arch, "model.arch", arch)
-
-
-class DataSpec(Section):
-    dataset: Choice[DatasetName] = Field(description="dataset from the registry: see the table below")
-    root: str | None = Field(
-        None,
-        max_length=1024,
-        description="cifar10, mnist, image_folder: a directory relative to TRAINYARD_DATA_DIR",
-    )
-    num_samples: int = Field(4096, ge=16, le=10_000_000, description="synthetic only: training samples")
-    num_classes: int = Field(10, ge=2, le=1000, description="synthetic only: classes")
-    channels: int = Field(3, ge=1, le=4, description="synthetic only: image channels")
-    image_size: int | None = Field(
-        None, ge=4, le=512, description="image models: side of the square images they see; default per model"
-    )
-    val_fraction: float = Field(
-        0.1, ge=0.0, le=0.5, description="share held out for evaluation; cifar10, mnist: their test split"
-    )
-    placement: Choice[DataPlacement] = Field(
-        DataPlacement.AUTO, description="where batches live: auto, gpu (GPU jobs only), cpu"
-    )
-    vocab_size: int = Field(10_000, ge=2, le=20_000_000, description="synthetic_bags: distinct token ids")
-    bag_size: int = Field(16, ge=1, le=1024, description="synthetic_bags: tokens per sample")
-    loader_workers: int = Field(0, ge=0, le=64, description="on-disk data: DataLoader worker processes")
-
-    @field_validator("dataset", mode="before")
-    @classmethod
-    def known_dataset(cls, dataset: object) -> object:
-        return known(DatasetName, "data.dataset", dataset)
-
-    @field_validator("root")
-    @classmethod
-    def relative_root(cls, root: str | None) -> str | None:
-        if root is None:
-            return None
-        parts = root.replace("\\", "/").split("/")
-        if root.startswith(("/", "~")) or ".." in parts or "\x00" in root:
-            raise ValueError(
-                f"data.root {root!r} must be a path inside TRAINYARD_DATA_DIR, like 'cifar10'; "
-                "no absolute paths or '..'"
-            )
-        return root
+    CROSS_ENTROPY = "cross_entropy"  # classification: (input, class index) batches; reports eval_accuracy
+    MSE = "mse"  # regression: (input, target) batches, targets shaped like the model's output
 
 
 class TrainSpec(Section):
@@ -190,6 +109,27 @@ class TrainSpec(Section):
     eval_every_epochs: int = Field(
         1, ge=0, le=100_000, description="0 disables evaluation (refused with schedule=plateau)"
     )
+    loss: str = Field(
+        Loss.CROSS_ENTROPY.value,
+        max_length=200,
+        description="cross_entropy, mse, or 'module:function' in the code bundle: function(model, batch) -> "
+        "loss or (loss, {name: metric})",
+    )
+
+    @field_validator("loss")
+    @classmethod
+    def known_loss(cls, loss: str) -> str:
+        if loss not in set(Loss) and not ENTRY_POINT.fullmatch(loss):
+            raise ValueError(
+                f"unknown train.loss {loss!r}; choose {', '.join(Loss)}, or name a function of your code "
+                "bundle as 'module:function', like 'models:loss'"
+            )
+        return loss
+
+    @property
+    def loss_function(self) -> str | None:
+        """The `module:function` train.loss names in the code bundle; None for a built-in loss."""
+        return None if self.loss in set(Loss) else self.loss
 
     @field_validator("lr")
     @classmethod
@@ -209,6 +149,7 @@ class DevicePlacement(StrEnum):
 
 
 ModuleName = Annotated[str, Field(min_length=1, max_length=128)]
+ClassName = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
 HostName = Annotated[str, Field(min_length=1, max_length=255, pattern=r"^[A-Za-z0-9_.:-]+$")]
 
 
@@ -241,6 +182,12 @@ class ParallelSpec(Section):
         None,
         max_length=64,
         description="hybrid: module name -> cpu or gpu; the rest of the model goes to the GPU",
+    )
+    wrap: list[ClassName] | None = Field(
+        None,
+        max_length=32,
+        description="fsdp, activation checkpointing: class names of the model's blocks, each sharded or "
+        "recomputed as a unit; default: the children of its largest ModuleList, else per model",
     )
 
     @field_validator("gpus")
@@ -288,6 +235,9 @@ class LimitsSpec(Section):
     max_pending_s: int | None = Field(None, ge=1, le=30 * 86400)
     max_restarts: int = Field(0, ge=0, le=100, description="retryable failures restart from a checkpoint")
     collective_timeout_s: int = Field(600, ge=10, le=86400, description="a hung collective fails after this")
+    max_disk_gb: float | None = Field(
+        None, gt=0, le=2**30, description="the run directory's size (checkpoints, logs); past it: disk_limit"
+    )
 
 
 CODE_ID_PATTERN = r"^sha256:[0-9a-f]{64}$"

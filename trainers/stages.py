@@ -18,13 +18,16 @@ from trainers.problems import Problem, SpecError, refuse
 FLATTEN_AFTER = "avgpool"
 
 
-def default_split_at(arch: str, names: Sequence[str], stages: int) -> list[str]:
-    """stages - 1 candidates spread evenly; i*n/k for i < k has distinct floors whenever n >= k - 1."""
-    candidates = arch_info(arch).split_points(names)
+def default_split_at(arch: str | None, names: Sequence[str], stages: int) -> list[str]:
+    """stages - 1 candidates spread evenly; i*n/k for i < k has distinct floors whenever n >= k - 1. A
+    factory's model (arch None) may start a stage at any top-level module but its first."""
+    candidates = tuple(names[1:]) if arch is None else arch_info(arch).split_points(names)
     if stages - 1 > len(candidates):
+        model = "model.factory's model" if arch is None else f"model.arch {arch}"
         raise refuse(
             "parallel.strategy",
-            f"model.arch {arch} splits into at most {len(candidates) + 1} stages by default",
+            f"{model} splits into at most {len(candidates) + 1} stages by default (its top-level modules: "
+            f"{', '.join(names)})",
             "ask for fewer GPUs/processes or give parallel.split_at",
         )
     return [candidates[i * len(candidates) // stages] for i in range(1, stages)]

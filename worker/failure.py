@@ -1,8 +1,13 @@
-"""The root cause of a failed run, for the user: torchrun's error file, else the last lines of the logs."""
+"""The root cause of a failed run, for the user: torchrun's error file, else the last lines of the logs.
+
+The run directory is the job's: every file here is opened without following links, so a rank cannot turn
+`error.json` or its log into a view of a file the worker may read and the job may not.
+"""
 
 from __future__ import annotations
 
 import json
+import os
 import re
 import signal
 from enum import StrEnum
@@ -12,7 +17,12 @@ from trainers.events import LAUNCHER_LOG, LOG_DIR
 
 # core.launch points TORCHELASTIC_ERROR_FILE here; torchrun's @record copies the failing rank's error there.
 ERROR_FILE = "error.json"
+ERROR_FILE_MAX_BYTES = 1 << 20  # a record with a deep traceback is a few kB; more is not one torchrun wrote
 TAIL_LINES = 20
+# How the trainer marks an error raised by the user's own code (a factory, a loss, a dataset): the start of
+# the error file's message ("UserCodeError: user_code_error: ..."), which then holds the user's own frames
+# (trainers/user_errors.py). The worker reads no torch, so the name is said again here.
+USER_CODE_MARKER = "UserCodeError: "
 _RANK_LOG = re.compile(r"rank(\d+)\.log")
 # What gloo, NCCL and c10d raise when a peer is gone or a collective waited past its timeout: the job's own
 # code and data are not at fault, so a restart may well succeed.
@@ -29,10 +39,22 @@ class FailureKind(StrEnum):
     CRASH = "crash"  # killed by a signal, or exited non-zero with no exception recorded
     COMMUNICATION = "communication_error"  # a collective failed or timed out
     EXCEPTION = "exception"  # the spec's model, data or memory: the same error would come back
+    USER_CODE = "user_code_error"  # the bundle's code raised, or could not be imported: fix the bundle
 
     @property
     def retryable(self) -> bool:
-        return self is not FailureKind.EXCEPTION
+        return self in (FailureKind.CRASH, FailureKind.COMMUNICATION)
+
+
+def _read_tail(path: Path, limit: int) -> str | None:
+    """The last `limit` bytes of a file, never through a link; None when it cannot be read."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as file:
+        file.seek(max(0, file.seek(0, os.SEEK_END) - limit))
+        return file.read().decode("utf-8", errors="replace")
 
 
 def describe_exit(code: int) -> str:
@@ -44,12 +66,12 @@ def describe_exit(code: int) -> str:
     return f"exit code {code}"
 
 
-def error_file_message(path: Path) -> str | None:
-    """The `message` of a torchelastic error file: {"message": {"message": ..., "extraInfo": ...}}, or a
-    plain string in newer formats."""
+def error_file_message(run_dir: Path) -> str | None:
+    """The failing rank's message in torchelastic's error file: {"message": {"message": ..., "extraInfo":
+    ...}}, or a plain string in newer formats; None when there is none."""
     try:
-        data = json.loads(path.read_text(encoding="utf-8", errors="replace"))
-    except (OSError, ValueError):
+        data = json.loads(_read_tail(run_dir / ERROR_FILE, ERROR_FILE_MAX_BYTES) or "")
+    except ValueError:
         return None
     message = data.get("message") if isinstance(data, dict) else None
     if isinstance(message, dict):
@@ -60,18 +82,15 @@ def error_file_message(path: Path) -> str | None:
 
 
 def _last_lines(path: Path) -> list[str]:
-    try:
-        with path.open("rb") as f:
-            f.seek(max(0, f.seek(0, 2) - 64 * 1024))  # the tail is all we need, however big the log
-            text = f.read().decode("utf-8", errors="replace")
-    except OSError:
-        return []
+    text = _read_tail(path, 64 * 1024) or ""  # the tail is all we need, however big the log
     return [line for line in text.splitlines() if line.strip()][-TAIL_LINES:]
 
 
 def _logs_in_order(run_dir: Path) -> list[Path]:
-    """Rank logs by rank, then torchrun's own output."""
+    """Rank logs by rank, then torchrun's own output; none when `logs` is not a plain folder."""
     log_dir = run_dir / LOG_DIR
+    if log_dir.is_symlink() or not log_dir.is_dir():
+        return []
     ranks = [(int(m.group(1)), p) for p in log_dir.glob("rank*.log") if (m := _RANK_LOG.fullmatch(p.name))]
     return [p for _, p in sorted(ranks)] + [log_dir / LAUNCHER_LOG]
 
@@ -92,11 +111,14 @@ def classify_failure(run_dir: Path, code: int) -> FailureKind:
     """A non-zero exit: by signal, or with no exception recorded (a rank killed by a signal leaves no error
     file), is retryable; a recorded exception is deterministic unless it is a communication error. Out of
     memory is an exception like any other: the same batch would run out again."""
-    message = error_file_message(run_dir / ERROR_FILE)
+    message = error_file_message(run_dir)
     if code < 0 or message is None:
         return FailureKind.CRASH
+    if message.startswith(USER_CODE_MARKER):
+        return FailureKind.USER_CODE
     return FailureKind.COMMUNICATION if _COMMUNICATION.search(message) else FailureKind.EXCEPTION
 
 
 def root_cause(run_dir: Path, code: int) -> str:
-    return error_file_message(run_dir / ERROR_FILE) or f"{describe_exit(code)}; {log_excerpt(run_dir)}"
+    """The recorded error's message (for the user's code: what failed and the user's own frames)."""
+    return error_file_message(run_dir) or f"{describe_exit(code)}; {log_excerpt(run_dir)}"

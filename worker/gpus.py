@@ -9,6 +9,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from core.config import Settings
+from core.sandbox import GpuDevice
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +62,23 @@ def nvml_gpus() -> list[GpuInfo]:
     except pynvml.NVMLError as exc:
         log.warning("NVML failed while listing GPUs, reporting none: %s", exc)
         return []
+    finally:
+        pynvml.nvmlShutdown()
+
+
+def gpu_devices(indices: list[int]) -> list[GpuDevice]:
+    """The UUID and device file of each of these physical GPUs, for a sandbox: the minor number of a GPU's
+    /dev/nvidia file need not be its index. Raises when NVML cannot say, rather than bind the wrong file."""
+    import pynvml
+
+    pynvml.nvmlInit()
+    try:
+        devices = []
+        for index in indices:
+            handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+            uuid = _text(pynvml.nvmlDeviceGetUUID(handle))
+            devices.append(GpuDevice(uuid, f"/dev/nvidia{pynvml.nvmlDeviceGetMinorNumber(handle)}"))
+        return devices
     finally:
         pynvml.nvmlShutdown()
 

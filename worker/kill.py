@@ -17,13 +17,10 @@ from pathlib import Path
 
 import psutil
 
-from core.launch import JOB_TOKEN_ENV, job_token
+from core.launch import JOB_TOKEN_ENV, RUN_DIR_ENV, job_token
 
 log = logging.getLogger(__name__)
 
-# The job's run directory, set next to the token: the token ("<host>/<job>/<attempt>") repeats across
-# deployments on one host (a test suite beside a dev server, both with job 1), the run directory does not.
-RUN_DIR_ENV = "TRAINYARD_RUN_DIR"
 KILL_WAIT_S = 5.0  # after SIGKILL: the kernel only needs to tear the processes down
 POLL_S = 0.05
 

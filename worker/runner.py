@@ -22,17 +22,19 @@ from core.db import session_scope
 from core.doorbell import dispatch_node
 from core.launch import Launch, build_launch
 from core.models import Checkpoint, Job, JobNode, utcnow
+from core.sandbox import confine
 from core.states import JobStatus
-from trainers.datadir import DATA_DIR_ENV
-from trainers.events import EVENTS_FILE, LAUNCHER_LOG, LOG_DIR, SPEC_FILE, PhaseEvent
+from trainers.events import EVENTS_FILE, LAUNCHER_LOG, LOG_DIR, PhaseEvent
 from trainers.plan import Plan, RunConfig
 from trainers.spec import JobSpec
-from worker.failure import ERROR_FILE
+from worker.disk import disk_limit
 from worker.heartbeat import Heartbeat
 from worker.kill import JobMark, kill_job, mark_for
 from worker.leases import ClaimOutcome, claim_job, worker_id
 from worker.nodes import NodeTask, claim_launch, dispatch_other_nodes, meet
 from worker.publish import checkpoint_exists, local_resume_path
+from worker.rundir import append_no_follow, prepare_run_dir
+from worker.sandbox import check_starts, is_sandboxed, job_bundle, sandbox_for
 from worker.standby import WarmLauncher
 from worker.supervise import CANCELLED, Outcome, RunningJob, Supervisor, finish, ring_others, runtime_deadline
 from worker.tail import EventTail, apply_events
@@ -143,16 +145,6 @@ def _leased_plan(job: Job, gpu_ids: list[int], attempt: int, run_dir: Path) -> P
     return plan.model_copy(update={"gpus": gpus, "resume_path": local_resume_path(resume_path, run_dir)})
 
 
-def _prepare_run_dir(run_dir: Path, config: RunConfig) -> None:
-    (run_dir / LOG_DIR).mkdir(parents=True, exist_ok=True)
-    # Replaced whole: on a shared disk the other nodes' ranks may be reading it right now.
-    staged = run_dir / f".{SPEC_FILE}.{os.getpid()}"
-    staged.write_text(config.model_dump_json(indent=2), encoding="utf-8")
-    staged.replace(run_dir / SPEC_FILE)
-    # A previous attempt's root cause must not be reported as this one's.
-    (run_dir / ERROR_FILE).unlink(missing_ok=True)
-
-
 def _start_if_starting(
     task: NodeTask, plan: Plan, command: Launch, run_dir: Path
 ) -> subprocess.Popen[bytes] | None:
@@ -172,7 +164,7 @@ def _start_if_starting(
         if still_ours.rowcount != 1 or not claim_launch(session, task):  # type: ignore[attr-defined]
             return None
         launcher_log = run_dir / LOG_DIR / LAUNCHER_LOG
-        with launcher_log.open("ab") as header:
+        with os.fdopen(append_no_follow(launcher_log), "ab") as header:
             header.write(
                 f"=== attempt {task.attempt} node {task.node_rank}: {' '.join(command.argv)}\n".encode()
             )
@@ -199,6 +191,7 @@ def launch(mark: JobMark, task: NodeTask, settings: Settings, uploads: Uploads) 
     if job is None or node is None or (node.attempt, node.host) != (task.attempt, settings.hostname):
         return None
     spec = JobSpec.model_validate(job.spec)
+    bundle = job_bundle(settings, spec)
     tail = (
         _catch_up(job.id, mark.run_dir, uploads, settings)
         if _tails_events(task.node_rank, settings)
@@ -216,14 +209,21 @@ def launch(mark: JobMark, task: NodeTask, settings: Settings, uploads: Uploads) 
         attempt=task.attempt,
         host=settings.hostname,
         run_dir=mark.run_dir,
+        data_dir=settings.data_dir,
         gpu_ids=node.gpu_ids,
         python=sys.executable,
-        # The data dir the API checked data.root against, resolved here: the trainer runs from another cwd.
-        base_env={**os.environ, **mark.env(), DATA_DIR_ENV: str(settings.data_dir)},
         rendezvous=rendezvous,
     )
+    box = None
+    if is_sandboxed(settings, spec):
+        box = sandbox_for(settings, spec, plan, mark.run_dir, bundle, PROJECT_ROOT)
+        command = confine(command, box)
     plan = plan.model_copy(update={"argv": command.argv})
-    _prepare_run_dir(mark.run_dir, RunConfig(job_id=job.id, attempt=task.attempt, spec=spec, plan=plan))
+    code_dir = None if bundle is None else str(bundle)
+    config = RunConfig(job_id=job.id, attempt=task.attempt, spec=spec, plan=plan, code_dir=code_dir)
+    prepare_run_dir(mark.run_dir, config, owner=None if box is None else box.run_as)
+    if box is not None:
+        check_starts(box)
     process = _start_if_starting(task, plan, command, mark.run_dir)
     if process is None:
         return None
@@ -245,4 +245,5 @@ def launch(mark: JobMark, task: NodeTask, settings: Settings, uploads: Uploads) 
         max_restarts=spec.limits.max_restarts,
         node_rank=task.node_rank,
         nnodes=plan.nnodes,
+        max_disk=disk_limit(spec, settings),
     )

@@ -11,6 +11,9 @@ torchrun process as before. A standby whose worker goes away reads end-of-file a
 
 Only torchrun's agent is warm: the ranks are fresh processes with the job's environment, as always. The
 standby's /proc environ is the worker's, not the job's, so kill.py finds it by its process group.
+
+A sandboxed job (core/sandbox.py) starts cold: a process cannot enter a mount, pid and user namespace built
+for a job it was started before, nor drop to the job's uid and limits and still be the worker's standby.
 """
 
 from __future__ import annotations
@@ -25,16 +28,16 @@ from typing import Any
 
 from core.launch import Launch
 from trainers.run import append_output_to
+from worker.rundir import append_no_follow
 
 TORCHRUN_MODULE = "torch.distributed.run"
 
 
 def _torchrun_args(argv: list[str]) -> list[str] | None:
-    """What follows `-m torch.distributed.run` in a launch's argv; None for a command that is not torchrun
-    (the tests' stand-in trainers), which starts cold."""
-    for i in range(len(argv) - 1):
-        if argv[i : i + 2] == ["-m", TORCHRUN_MODULE]:
-            return argv[i + 2 :]
+    """What follows `python -m torch.distributed.run` in a launch's argv; None for any other command, which
+    starts cold: one that runs torchrun inside a sandbox, or the tests' stand-in trainers."""
+    if argv[1:3] == ["-m", TORCHRUN_MODULE]:
+        return argv[3:]
     return None
 
 
@@ -99,7 +102,7 @@ class WarmLauncher:
         return standby
 
     def _cold_start(self, command: Launch, log: Path) -> subprocess.Popen[bytes]:
-        with log.open("ab") as output:
+        with os.fdopen(append_no_follow(log), "ab") as output:
             return subprocess.Popen(
                 command.argv,
                 env=command.env,

@@ -22,6 +22,7 @@ from core.doorbell import enqueue_job
 from core.models import Job, JobEvent, utcnow
 from core.states import JobStatus
 from core.transitions import move, move_from_any
+from worker.disk import DiskLimit, DiskWatch
 from worker.failure import classify_failure, root_cause
 from worker.heartbeat import OWNED, own
 from worker.kill import JobMark, kill_job
@@ -59,6 +60,7 @@ class RunningJob:
     max_restarts: int = 0
     node_rank: int = 0
     nnodes: int = 1
+    max_disk: DiskLimit | None = None
 
     @property
     def node(self) -> NodeTask:
@@ -173,12 +175,14 @@ class Supervisor:
         self.stop = stop
         self.settings = get_settings()
         self.next_attempt: int | None = None
+        self.disk = DiskWatch(job.mark.run_dir, job.max_disk)
 
     def run(self) -> int | None:
         """Supervise until the attempt ends; the attempt to launch next when it ended in a restart."""
         try:
-            while not self._tick():
-                self.stop.wait(TICK_S)
+            with self.disk:
+                while not self._tick():
+                    self.stop.wait(TICK_S)
             return self.next_attempt
         except BaseException:
             # Never leave training running unsupervised; the reaper requeues the job once its heartbeat ages.
@@ -202,6 +206,8 @@ class Supervisor:
             if job.deadline is not None and utcnow() >= job.deadline:
                 limit = f"ran past limits.max_runtime_s={job.max_runtime_s}"
                 return self._end(Outcome(JobStatus.TIMED_OUT, "max_runtime", limit))
+            if (full := self.disk.exceeded()) is not None:
+                return self._end(Outcome(JobStatus.FAILED, "disk_limit", full))
             code = job.process.poll()
             if code is not None:
                 return self._end(exit_outcome(job.mark.run_dir, code))

@@ -9,11 +9,13 @@ from fastapi import Depends, Path
 from sqlalchemy.orm import Session
 
 from app.api.auth import get_caller
+from app.services.code import get_owned_bundle
 from app.services.jobs import get_owned_job
 from app.services.keys import Caller
 from core.config import Settings, get_settings
 from core.db import new_session
-from core.models import Job
+from core.models import CodeBundle, Job
+from trainers.spec import CODE_ID_PATTERN
 
 
 def get_session() -> Iterator[Session]:
@@ -44,3 +46,14 @@ def owned_job(job_id: JobId, session: SessionDep, caller: CallerDep) -> Job:
 
 
 OwnedJob = Annotated[Job, Depends(owned_job)]
+
+
+CodeId = Annotated[str, Path(pattern=CODE_ID_PATTERN, description="sha256:<hex>, as POST /v1/code answered")]
+
+
+def owned_code(code_id: CodeId, session: SessionDep, caller: CallerDep) -> CodeBundle:
+    """The path's code bundle, if it is the caller's; another user's is a 404, like a job."""
+    return get_owned_bundle(session, code_id, caller)
+
+
+OwnedCode = Annotated[CodeBundle, Depends(owned_code)]

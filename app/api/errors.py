@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from http import HTTPStatus
 from typing import Any
 
@@ -19,12 +19,16 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from app.schemas import FieldError, Problem
 from app.services.errors import (
     CheckpointNotFound,
+    CodeInUse,
+    CodeNotFound,
+    CodeTooLarge,
     DomainError,
     IdempotencyConflict,
     JobNotFound,
     JobStateConflict,
     ProfileNotFound,
     QuotaExceeded,
+    UnsafeCode,
 )
 from core.transitions import InvalidTransition
 from trainers.problems import SpecError
@@ -36,6 +40,10 @@ STATUS_OF: dict[type[Exception], int] = {
     JobNotFound: 404,
     CheckpointNotFound: 404,
     ProfileNotFound: 404,
+    CodeNotFound: 404,
+    CodeInUse: 409,
+    CodeTooLarge: 413,
+    UnsafeCode: 422,
     JobStateConflict: 409,
     IdempotencyConflict: 409,
     InvalidTransition: 409,
@@ -140,16 +148,23 @@ async def _http_error(request: Request, exc: Exception) -> JSONResponse:
     return response
 
 
-class BodySizeLimit:
-    """413 for request bodies over `max_bytes`, declared by Content-Length or streamed in chunks."""
+def _route_path(scope: Scope) -> str:
+    """The path the app's routes match: behind a proxy's prefix (root_path) the server may include it."""
+    return str(scope["path"]).removeprefix(scope.get("root_path", ""))
 
-    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+
+class BodySizeLimit:
+    """413 for request bodies over `max_bytes`, declared by Content-Length or streamed in chunks. The routes
+    in `streamed` ((method, path) pairs) take bodies of another kind, which they cap themselves."""
+
+    def __init__(self, app: ASGIApp, max_bytes: int, streamed: Collection[tuple[str, str]] = ()) -> None:
         self.app = app
         self.max_bytes = max_bytes
+        self.streamed = frozenset(streamed)
         self.detail = f"request body exceeds {max_bytes} bytes; send a smaller spec"
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
+        if scope["type"] != "http" or (scope["method"], _route_path(scope)) in self.streamed:
             return await self.app(scope, receive, send)
         declared = Headers(scope=scope).get("content-length", "")
         if declared.isdigit() and int(declared) > self.max_bytes:
@@ -168,10 +183,10 @@ class BodySizeLimit:
         await self.app(scope, limited_receive, send)
 
 
-def install_error_handlers(app: FastAPI) -> None:
+def install_error_handlers(app: FastAPI, streamed: Collection[tuple[str, str]] = ()) -> None:
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(SpecError, _spec_error)
     app.add_exception_handler(HTTPException, _http_error)
     for kind in STATUS_OF:
         app.add_exception_handler(kind, _domain_error)
-    app.add_middleware(BodySizeLimit, max_bytes=MAX_BODY_BYTES)
+    app.add_middleware(BodySizeLimit, max_bytes=MAX_BODY_BYTES, streamed=streamed)

@@ -7,7 +7,7 @@ from typing import Any
 import click
 import httpx
 
-from app.cli import cluster, compare, jobs, observe
+from app.cli import cluster, code, compare, jobs, observe
 from app.client import DEFAULT_URL, ApiError, TrainyardClient
 
 
@@ -48,6 +48,7 @@ for command in (
     cluster.queue,
     cluster.keys,
     compare.compare,
+    code.code,
 ):
     cli.add_command(command)
 

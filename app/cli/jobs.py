@@ -9,6 +9,7 @@ from typing import Any
 import click
 from rich.table import Table
 
+from app.cli.code import FolderArgument, push_folder
 from app.cli.follow import follow_job, outcome_line
 from app.cli.render import (
     console,
@@ -46,10 +47,18 @@ def exit_with_outcome(job: JobPublic) -> None:
 )
 @click.option("--follow", "-f", is_flag=True, help="show live progress; exit non-zero unless it succeeds")
 @click.option("--dry-run", is_flag=True, help="print the plan the job would run, store nothing")
+@click.option(
+    "--code", "code_folder", metavar="DIR", type=FolderArgument, help="push DIR first, as the spec's code"
+)
 @click.pass_obj
-def submit(client: TrainyardClient, spec_file: Path, follow: bool, dry_run: bool) -> None:
+def submit(
+    client: TrainyardClient, spec_file: Path, follow: bool, dry_run: bool, code_folder: Path | None
+) -> None:
     """Submit a job spec."""
-    submitted = client.submit(read_spec(spec_file), dry_run=dry_run)
+    spec = read_spec(spec_file)
+    if code_folder is not None:
+        spec["code"] = push_folder(client, code_folder).id
+    submitted = client.submit(spec, dry_run=dry_run)
     if submitted.job is None:
         console.print_json(submitted.plan.model_dump_json())
         return
@@ -102,6 +111,8 @@ def status(client: TrainyardClient, job_id: int, follow: bool) -> None:
         f"  plan:     {plan.get('strategy')} on {devices(job)}, "
         f"{plan.get('precision')}, per-rank batch {plan.get('per_rank_batch')}"
     )
+    if job.spec.get("code"):
+        console.print(f"  code:     {job.spec['code']}")
     console.print(f"  progress: {progress_text(job)}, ETA {duration(job.progress.eta_s)}")
     latest = ", ".join(f"{name} {number(value)}" for name, value in sorted(job.latest_metrics.items()))
     console.print(f"  latest:   {latest or '-'}")

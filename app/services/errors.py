@@ -27,6 +27,35 @@ class ProfileNotFound(DomainError):
     pass
 
 
+class CodeNotFound(DomainError):
+    def __init__(self, code_id: str) -> None:
+        super().__init__(
+            f"code bundle {code_id} does not exist; list yours with GET /v1/code (`trainyard code ls`)"
+        )
+
+
+class CodeInUse(DomainError):
+    def __init__(self, code_id: str, jobs: list[tuple[int, str]]) -> None:
+        using = ", ".join(f"job {job_id} ({status})" for job_id, status in jobs)
+        super().__init__(
+            f"code bundle {code_id} is used by {using}; cancel them or wait for them to end, then delete it"
+        )
+
+
+class CodeTooLarge(DomainError):
+    """An uploaded archive over TRAINYARD_CODE_MAX_BYTES."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, "body")
+
+
+class UnsafeCode(DomainError):
+    """An archive refused by the safe extraction (core/code_unpack.py); the message names the member."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, "body")
+
+
 class InvalidSpec(SpecError):
     """The spec plans, but what it names on disk or in the database does not fit (a data root, a checkpoint);
     the message says the fix. A SpecError, so it leaves as the planner's problems do."""

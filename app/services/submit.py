@@ -11,6 +11,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from app.services.artifacts import owned_checkpoint
+from app.services.code import check_code
 from app.services.confine import check_checkpoint_path, check_data_root
 from app.services.errors import CheckpointNotFound, IdempotencyConflict, InvalidSpec, JobStateConflict
 from app.services.gpus import read_inventory
@@ -48,8 +49,9 @@ def _resume_path(
 
 def _plan(session: Session, settings: Settings, spec: JobSpec, caller: Caller) -> Plan:
     """The plan of a spec whose fields passed their own checks, on the cluster the workers registered; the
-    checks around it need the disk or the database: a data root inside the data directory, a checkpoint the
-    caller owns."""
+    checks around it need the disk or the database: a code bundle and a checkpoint the caller owns, a data
+    root inside the data directory."""
+    check_code(session, settings, spec, caller)
     check_data_root(settings, spec.data.root)
     plan = resolve_plan(spec, read_inventory(session, settings))
     plan.resume_path = _resume_path(session, settings, spec.checkpoint.resume_from, caller)

@@ -18,6 +18,7 @@ from tests.integration.trainer_helpers import TrainerRun, spec_with, train
 from trainers.checkpoint import checkpoint_name
 from trainers.dist_env import DistEnv
 from trainers.events import CHECKPOINT_DIR
+from trainers.objectives import CrossEntropy
 from trainers.precision import MixedPrecision
 from trainers.schedule import build_optimizer
 from trainers.spec import DevicePlacement, Precision, TrainSpec
@@ -119,7 +120,7 @@ def test_placed_module_trains_on_the_cpu_and_the_rest_on_the_gpu(precision: str)
     y = (x.flatten(1).sum(1) > 0).long()
     losses = []
     for _ in range(30):
-        losses.append(strategy.forward_backward(forward, x, y, amp, divisor=1).item())
+        losses.append(strategy.forward_backward(forward, (x, y), CrossEntropy(), amp, divisor=1).loss.item())
         amp.step(optimizer)
         optimizer.zero_grad(set_to_none=True)
     assert strategy.input_device.type == "cpu"

@@ -52,8 +52,8 @@ def statuses(client: httpx.Client, job_id: int) -> list[str]:
 
 
 def job_processes(runs_dir: Path, job_id: int) -> list[psutil.Process]:
-    """Every live process started for this job (torchrun, ranks, their children), found by the token the
-    worker puts in their environment."""
+    """Every live process started for this job (torchrun, ranks, their children), found by the mark the
+    worker puts in their environment: its token and its run directory."""
     found = []
     for proc in psutil.process_iter():
         try:
@@ -61,6 +61,8 @@ def job_processes(runs_dir: Path, job_id: int) -> list[psutil.Process]:
         except (psutil.AccessDenied, psutil.NoSuchProcess, psutil.ZombieProcess):
             continue
         token = env.get("TRAINYARD_JOB_TOKEN", "")
-        if token.split("/")[1:2] == [str(job_id)] and env.get("TRAINYARD_RUNS_DIR") == str(runs_dir):
+        if token.split("/")[1:2] == [str(job_id)] and env.get("TRAINYARD_RUN_DIR") == str(
+            runs_dir / str(job_id)
+        ):
             found.append(proc)
     return found

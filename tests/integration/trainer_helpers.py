@@ -40,11 +40,15 @@ def spec_with(base: dict[str, Any], **sections: dict[str, Any]) -> dict[str, Any
     return spec
 
 
-def write_config(run_dir: Path, spec: dict[str, Any], resume_path: Path | None = None) -> RunConfig:
+def write_config(
+    run_dir: Path, spec: dict[str, Any], resume_path: Path | None = None, code_dir: Path | None = None
+) -> RunConfig:
+    """code_dir: the unpacked code bundle, as the worker passes it, for specs with user code."""
     job = JobSpec.model_validate(spec)
     plan = resolve_plan(job)
     plan.resume_path = None if resume_path is None else str(resume_path)
-    config = RunConfig(job_id=1, attempt=1, spec=job, plan=plan)
+    bundle = None if code_dir is None else str(code_dir)
+    config = RunConfig(job_id=1, attempt=1, spec=job, plan=plan, code_dir=bundle)
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / SPEC_FILE).write_text(config.model_dump_json(), encoding="utf-8")
     return config
@@ -114,9 +118,10 @@ def train(
     nproc: int,
     resume_path: Path | None = None,
     cuda_devices: str = "",
+    code_dir: Path | None = None,
 ) -> TrainerRun:
     """Train to the end; on failure the assertion shows the launcher's output and every rank's log."""
-    write_config(run_dir, spec, resume_path)
+    write_config(run_dir, spec, resume_path, code_dir)
     done = launch(run_dir, nproc, cuda_devices=cuda_devices)
     run = TrainerRun(run_dir, nproc)
     if done.returncode != 0:

@@ -38,6 +38,7 @@ def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Settings]:
     monkeypatch.setenv("TRAINYARD_DATABASE_URL", f"sqlite:///{tmp_path}/trainyard.db")
     monkeypatch.setenv("TRAINYARD_BROKER_URL", f"sqla+sqlite:///{tmp_path}/broker.db")
     monkeypatch.setenv("TRAINYARD_RUNS_DIR", str(tmp_path / "runs"))
+    monkeypatch.setenv("TRAINYARD_CODE_DIR", str(tmp_path / "code"))
     _clear_caches()
     yield get_settings()
     _clear_caches()

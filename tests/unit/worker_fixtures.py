@@ -134,6 +134,13 @@ FAKE_TRAINER = textwrap.dedent(
         (run_dir / "error.json").write_text(json.dumps(error))
     if mode == "crash":
         print("Traceback (most recent call last):\\nRuntimeError: out of cheese", file=sys.stderr)
+    if mode == "user_code_error":
+        said = "UserCodeError: user_code_error: model.factory 'models:build' raised KeyError: 1"
+        record = {"message": f"{said}\\n  models.py, line 3, in build", "extraInfo": {"py_callstack": "..."}}
+        (run_dir / "error.json").write_text(json.dumps({"message": record}))
+    if mode == "fill_disk":
+        (run_dir / "filler").write_bytes(b"x" * (3 << 20))
+        time.sleep(120)
     if mode == "checkpoint":
         (run_dir / "checkpoints").mkdir(exist_ok=True)
         (run_dir / "checkpoints" / "step-10.pt").write_bytes(b"weights")
@@ -147,8 +154,8 @@ FAKE_TRAINER = textwrap.dedent(
 
 @pytest.fixture
 def fake_trainer(monkeypatch: pytest.MonkeyPatch) -> Callable[[str], None]:
-    """Call with a mode (ok, checkpoint, hang, error_file, crash) to make the runner start FAKE_TRAINER
-    instead."""
+    """Call with a mode (ok, checkpoint, hang, error_file, crash, user_code_error, fill_disk: 3 MiB, then
+    hang) to make the runner start FAKE_TRAINER instead."""
     monkeypatch.setenv("TRAINYARD_CANCEL_GRACE_S", "2")
     get_settings.cache_clear()
     monkeypatch.setattr(runner, "SHUTDOWN", threading.Event())

@@ -1,4 +1,6 @@
-"""Datasets held whole as tensors, and per-rank batches cut from them on the device.
+"""The built-in datasets, held whole as tensors, and per-rank batches cut from them on the device: the fast
+path, with no loader processes and no host copies per step. A data.factory's datasets go through
+DataLoaders instead (trainers/data/loader.py).
 
 Each dataset module's `load(data, seed)` returns (train_x, train_y, val_x, val_y): float (or, read from
 disk, uint8) images N x C x H x W and int64 labels. Everything after that (sharding, resizing, channel
@@ -7,7 +9,6 @@ expansion) happens here, per batch.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import cast
@@ -21,7 +22,7 @@ from trainers.data import bags, cifar10, digits, image_folder, mnist, synthetic
 from trainers.dist_env import DistEnv
 from trainers.spec import DataPlacement, DataSpec
 
-Batch = tuple[torch.Tensor, torch.Tensor]
+Pair = tuple[torch.Tensor, torch.Tensor]  # (images or token ids, labels)
 Loader = Callable[[DataSpec, int], tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]]
 
 
@@ -44,8 +45,8 @@ SOURCES: dict[DatasetName, Source] = {
 
 @dataclass(frozen=True)
 class LoadedData:
-    train: Batch
-    val: Batch
+    train: Pair
+    val: Pair
     num_classes: int
 
     @property
@@ -64,6 +65,7 @@ class LoadedData:
 
 def num_classes(data: DataSpec) -> int:
     """The catalogue's count where it is fixed; else what the spec or the files say."""
+    assert data.dataset is not None, "only the built-in datasets are catalogued"
     counted = SOURCES[data.dataset].num_classes
     if counted is not None:
         return counted(data)
@@ -73,6 +75,8 @@ def num_classes(data: DataSpec) -> int:
 
 
 def load_dataset(data: DataSpec, seed: int) -> LoadedData:
+    if data.dataset is None:
+        raise ValueError("load_dataset reads a built-in data.dataset; a data.factory's goes through a loader")
     train_x, train_y, val_x, val_y = SOURCES[data.dataset].load(data, seed)
     return LoadedData(train=(train_x, train_y), val=(val_x, val_y), num_classes=num_classes(data))
 
@@ -112,7 +116,7 @@ class BatchShape:
 class DeviceFeeder:
     """Moves index batches of a resident dataset to the compute device, shaped for the model."""
 
-    def __init__(self, split: Batch, shape: BatchShape, device: torch.device, storage: torch.device) -> None:
+    def __init__(self, split: Pair, shape: BatchShape, device: torch.device, storage: torch.device) -> None:
         self.x, self.y = (t.to(storage) for t in split)
         self.shape = shape
         self.device = device
@@ -129,7 +133,7 @@ class DeviceFeeder:
         out = torch.empty((len(idx), *t.shape[1:]), dtype=t.dtype, pin_memory=True)
         return torch.index_select(t, 0, idx, out=out)
 
-    def fetch(self, idx: torch.Tensor) -> Batch:
+    def fetch(self, idx: torch.Tensor) -> Pair:
         x = self._gather(self.x, idx).to(self.device, non_blocking=True)
         y = self._gather(self.y, idx).to(self.device, non_blocking=True)
         return self.shape.apply(as_float_images(x)), y
@@ -163,7 +167,7 @@ class TrainBatches:
         # One host-to-device copy per epoch; slicing it per step costs no sync.
         return torch.tensor(list(self.sampler), device=self.feeder.x.device)
 
-    def from_step(self, done: int) -> Iterator[list[Batch]]:
+    def from_step(self, done: int) -> Iterator[list[Pair]]:
         """Endless steps after `done` steps: the permutation of an epoch depends only on (seed, epoch)."""
         epoch, skip = divmod(done, self.steps_per_epoch)
         while True:
@@ -172,14 +176,3 @@ class TrainBatches:
                 batch = indices[step * self.per_rank_batch : (step + 1) * self.per_rank_batch]
                 yield [self.feeder.fetch(idx) for idx in batch.split(self.micro_batch)]
             epoch, skip = epoch + 1, 0
-
-
-def eval_batches(feeder: DeviceFeeder, env: DistEnv, batch_size: int) -> Iterator[Batch]:
-    """A disjoint strided shard per rank covering every held-out sample once, so sums over ranks are exact."""
-    indices = torch.arange(env.rank, len(feeder), env.world_size, device=feeder.x.device)
-    # Every rank takes as many batches as the largest shard needs (a short one ends with an empty batch):
-    # a forward that is itself a collective, like FSDP's parameter all-gathers, must run equally often.
-    batches = math.ceil(math.ceil(len(feeder) / env.world_size) / batch_size)
-    chunks = list(indices.split(batch_size))
-    for idx in chunks + [indices[:0]] * (batches - len(chunks)):
-        yield feeder.fetch(idx)

@@ -45,7 +45,7 @@ def _ddp(env: DistEnv, parallel: ParallelSpec, group: GroupOptions) -> ParallelS
 def _fsdp(env: DistEnv, parallel: ParallelSpec, group: GroupOptions) -> ParallelStrategy:
     from trainers.strategies.fsdp import FSDPStrategy
 
-    return FSDPStrategy(env, group)
+    return FSDPStrategy(env, group, parallel.wrap)
 
 
 def _hogwild(env: DistEnv, parallel: ParallelSpec, group: GroupOptions) -> ParallelStrategy:

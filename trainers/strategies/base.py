@@ -15,24 +15,17 @@ from contextlib import AbstractContextManager
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
+from trainers.data.batches import Batch
 from trainers.dist_env import DistEnv
+from trainers.objectives import LossValues, Objective
 from trainers.placement import place
 from trainers.precision import MixedPrecision
 from trainers.schedule import build_optimizer, sparse_parameters
 from trainers.spec import TrainSpec
 
-Forward = Callable[[torch.Tensor], torch.Tensor]
-
-
-def batch_sums(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    """Summed loss, correct predictions and samples of a batch, in float64 on the logits' device."""
-    y = y.to(logits.device)
-    loss = F.cross_entropy(logits.float(), y, reduction="sum")
-    correct = (logits.argmax(1) == y).sum()
-    return torch.stack([loss.double(), correct.double(), loss.new_tensor(len(y), dtype=torch.float64)])
+Forward = Callable[..., Any]  # the module as the loop runs it: wrapped, maybe compiled
 
 
 class ParallelStrategy(ABC):
@@ -84,15 +77,13 @@ class ParallelStrategy(ABC):
         return self.env
 
     def forward_backward(
-        self, forward: Forward, x: torch.Tensor, y: torch.Tensor, precision: MixedPrecision, divisor: int
-    ) -> torch.Tensor:
-        """One micro-step; backpropagates loss / divisor (scaled for fp16) and returns the detached loss."""
+        self, forward: Forward, batch: Batch, objective: Objective, precision: MixedPrecision, divisor: int
+    ) -> LossValues:
+        """One micro-step; backpropagates loss / divisor (scaled for fp16) and returns the detached values."""
         with precision.autocast():
-            logits = forward(x)
-            # Placement may leave the logits on another device than the batch (the last stage's).
-            loss = F.cross_entropy(logits, y.to(logits.device))
+            loss, metrics = objective(forward, batch)
         self.backward(precision.scale(loss / divisor))
-        return loss.detach()
+        return LossValues(loss.detach(), {name: value.detach() for name, value in metrics.items()})
 
     def backward(self, loss: torch.Tensor) -> None:
         loss.backward()
@@ -127,12 +118,12 @@ class ParallelStrategy(ABC):
         """Returns once every rank has called it."""
 
     @torch.no_grad()
-    def eval_sums(self, x: torch.Tensor, y: torch.Tensor, precision: MixedPrecision) -> torch.Tensor:
-        """Summed loss, correct predictions and samples of one batch, on env.device. The bare module: a
-        wrapper's forward may run collectives (DDP broadcasts buffers) that uneven eval shards break."""
+    def eval_sums(self, batch: Batch, objective: Objective, precision: MixedPrecision) -> torch.Tensor:
+        """The objective's sums over one batch (samples, loss, metrics), on env.device. The bare module: a
+        wrapper's forward may run collectives (DDP broadcasts buffers) that evaluation does not need."""
         with precision.autocast():
-            logits = self.unwrap()(x)
-        return batch_sums(logits, y).to(self.env.device)
+            sums = objective.eval_sums(self.unwrap(), batch)
+        return sums.to(self.env.device)
 
     def full_state(self, optimizer: torch.optim.Optimizer) -> tuple[dict[str, Any], dict[str, Any]]:
         """The whole model's and optimizer's state as the bare model names them, complete on rank 0.

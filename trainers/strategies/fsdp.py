@@ -8,7 +8,7 @@ DTensor reduces over the shards), so FSDP's own MixedPrecisionPolicy is left at 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
@@ -24,6 +24,7 @@ from torch.distributed.checkpoint.state_dict import (
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import FSDPModule, fully_shard
 
+from trainers.blocks import blocks
 from trainers.dist_env import DistEnv
 from trainers.strategies.process_group import GroupOptions, ProcessGroupStrategy
 
@@ -82,14 +83,23 @@ def named_optimizer_state(
 class FSDPStrategy(ProcessGroupStrategy):
     """ddp's sibling: the same process group and metric totals, but each rank keeps a shard, not a replica."""
 
-    def __init__(self, env: DistEnv, group: GroupOptions) -> None:
+    def __init__(self, env: DistEnv, group: GroupOptions, wrap: Sequence[str] | None = None) -> None:
         super().__init__(env, group)
+        self.block_classes = wrap
         self._root: FSDPModule | None = None
+
+    def units(self, module: nn.Module) -> list[nn.Module]:
+        """The model's blocks (parallel.wrap, or its largest ModuleList's children), else shard_units; inner
+        units before the units holding them, as fully_shard needs (the classes of parallel.wrap may nest)."""
+        found = blocks(module, self.block_classes)
+        if found is None:
+            return shard_units(module)
+        return found[::-1] if self.block_classes else found
 
     def wrap(self, module: nn.Module) -> nn.Module:
         dense_embeddings(module)
         mesh = init_device_mesh(self.env.device.type, (self.env.world_size,))
-        for unit in shard_units(module):
+        for unit in self.units(module):
             fully_shard(unit, mesh=mesh)
         # The root takes the parameters no unit holds (a ResNet's stem, a lone head) and drives the others.
         self._root = fully_shard(module, mesh=mesh)

@@ -19,16 +19,18 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-import torch.nn.functional as F
 from torch import nn
 from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
 from torch.distributed.pipelining import PipelineStage, ScheduleGPipe
 
+from trainers.data.batches import Batch
 from trainers.dist_env import DistEnv
+from trainers.objectives import Criterion, LossValues, Objective
 from trainers.optimizer_state import NamedOptimizerState, merge, to_indexed, to_named
+from trainers.placement import top_level_only
 from trainers.precision import MixedPrecision
 from trainers.stages import FLATTEN_AFTER, stage_groups
-from trainers.strategies.base import Forward, batch_sums
+from trainers.strategies.base import Forward
 from trainers.strategies.process_group import GroupOptions, ProcessGroupStrategy
 from trainers.strategies.stage_p2p import receive_activation, send_activation
 
@@ -79,6 +81,14 @@ def share_overflow(precision: MixedPrecision) -> None:
     precision.scaler = shared
 
 
+def criterion(objective: Objective) -> Criterion:
+    """The last stage computes the loss from its output and the batch's target alone; a loss that calls the
+    whole model is refused at submit (trainers/user_fit.py)."""
+    if not isinstance(objective, Criterion):
+        raise ValueError("parallel.strategy=pipeline runs train.loss cross_entropy or mse only")
+    return objective
+
+
 class PipelineStrategy(ProcessGroupStrategy):
     def __init__(self, env: DistEnv, group: GroupOptions, split_at: Sequence[str], microbatches: int) -> None:
         super().__init__(env, group)
@@ -89,9 +99,11 @@ class PipelineStrategy(ProcessGroupStrategy):
         self._stage: SequentialStage | None = None
         self._schedule: ScheduleGPipe | None = None
         self._precision: MixedPrecision | None = None
+        self._criterion: Criterion | None = None
         self._divisor = 1
 
     def setup_module(self, module: nn.Module) -> nn.Module:
+        top_level_only(module, "parallel.strategy=pipeline")
         groups = stage_groups([name for name, _ in module.named_children()], self.split_at)
         if len(groups) != self.env.world_size:
             raise ValueError(
@@ -120,21 +132,24 @@ class PipelineStrategy(ProcessGroupStrategy):
         return DistEnv(rank=0, local_rank=self.env.local_rank, world_size=1, device=self.env.device)
 
     def _loss(self, logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        if self._precision is None:
+        if self._precision is None or self._criterion is None:
             raise RuntimeError("the pipeline computes a loss only inside forward_backward")
-        return self._precision.scale(F.cross_entropy(logits.float(), y) / self._loss_divisor)
+        # The schedule calls this outside the stage's autocast: the loss is computed in full precision.
+        return self._precision.scale(self._criterion.loss(logits.float(), y) / self._loss_divisor)
 
     @property
     def _loss_divisor(self) -> int:
         return self._divisor * self.microbatches
 
     def forward_backward(
-        self, forward: Forward, x: torch.Tensor, y: torch.Tensor, precision: MixedPrecision, divisor: int
-    ) -> torch.Tensor:
+        self, forward: Forward, batch: Batch, objective: Objective, precision: MixedPrecision, divisor: int
+    ) -> LossValues:
         """The schedule runs this stage's part of every micro-batch; the mean loss is the last stage's."""
         if self._schedule is None or self._stage is None:
             raise RuntimeError("call setup_module(module) before forward_backward()")
         share_overflow(precision)
+        self._criterion = criterion(objective)
+        x, y = self._criterion.split(batch)
         self._precision, self._divisor = precision, divisor
         self._stage.autocast = precision.autocast
         losses: list[torch.Tensor] = []
@@ -144,22 +159,24 @@ class PipelineStrategy(ProcessGroupStrategy):
         # unscaling this stage's gradients needs it (equal on every stage, as overflows are shared).
         scale = precision.scale(torch.ones((), device=self.env.device))
         if not self.is_last:
-            return torch.zeros((), device=self.env.device)
+            return LossValues(torch.zeros((), device=self.env.device), {})
         # The schedule reports what the loss function returned, one per micro-batch (some torch versions
         # call it once more to infer shapes, so counting calls would not do); undo the scaling.
-        return torch.stack(losses).detach().mean() * self._loss_divisor / scale
+        return LossValues(torch.stack(losses).detach().mean() * self._loss_divisor / scale, {})
 
     @torch.no_grad()
-    def eval_sums(self, x: torch.Tensor, y: torch.Tensor, precision: MixedPrecision) -> torch.Tensor:
+    def eval_sums(self, batch: Batch, objective: Objective, precision: MixedPrecision) -> torch.Tensor:
         """Stage by stage without micro-batches: evaluation needs no overlap, and its last batch may be
         smaller than the schedule's."""
+        loss = criterion(objective)
+        x, y = loss.split(batch)
         stage = self.unwrap()
         stage.autocast = precision.autocast  # type: ignore[assignment]
         h = stage(x if self.is_first else receive_activation(self.env.rank - 1, self.env.device))
         if not self.is_last:
             send_activation(h, self.env.rank + 1)
-            return torch.zeros(3, dtype=torch.float64, device=self.env.device)
-        return batch_sums(h, y)
+            return torch.zeros(loss.width, dtype=torch.float64, device=self.env.device)
+        return loss.sums(h, y.to(h.device))
 
     def no_sync(self) -> AbstractContextManager[None]:
         return nullcontext()  # no replicas: gradients are never synchronised

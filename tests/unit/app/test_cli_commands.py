@@ -7,17 +7,15 @@ import threading
 import time
 from datetime import timedelta
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
-from click.testing import CliRunner, Result
+from click.testing import CliRunner
 from fastapi.testclient import TestClient
 from sqlalchemy import update
 from sqlalchemy.orm import Session
 
-import app.cli
-from app.cli import cli, follow
-from app.cli.render import console
-from app.client import TrainyardClient
+from app.cli import cli
 from app.services.keys import Caller, caller_for_token
 from app.services.runs import log_path
 from core.config import Settings
@@ -27,23 +25,10 @@ from core.models import Job, Metric, Worker, utcnow
 from core.states import JobStatus
 from tests.unit.conftest import job_body, submit
 
+if TYPE_CHECKING:
+    from tests.unit.cli_fixtures import CliRunnerCall
 
-@pytest.fixture
-def run(client: TestClient, monkeypatch: pytest.MonkeyPatch) -> CliRunnerCall:
-    # Each command closes its client when it ends, so each gets a fresh in-process connection to the app.
-    monkeypatch.setattr(
-        app.cli,
-        "TrainyardClient",
-        lambda url, token: TrainyardClient(token=token, http=TestClient(client.app)),
-    )
-    monkeypatch.setattr(console, "width", 200)
-    monkeypatch.setattr(follow, "POLL_S", 0.05)
-    return CliRunnerCall()
-
-
-class CliRunnerCall:
-    def __call__(self, *args: str) -> Result:
-        return CliRunner().invoke(cli, [str(arg) for arg in args], catch_exceptions=False)
+pytest_plugins = ["tests.unit.cli_fixtures"]
 
 
 def spec_file(tmp_path: Path, **sections: object) -> Path:

@@ -48,7 +48,7 @@ def test_rows_show_types_defaults_bounds_and_choices() -> None:
     assert "| int \\| null | `null` | ≥ 1, ≤ 100,000 |" in train["epochs"]
     assert all(f"`{strategy.value}`" in parallel["strategy"] for strategy in Strategy)
     assert "each ≥ 0, each ≤ 255" in parallel["gpus"]
-    assert "**required**" in data["dataset"]
+    assert "**required**" in rows(text, "top level")["data"] and "`null`" in data["dataset"]
     assert (
         "| `mlp` | images | `hidden` (int, 4..16384, default 256), `depth` (int, 1..32, default 2) |" in text
     )

@@ -6,11 +6,44 @@ from pathlib import Path
 
 import pytest
 
-from core.launch import JOB_TOKEN_ENV, Rendezvous, build_launch, torchrun_argv
+from core.launch import JOB_TOKEN_ENV, RUN_DIR_ENV, Rendezvous, build_launch, torchrun_argv
 from trainers.plan import Plan, resolve_plan
 from trainers.spec import JobSpec
 
 RUN_DIR = Path("/runs/7")
+DATA_DIR = Path("/data")
+# What a deployed worker's environment holds (docker-compose.yml, README): none of it may reach a rank.
+SECRETS = {
+    "TRAINYARD_DATABASE_URL": "postgresql+psycopg://trainyard:hunter2@postgres:5432/trainyard",
+    "TRAINYARD_BROKER_URL": "redis://:hunter2@redis:6379/0",
+    "TRAINYARD_S3_BUCKET": "trainyard-artifacts",
+    "TRAINYARD_AUTH": "on",
+    "AWS_ACCESS_KEY_ID": "AKIAEXAMPLE",
+    "AWS_SECRET_ACCESS_KEY": "hunter2",
+    "AWS_SESSION_TOKEN": "hunter2",
+    "POSTGRES_PASSWORD": "hunter2",
+    "REDIS_PASSWORD": "hunter2",
+    "PGPASSWORD": "hunter2",
+    "OPENAI_API_KEY": "sk-hunter2",
+    "HF_TOKEN": "hf_hunter2",
+    "GITHUB_TOKEN": "ghp_hunter2",
+    "SSH_AUTH_SOCK": "/run/user/0/ssh-agent",
+    "HOME": "/root",
+    "USER": "root",
+}
+# What the ranks need from it: the interpreter, the locale, CUDA, and the admin's tuning of the collectives.
+NEEDED = {
+    "PATH": "/venv/bin:/usr/bin",
+    "LANG": "C.UTF-8",
+    "LC_ALL": "C.UTF-8",
+    "TZ": "UTC",
+    "LD_LIBRARY_PATH": "/usr/local/nvidia/lib64",
+    "PYTHONPATH": "/opt/site",
+    "NCCL_SOCKET_IFNAME": "eth0",
+    "NCCL_NVLS_ENABLE": "0",
+    "TORCH_NCCL_ASYNC_ERROR_HANDLING": "1",
+    "GLOO_SOCKET_IFNAME": "eth0",
+}
 
 
 def plan_for(**parallel: object) -> Plan:
@@ -25,9 +58,10 @@ def launch(plan: Plan, gpu_ids: list[int]) -> tuple[list[str], dict[str, str]]:
         attempt=2,
         host="box",
         run_dir=RUN_DIR,
+        data_dir=DATA_DIR,
         gpu_ids=gpu_ids,
         python="/venv/bin/python",
-        base_env={"PATH": "/bin", "CUDA_VISIBLE_DEVICES": "0,1,2,3"},
+        worker_env={**NEEDED, **SECRETS, "CUDA_VISIBLE_DEVICES": "0,1,2,3"},
         cpu_count=16,
     )
     return built.argv, built.env
@@ -60,7 +94,19 @@ def test_env_maps_leased_gpus_and_marks_every_process() -> None:
     assert env[JOB_TOKEN_ENV] == "box/7/2"
     assert env["TORCHELASTIC_ERROR_FILE"] == "/runs/7/error.json"
     assert env["OMP_NUM_THREADS"] == "8"  # 16 CPUs over 2 ranks
-    assert env["PATH"] == "/bin"
+    assert env[RUN_DIR_ENV] == "/runs/7"
+
+
+def test_env_is_the_allow_list_and_the_job_s_own() -> None:
+    _, env = launch(plan_for(num_gpus=2), [2, 0])
+    assert not set(env) & (set(SECRETS) - {"HOME"})
+    assert "hunter2" not in repr(env)
+    assert {name: env[name] for name in NEEDED} == NEEDED
+    assert env["HOME"] == "/runs/7"  # the job's own directory, not the worker's home
+    assert env["TRAINYARD_DATA_DIR"] == "/data"  # the one TRAINYARD_* a rank gets, and it names no secret
+    assert sorted(name for name in env if name.startswith("TRAINYARD_")) == [
+        *("TRAINYARD_DATA_DIR", JOB_TOKEN_ENV, RUN_DIR_ENV),
+    ]
 
 
 def test_cpu_job_sees_no_gpu_even_when_the_worker_does() -> None:

@@ -7,7 +7,8 @@ import torch
 from torch import nn
 from torchvision.models import ResNet
 
-from trainers.data import BatchShape, DeviceFeeder, eval_batches
+from trainers.data import BatchShape, DeviceFeeder
+from trainers.data.held_out import ResidentHeldOut
 from trainers.dist_env import DistEnv
 from trainers.models import build_model
 from trainers.models.embedding_bag import EmbeddingBagClassifier
@@ -82,10 +83,18 @@ def test_optimizer_state_round_trips_between_names_and_indices() -> None:
 
 
 def test_every_rank_takes_as_many_eval_batches_for_fsdp_gathers() -> None:
+    """A rank that runs out repeats a batch of its own, uncounted: user models may not take empty ones."""
     x, y = torch.arange(5.0).view(5, 1, 1, 1), torch.arange(5)
-    feeder = DeviceFeeder((x, y), BatchShape(image_size=1, channels=1, channels_last=False), CPU, CPU)
+    held_out = ResidentHeldOut(
+        DeviceFeeder((x, y), BatchShape(image_size=1, channels=1, channels_last=False), CPU, CPU)
+    )
     shards = [
-        [b[1].tolist() for b in eval_batches(feeder, DistEnv(rank, rank, 2, CPU), batch_size=2)]
+        [(b[1].tolist(), counted) for b, counted in held_out.shard(DistEnv(rank, rank, 2, CPU), 2, bool)]
         for rank in (0, 1)
     ]
-    assert shards == [[[0, 2], [4]], [[1, 3], []]]
+    assert shards == [[([0, 2], True), ([4], True)], [([1, 3], True), ([1, 3], False)]]
+    one_each = [list(held_out.shard(DistEnv(rank, rank, 8, CPU), 2, bool)) for rank in (4, 6)]
+    assert [[(b[1].tolist(), counted) for b, counted in shard] for shard in one_each] == [
+        [([4], True)],
+        [([0], False)],
+    ]

@@ -15,8 +15,9 @@ import torch
 from torch import nn
 
 from trainers.checkpoint import bare_keys
+from trainers.components import build_device
 from trainers.dist_env import DistEnv
-from trainers.loop import build_device
+from trainers.objectives import CrossEntropy
 from trainers.placement import hybrid_devices, place, stage_devices
 from trainers.precision import MixedPrecision
 from trainers.spec import DevicePlacement, ParallelSpec, Precision, Strategy
@@ -101,7 +102,7 @@ def test_model_parallel_on_cpu_stages_trains_exactly_like_single() -> None:
     for strategy in (SingleDeviceStrategy(SOLO), ModelParallelStrategy(SOLO, ["2"])):
         model = two_layers()
         forward = strategy.setup_module(model)
-        loss = strategy.forward_backward(forward, x, y, precision, divisor=2)
+        loss = strategy.forward_backward(forward, (x, y), CrossEntropy(), precision, divisor=2).loss
         grads = [p.grad.clone() for p in model.parameters() if p.grad is not None]
         results.append((loss, grads, list(strategy.full_state(torch.optim.SGD(model.parameters()))[0])))
     (loss_a, grads_a, keys_a), (loss_b, grads_b, keys_b) = results

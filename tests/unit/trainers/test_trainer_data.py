@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from trainers.data import BatchShape, DeviceFeeder, TrainBatches, eval_batches, load_dataset
+from trainers.data import BatchShape, DeviceFeeder, TrainBatches, load_dataset
+from trainers.data.held_out import ResidentHeldOut
 from trainers.dist_env import DistEnv
 from trainers.spec import DataSpec
 
@@ -71,7 +72,8 @@ def test_batch_larger_than_a_shard_asks_to_lower_the_batch_size() -> None:
 
 def test_eval_shards_cover_every_sample_once() -> None:
     feeder = numbered(11)
-    seen = [ids(list(eval_batches(feeder, rank(r), batch_size=2))) for r in (0, 1)]
+    shards = [list(ResidentHeldOut(feeder).shard(rank(r), 2, bool)) for r in (0, 1)]
+    seen = [ids([batch for batch, counted in shard if counted]) for shard in shards]
     assert sorted(seen[0] + seen[1]) == list(range(11))
 
 

@@ -7,6 +7,7 @@ import torch
 
 from trainers.dist_env import DistEnv
 from trainers.metrics import TrainMetrics
+from trainers.objectives import LossValues
 from trainers.strategies.single import SingleDeviceStrategy
 
 SOLO = DistEnv(rank=0, local_rank=0, world_size=1, device=torch.device("cpu"))
@@ -14,10 +15,12 @@ SOLO = DistEnv(rank=0, local_rank=0, world_size=1, device=torch.device("cpu"))
 
 def test_metrics_report_a_sample_weighted_mean_then_start_a_new_window() -> None:
     metrics = TrainMetrics(SingleDeviceStrategy(SOLO), SOLO.device, start_step=10)
-    metrics.add(torch.tensor(1.0), samples=3)
-    metrics.add(torch.tensor(3.0), samples=1)
+    metrics.add(LossValues(torch.tensor(1.0), {"acc": torch.tensor(0.5)}), samples=3)
+    metrics.add(LossValues(torch.tensor(3.0), {"acc": torch.tensor(1.0)}), samples=1)
     values = metrics.report(step=12, lr=0.5)
     assert values["loss"] == pytest.approx(1.5) and values["lr"] == 0.5
+    assert values["acc"] == pytest.approx(0.625), "a loss function's metrics are weighted by samples too"
     assert values["samples_per_s"] > 0 and values["step_time_s"] > 0 and values["peak_mem_mb"] > 0
-    metrics.add(torch.tensor(7.0), samples=2)
-    assert metrics.report(step=13, lr=0.5)["loss"] == pytest.approx(7.0)
+    metrics.add(LossValues(torch.tensor(7.0), {}), samples=2)
+    after = metrics.report(step=13, lr=0.5)
+    assert after["loss"] == pytest.approx(7.0) and "acc" not in after, "each window starts afresh"

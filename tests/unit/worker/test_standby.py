@@ -84,3 +84,19 @@ def test_a_standby_exits_when_its_worker_goes_away(launcher: WarmLauncher) -> No
     assert standby is not None and standby.stdin is not None
     standby.stdin.close()  # what the worker's death does to the pipe
     assert standby.wait(TIMEOUT_S) == 0
+
+
+def test_a_command_that_wraps_torchrun_starts_cold_and_leaves_the_standby(
+    tmp_path: Path, launcher: WarmLauncher
+) -> None:
+    """A sandbox's command (core/sandbox.py) puts bwrap before torchrun: the standby, outside any sandbox,
+    must not run it in its stead."""
+    launcher.prepare()
+    standby = launcher.standby
+    assert standby is not None
+    plain = torchrun(tmp_path)
+    process = launcher.start(Launch(["env", *plain.argv], plain.env), tmp_path / "launcher.log")
+    assert process is not standby and launcher.standby is standby and standby.poll() is None
+    assert process.wait(TIMEOUT_S) == 0
+    assert "rank says job-7 0 2" in (tmp_path / "launcher.log").read_text()
+    standby.kill()

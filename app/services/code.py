@@ -1,0 +1,148 @@
+"""Code bundles: receive and store an archive (one row per user who pushed it), list, show and delete them;
+and the submit-time check of a spec's `code`. The files themselves are core/code_store.py's."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterable
+
+from sqlalchemy import bindparam, func, select
+from sqlalchemy.orm import Session
+
+from app.schemas import CodeBundleDetail, CodeBundlePublic, CodeFile
+from app.services.errors import CodeInUse, CodeNotFound, CodeTooLarge, InvalidSpec, QuotaExceeded, UnsafeCode
+from app.services.keys import Caller
+from core import code_store
+from core.code_unpack import UnsafeArchive
+from core.config import Settings
+from core.models import CodeBundle, Job
+from core.states import JobStatus
+from trainers.spec import JobSpec
+
+PUSH_HINT = "push it with `trainyard code push DIR` (POST /v1/code) and name the id it prints"
+
+_HELD_BYTES = select(func.coalesce(func.sum(CodeBundle.size_bytes), 0)).where(
+    CodeBundle.owner == bindparam("owner")
+)
+
+
+async def receive(upload: code_store.Incoming, chunks: AsyncIterable[bytes], declared: str | None) -> None:
+    """The request's body into `upload`, refused as soon as it is known to be over the cap: from its
+    Content-Length before a byte is read, or while it streams when it has none."""
+    try:
+        if declared is not None and declared.isdigit() and int(declared) > upload.max_bytes:
+            raise code_store.ArchiveTooLarge(upload.max_bytes)
+        async for chunk in chunks:
+            upload.write(chunk)
+    except code_store.ArchiveTooLarge as exc:
+        raise CodeTooLarge(str(exc)) from exc
+
+
+def held_bytes(session: Session, owner: str) -> int:
+    return int(session.execute(_HELD_BYTES, {"owner": owner}).scalar_one())
+
+
+def _check_quota(session: Session, settings: Settings, owner: str, size: int) -> None:
+    held = held_bytes(session, owner)
+    if held + size > settings.code_quota_bytes:
+        raise QuotaExceeded(
+            f"user {owner}'s code bundles hold {held} bytes; this one's {size} would pass "
+            f"TRAINYARD_CODE_QUOTA_BYTES={settings.code_quota_bytes}; remove bundles no job needs any more "
+            "(`trainyard code rm ID`)",
+            settings.quota_retry_after_s,
+        )
+
+
+def push(
+    session: Session, settings: Settings, caller: Caller, upload: code_store.Incoming
+) -> tuple[CodeBundle, bool]:
+    """The caller's bundle for the received archive, and whether this call created it (False: the caller
+    pushed the same bytes before). The row is written only once every file is in place."""
+    code_id = upload.code_id
+    with code_store.locked(settings):
+        row = session.get(CodeBundle, (code_id, caller.user))
+        if row is not None and code_store.is_stored(settings, code_id):
+            return row, False
+        if row is None:
+            _check_quota(session, settings, caller.user, upload.size)
+        try:
+            manifest = code_store.store(settings, upload)
+        except UnsafeArchive as exc:
+            raise UnsafeCode(str(exc)) from exc
+        if row is not None:  # its files had gone missing from this host: put back, the row unchanged
+            return row, False
+        row = CodeBundle(
+            id=code_id,
+            owner=caller.user,
+            size_bytes=upload.size,
+            unpacked_bytes=manifest.unpacked_bytes,
+            file_count=manifest.file_count,
+            files=manifest.files,
+        )
+        session.add(row)
+        session.commit()
+    return row, True
+
+
+def get_owned_bundle(session: Session, code_id: str, caller: Caller) -> CodeBundle:
+    """The caller's row for the id; an admin without one gets the first user's. Another user's bundle is
+    reported missing, like an absent one, so ids cannot be probed."""
+    row = session.get(CodeBundle, (code_id, caller.user))
+    if row is None and caller.is_admin:
+        first = select(CodeBundle).where(CodeBundle.id == code_id).order_by(CodeBundle.created_at).limit(1)
+        row = session.scalar(first)
+    if row is None:
+        raise CodeNotFound(code_id)
+    return row
+
+
+def list_bundles(session: Session, caller: Caller) -> list[CodeBundlePublic]:
+    query = select(CodeBundle).order_by(CodeBundle.created_at.desc(), CodeBundle.id)
+    if not caller.is_admin:
+        query = query.where(CodeBundle.owner == caller.user)
+    return [CodeBundlePublic.model_validate(row) for row in session.scalars(query)]
+
+
+def jobs_using(session: Session, bundle: CodeBundle) -> list[tuple[int, str]]:
+    """(id, status) of the owner's jobs whose spec names the bundle, newest first."""
+    query = (
+        select(Job.id, Job.status)
+        .where(Job.owner == bundle.owner, Job.spec["code"].as_string() == bundle.id)
+        .order_by(Job.id.desc())
+    )
+    return [(job_id, str(status)) for job_id, status in session.execute(query).tuples()]
+
+
+def detail(session: Session, bundle: CodeBundle) -> CodeBundleDetail:
+    return CodeBundleDetail(
+        **CodeBundlePublic.model_validate(bundle).model_dump(),
+        files=[CodeFile.model_validate(entry) for entry in bundle.files],
+        jobs=[job_id for job_id, _ in jobs_using(session, bundle)],
+    )
+
+
+def delete_bundle(session: Session, settings: Settings, bundle: CodeBundle) -> None:
+    """Refused while one of the owner's unfinished jobs (cancelling ones included: their ranks still run)
+    names it. The files go with the last row for the id: another user who pushed the same bytes keeps them."""
+    using = jobs_using(session, bundle)
+    if busy := [(job_id, status) for job_id, status in using if not JobStatus(status).is_terminal]:
+        raise CodeInUse(bundle.id, busy)
+    code_id = bundle.id
+    with code_store.locked(settings):
+        session.delete(bundle)
+        session.commit()
+        if not session.scalar(select(func.count()).where(CodeBundle.id == code_id)):
+            code_store.remove(settings, code_id)
+
+
+def check_code(session: Session, settings: Settings, spec: JobSpec, caller: Caller) -> None:
+    """A spec's `code` names a bundle of the caller's own, on a server that runs user code."""
+    if spec.code is None:
+        return
+    if not settings.user_code:
+        raise InvalidSpec(
+            "code",
+            "user code is off on this server (TRAINYARD_USER_CODE=off): remove `code` and the factories to "
+            "train a built-in architecture, or ask the admin to turn user code on",
+        )
+    if session.get(CodeBundle, (spec.code, caller.user)) is None:
+        raise InvalidSpec("code", f"code bundle {spec.code} does not exist or is not yours; {PUSH_HINT}")

@@ -1,0 +1,180 @@
+"""What the training loop drives, built once per rank from the run config: the model (a built-in architecture
+or the code bundle's model.factory), the strategy around it, the optimizer, precision, the objective, the
+training batches and the held-out split.
+
+A built-in dataset stays resident on the device and is cut into batches there (the fast path,
+trainers/data/__init__.py); a data.factory's datasets go through DataLoaders (trainers/data/loader.py).
+Either way the loop sees optimizer steps of micro-batches.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+from datetime import timedelta
+from typing import Protocol
+
+import torch
+from torch import nn
+
+from trainers.data import BatchShape, DeviceFeeder, LoadedData, TrainBatches, load_dataset, storage_device
+from trainers.data.batches import Batch
+from trainers.data.held_out import HeldOut, LoaderHeldOut, ResidentHeldOut
+from trainers.data.steps import Batching, loader_steps
+from trainers.data.user import UserData, load_user_data
+from trainers.dist_env import DistEnv
+from trainers.models import build_model, get_arch
+from trainers.objectives import Objective, build_objective
+from trainers.performance import checkpoint_activations, convolutional, set_cudnn_benchmark
+from trainers.plan import Plan, RunConfig
+from trainers.precision import MixedPrecision
+from trainers.spec import DevicePlacement, JobSpec, ParallelSpec, Strategy
+from trainers.stages import default_split_at
+from trainers.strategies import GroupOptions, ParallelStrategy, build_strategy
+from trainers.strategies.base import Forward
+from trainers.user_code import Bundle, build_user_model
+
+
+class TrainSource(Protocol):
+    """Endless optimizer steps of micro-batches, on the device, from a given step on."""
+
+    @property
+    def steps_per_epoch(self) -> int: ...
+
+    @property
+    def per_rank_batch(self) -> int: ...
+
+    def from_step(self, done: int) -> Iterator[list[Batch]]: ...
+
+
+@dataclass
+class Components:
+    """Everything the loop drives, built once per rank."""
+
+    strategy: ParallelStrategy
+    forward: Forward  # the wrapped (and maybe compiled) model
+    optimizer: torch.optim.Optimizer
+    precision: MixedPrecision
+    objective: Objective
+    batches: TrainSource
+    held_out: HeldOut
+
+
+def build_device(parallel: ParallelSpec, strategy: Strategy, device: torch.device) -> torch.device:
+    """Where the model is made and initialised: the rank's device when the whole model stays there.
+
+    ResNet-50's initialisation takes over 3 s on the CPU of an H200 box and milliseconds on its GPU, and
+    every rank seeds alike, so replicas still start identical. A model split over devices (stages, or
+    modules placed on the CPU) is made on the CPU and moved a module at a time, so that no GPU ever holds
+    more of it than its own part: an embedding table placed on the CPU because the GPU has no room for it
+    must not pass through the GPU.
+    """
+    split = strategy in (Strategy.MODEL_PARALLEL, Strategy.PIPELINE)
+    on_cpu = DevicePlacement.CPU in (parallel.placement or {}).values()
+    return torch.device("cpu") if split or on_cpu else device
+
+
+def with_stages(spec: JobSpec, plan: Plan, model: nn.Module) -> ParallelSpec:
+    """The parallel section with the stage split and micro-batches the plan implies filled in."""
+    if plan.stages == 1:
+        return spec.parallel
+    names = [name for name, _ in model.named_children()]
+    split_at = spec.parallel.split_at or default_split_at(spec.model.arch, names, plan.stages)
+    return spec.parallel.model_copy(update={"split_at": split_at, "microbatches": plan.microbatches})
+
+
+def resident_shape(spec: JobSpec, data: LoadedData) -> BatchShape:
+    """How a built-in dataset's batches are shaped for the model: a built-in model's size and channels, or
+    for a factory's model the data's own (channels_last is decided once the model exists)."""
+    if spec.model.arch is None:
+        return BatchShape(spec.data.image_size or data.native_size, data.channels, channels_last=False)
+    arch = get_arch(spec.model.arch)
+    if arch.tokens != data.tokens:
+        raise ValueError(
+            f"model.arch {spec.model.arch} does not fit data.dataset {spec.data.dataset}: embedding_bag "
+            "takes bags of token ids (synthetic_bags), every other model takes images"
+        )
+    size = arch.image_size(spec.data.image_size, data.native_size)
+    return BatchShape(size, arch.in_channels(data.channels), channels_last=False)
+
+
+def needed(bundle: Bundle | None, field: str) -> Bundle:
+    """The planner refuses user code without a bundle; a config written by hand may still lack one."""
+    if bundle is None:
+        raise ValueError(f"{field} names user code, and the job has no code bundle; set code")
+    return bundle
+
+
+def load_data(spec: JobSpec, bundle: Bundle | None) -> LoadedData | UserData:
+    if spec.data.factory is not None:
+        return load_user_data(needed(bundle, "data.factory"), spec.data)
+    return load_dataset(spec.data, spec.train.seed)
+
+
+def make_model(spec: JobSpec, data: LoadedData | UserData, bundle: Bundle | None) -> nn.Module:
+    """The bare model: model.factory(**kwargs), or a built-in architecture sized by its dataset."""
+    if spec.model.factory is not None:
+        return build_user_model(needed(bundle, "model.factory"), spec.model.factory, spec.model.kwargs)
+    if not isinstance(data, LoadedData) or spec.model.arch is None:
+        raise ValueError("a built-in model.arch is sized by a built-in data.dataset")
+    shape = resident_shape(spec, data)
+    return build_model(
+        spec.model.arch,
+        spec.model.arch_kwargs,
+        shape.channels,
+        data.num_classes,
+        shape.image_size,
+        vocab_size=spec.data.vocab_size,
+    )
+
+
+def feeds(
+    spec: JobSpec, plan: Plan, strategy: ParallelStrategy, data: LoadedData | UserData, channels_last: bool
+) -> tuple[TrainSource, HeldOut]:
+    """Training batches and the held-out split, delivered where the strategy's first module lives."""
+    device, seed = strategy.input_device, spec.train.seed
+    if isinstance(data, UserData):
+        workers = spec.data.loader_workers
+        batching = Batching(plan.per_rank_batch, plan.micro_batch, seed, workers, device)
+        steps = loader_steps(data, strategy.data_env, batching, spec.train.max_steps)
+        return steps, LoaderHeldOut(data, workers, device)
+    shape = replace(resident_shape(spec, data), channels_last=channels_last)
+    storage = storage_device(spec.data.placement, device)
+    train_feed = DeviceFeeder(data.train, shape, device, storage)
+    batches = TrainBatches(train_feed, strategy.data_env, plan.per_rank_batch, plan.micro_batch, seed)
+    return batches, ResidentHeldOut(DeviceFeeder(data.val, shape, device, storage))
+
+
+def build(config: RunConfig, env: DistEnv) -> Components:
+    spec, plan = config.spec, config.plan
+    # The same seed on every rank: identical initial weights, and one RNG stream that a checkpoint restores
+    # exactly on every rank.
+    torch.manual_seed(spec.train.seed)
+    bundle = None if config.code_dir is None else Bundle(config.code_dir)
+    data = load_data(spec, bundle)
+    with torch.device(build_device(spec.parallel, plan.strategy, env.device)):
+        model = make_model(spec, data, bundle)
+    if spec.performance.activation_checkpointing:
+        model = checkpoint_activations(model, spec.parallel.wrap)
+    set_cudnn_benchmark(spec.performance, env.device, replicas_in_threads=plan.strategy is Strategy.DP)
+    channels_last = spec.performance.channels_last and convolutional(model)
+    if channels_last:
+        model.to(memory_format=torch.channels_last)
+
+    group = GroupOptions(plan.backend, timedelta(seconds=spec.limits.collective_timeout_s))
+    strategy = build_strategy(plan.strategy, with_stages(spec, plan, model), env, group)
+    strategy.setup_environment()
+    # The strategy puts the model on its device(s); batches then go where its first module lives.
+    forward: Forward = strategy.setup_module(model)
+    if spec.performance.compile:
+        forward = strategy.compiled(forward)
+    batches, held_out = feeds(spec, plan, strategy, data, channels_last)
+    return Components(
+        strategy=strategy,
+        forward=forward,
+        optimizer=strategy.setup_optimizer(spec.train, plan.lr),
+        precision=MixedPrecision(plan.precision, env.device),
+        objective=build_objective(spec.train.loss, bundle),
+        batches=batches,
+        held_out=held_out,
+    )

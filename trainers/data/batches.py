@@ -1,0 +1,58 @@
+"""Batches of whatever nesting a dataset yields: a tensor, or tuples, lists and dicts of them (and of numbers
+or strings, which stay on the host). The built-in datasets yield (images, labels) pairs."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+
+from trainers.user_errors import UserCodeError
+
+Batch = Any  # a tensor, or a tuple, list or dict nesting tensors
+
+
+def to_device(batch: Batch, device: torch.device, non_blocking: bool) -> Batch:
+    """The batch with every tensor on `device`; non_blocking copies are asynchronous from pinned memory."""
+    if isinstance(batch, torch.Tensor):
+        return batch.to(device, non_blocking=non_blocking)
+    if isinstance(batch, dict):
+        return {key: to_device(value, device, non_blocking) for key, value in batch.items()}
+    if isinstance(batch, tuple) and hasattr(batch, "_fields"):  # a namedtuple takes its fields positionally
+        return type(batch)(*(to_device(value, device, non_blocking) for value in batch))
+    if isinstance(batch, list | tuple):
+        return type(batch)(to_device(value, device, non_blocking) for value in batch)
+    return batch
+
+
+def tensors(batch: Batch) -> Iterator[torch.Tensor]:
+    if isinstance(batch, torch.Tensor):
+        yield batch
+    elif isinstance(batch, dict):
+        for value in batch.values():
+            yield from tensors(value)
+    elif isinstance(batch, list | tuple):
+        for value in batch:
+            yield from tensors(value)
+
+
+def describe(batch: Batch) -> str:
+    """What a batch is, for messages: its structure and the shapes in it."""
+    if isinstance(batch, torch.Tensor):
+        return f"a tensor of shape {list(batch.shape)}"
+    if isinstance(batch, dict):
+        return "a dict of " + ", ".join(f"{key}: {describe(value)}" for key, value in batch.items())
+    if isinstance(batch, list | tuple):
+        return f"a {type(batch).__name__} of " + ", ".join(describe(value) for value in batch)
+    return f"a {type(batch).__name__}"
+
+
+def batch_size(batch: Batch) -> int:
+    """Samples in a batch: the first dimension of its first tensor that has one."""
+    for tensor in tensors(batch):
+        if tensor.dim():
+            return tensor.shape[0]
+    raise UserCodeError(
+        f"a batch must hold a tensor with a batch dimension, and the data yields {describe(batch)}"
+    )

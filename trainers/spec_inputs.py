@@ -1,0 +1,149 @@
+"""What a job trains: the model and data sections of the spec. Each is a built-in entry of the catalogue or a
+factory in the user's code bundle (`module:function`), never both. Field-level checks only; whether a
+factory fits the rest of the spec is the planner's question. No torch.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import cast
+
+from pydantic import Field, JsonValue, TypeAdapter, ValidationInfo, field_validator, model_validator
+
+from trainers.catalog.archs import Arch
+from trainers.catalog.datasets import DatasetName
+from trainers.spec_fields import Choice, EntryPoint, KwargValue, Section, known
+
+_ARCH_KWARGS: TypeAdapter[dict[str, float]] = TypeAdapter(dict[str, KwargValue])
+
+
+def exactly_one(section: str, builtin: str, given: tuple[object, object], registry: str) -> None:
+    """A section names a built-in (arch, dataset) or a factory, and the message names both fields."""
+    chosen, factory = given
+    if chosen is not None and factory is not None:
+        raise ValueError(
+            f"{section}.{builtin} and {section}.factory exclude each other: {section}.{builtin} picks a "
+            f"built-in {registry}, {section}.factory builds your own; give one of them"
+        )
+    if chosen is None and factory is None:
+        raise ValueError(
+            f"give {section}.{builtin} (a built-in {registry}) or {section}.factory ('module:function' "
+            "in your code bundle)"
+        )
+
+
+class ModelSpec(Section):
+    """A built-in architecture (`arch`) or your own (`factory`, a function of the code bundle: see
+    [User code](#user-code)); exactly one of them."""
+
+    arch: Choice[Arch] | None = Field(None, description="a built-in architecture: see the table below")
+    factory: EntryPoint | None = Field(
+        None, description="'module:function' in the code bundle: called as function(**kwargs) -> nn.Module"
+    )
+    kwargs: dict[str, JsonValue] = Field(
+        default_factory=dict,
+        description="arch: the constructor args it allows (table below); factory: any JSON object, "
+        "passed as keyword arguments",
+    )
+
+    @field_validator("arch", mode="before")
+    @classmethod
+    def known_arch(cls, arch: object) -> object:
+        return known(Arch, "model.arch", arch)
+
+    @field_validator("kwargs")
+    @classmethod
+    def numbers_for_an_arch(cls, kwargs: dict[str, JsonValue], info: ValidationInfo) -> dict[str, JsonValue]:
+        """A built-in architecture takes JSON numbers only (each one allow-listed by the planner)."""
+        if info.data.get("factory") is None:
+            # Raised from here, its errors keep their own keys: model.kwargs.<name>.
+            _ARCH_KWARGS.validate_python(kwargs)
+        return kwargs
+
+    @model_validator(mode="after")
+    def one_model(self) -> ModelSpec:
+        exactly_one("model", "arch", (self.arch, self.factory), "architecture")
+        return self
+
+    @property
+    def arch_kwargs(self) -> dict[str, float]:
+        """kwargs as the catalogue reads them: numbers, as numbers_for_an_arch checked."""
+        return cast("dict[str, float]", self.kwargs)
+
+
+class DataPlacement(StrEnum):
+    AUTO = "auto"
+    GPU = "gpu"
+    CPU = "cpu"
+
+
+class DataSpec(Section):
+    """A built-in dataset (`dataset`) or your own (`factory`, a function of the code bundle: see
+    [User code](#user-code)); exactly one of them."""
+
+    dataset: Choice[DatasetName] | None = Field(None, description="a built-in dataset: see the table below")
+    factory: EntryPoint | None = Field(
+        None,
+        description="'module:function' in the code bundle: called as function(**kwargs, root=...) -> "
+        "(train, val | None) or (train, val, collate) of torch Datasets",
+    )
+    kwargs: dict[str, JsonValue] = Field(
+        default_factory=dict, description="factory only: any JSON object, passed as keyword arguments"
+    )
+    root: str | None = Field(
+        None,
+        max_length=1024,
+        description="cifar10, mnist, image_folder, factory: a directory relative to TRAINYARD_DATA_DIR "
+        "(a factory gets it resolved, as root=)",
+    )
+    num_samples: int = Field(4096, ge=16, le=10_000_000, description="synthetic only: training samples")
+    num_classes: int = Field(10, ge=2, le=1000, description="synthetic only: classes")
+    channels: int = Field(3, ge=1, le=4, description="synthetic only: image channels")
+    image_size: int | None = Field(
+        None, ge=4, le=512, description="image models: side of the square images they see; default per model"
+    )
+    val_fraction: float = Field(
+        0.1, ge=0.0, le=0.5, description="share held out for evaluation; cifar10, mnist: their test split"
+    )
+    placement: Choice[DataPlacement] = Field(
+        DataPlacement.AUTO,
+        description="built-in datasets: where batches live: auto, gpu (GPU jobs only), cpu",
+    )
+    vocab_size: int = Field(10_000, ge=2, le=20_000_000, description="synthetic_bags: distinct token ids")
+    bag_size: int = Field(16, ge=1, le=1024, description="synthetic_bags: tokens per sample")
+    loader_workers: int = Field(
+        2,
+        ge=0,
+        le=64,
+        description="DataLoader worker processes: a factory's datasets, image_folder's decoding",
+    )
+
+    @field_validator("dataset", mode="before")
+    @classmethod
+    def known_dataset(cls, dataset: object) -> object:
+        return known(DatasetName, "data.dataset", dataset)
+
+    @field_validator("root")
+    @classmethod
+    def relative_root(cls, root: str | None) -> str | None:
+        if root is None:
+            return None
+        parts = root.replace("\\", "/").split("/")
+        if root.startswith(("/", "~")) or ".." in parts or "\x00" in root:
+            raise ValueError(
+                f"data.root {root!r} must be a path inside TRAINYARD_DATA_DIR, like 'cifar10'; "
+                "no absolute paths or '..'"
+            )
+        return root
+
+    @model_validator(mode="after")
+    def one_source(self) -> DataSpec:
+        exactly_one("data", "dataset", (self.dataset, self.factory), "dataset")
+        if self.kwargs and self.factory is None:
+            raise ValueError("data.kwargs are passed to data.factory, and none is given; drop data.kwargs")
+        if "root" in self.kwargs:
+            raise ValueError(
+                "data.kwargs.root: set data.root instead; it is kept inside TRAINYARD_DATA_DIR and passed to "
+                "the factory resolved, as root="
+            )
+        return self
