@@ -102,12 +102,13 @@ class Service:
 
     @classmethod
     @contextmanager
-    def started(cls, gpus: int, on_gpu: bool) -> Iterator[Service]:
-        """The stack with GPUs 0..gpus-1 visible to its worker (none on the CPU), stopped on the way out."""
+    def started(cls, gpus: int, on_gpu: bool, **env: str) -> Iterator[Service]:
+        """The stack with GPUs 0..gpus-1 visible to its worker (none on the CPU), stopped on the way out;
+        `env` adds settings of the API's and the worker's (TRAINYARD_SANDBOX=off, say)."""
         visible = ",".join(str(i) for i in range(gpus)) if on_gpu else ""
         with tempfile.TemporaryDirectory(prefix="trainyard-bench-") as tmp:
             workdir = Path(tmp)
-            stack = Stack.embedded(workdir, CUDA_VISIBLE_DEVICES=visible)
+            stack = Stack.embedded(workdir, **{"CUDA_VISIBLE_DEVICES": visible, **env})
             try:
                 with stack.client() as client:
                     yield cls(stack, client)
@@ -177,12 +178,12 @@ class Service:
 
 
 def run_series(
-    gpus: int, on_gpu: bool, series: Callable[[Service], list[Result]]
+    gpus: int, on_gpu: bool, series: Callable[[Service], list[Result]], **env: str
 ) -> tuple[str, list[Result]]:
     """The device name and the rows of `series` run in one service; a service that does not even start
     gives one row saying why, so a suite of benchmarks goes on to the next."""
     try:
-        with Service.started(gpus, on_gpu) as service:
+        with Service.started(gpus, on_gpu, **env) as service:
             return service.device(), series(service)
     except Exception as exc:  # any failure to start or to talk to the stack: recorded, not raised
         return "unknown device", [failed("service", repr(exc))]

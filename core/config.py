@@ -46,6 +46,10 @@ class Settings(BaseSettings):
     runs_dir: Path = VAR_DIR / "runs"
     data_dir: Path = VAR_DIR / "data"
     code_dir: Path = Field(VAR_DIR / "code", description="code bundles, unpacked read-only, one folder each")
+    environments: str = Field(
+        "",
+        description="named Python environments a spec may pick with `environment`: name=/path/to/venv,...",
+    )
     user_code: bool = Field(
         True, description="run jobs that bring a code bundle (spec.code), inside the sandbox; off: refused"
     )
@@ -137,6 +141,24 @@ class Settings(BaseSettings):
         if self.artifact_store is ArtifactStore.S3 and not self.s3_bucket:
             raise ValueError("TRAINYARD_ARTIFACT_STORE=s3 needs a bucket: set TRAINYARD_S3_BUCKET")
         return self
+
+    @field_validator("environments")
+    @classmethod
+    def named_venvs(cls, value: str) -> str:
+        for entry in filter(None, value.split(",")):
+            name, _, path = entry.partition("=")
+            if not name.strip() or not path.strip():
+                raise ValueError(
+                    f"TRAINYARD_ENVIRONMENTS entry {entry!r} is not name=/path/to/venv; "
+                    "separate entries with ','"
+                )
+        return value
+
+    @property
+    def environment_pythons(self) -> dict[str, str]:
+        """Each registered environment's interpreter, by name."""
+        entries = (entry.partition("=") for entry in filter(None, self.environments.split(",")))
+        return {name.strip(): str(Path(path.strip()) / "bin" / "python") for name, _, path in entries}
 
     @property
     def is_sqlite(self) -> bool:

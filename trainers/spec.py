@@ -245,6 +245,12 @@ CODE_ID_PATTERN = r"^sha256:[0-9a-f]{64}$"
 
 class JobSpec(Section):
     name: str = Field("job", min_length=1, max_length=128)
+    environment: str | None = Field(
+        None,
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$",
+        description="a Python environment the admin registered (TRAINYARD_ENVIRONMENTS) for the ranks; "
+        "default: the worker's own",
+    )
     code: str | None = Field(
         None,
         pattern=CODE_ID_PATTERN,

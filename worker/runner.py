@@ -211,7 +211,7 @@ def launch(mark: JobMark, task: NodeTask, settings: Settings, uploads: Uploads) 
         run_dir=mark.run_dir,
         data_dir=settings.data_dir,
         gpu_ids=node.gpu_ids,
-        python=sys.executable,
+        python=settings.environment_pythons[spec.environment] if spec.environment else sys.executable,
         rendezvous=rendezvous,
     )
     box = None

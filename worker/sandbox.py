@@ -76,6 +76,8 @@ def sandbox_for(
     settings: Settings, spec: JobSpec, plan: Plan, run_dir: Path, bundle: Path | None, project: Path
 ) -> Sandbox:
     read_only = [] if bundle is None else [bundle]
+    if spec.environment is not None:  # a registered venv may live in the worker's home, which is hidden
+        read_only.append(Path(settings.environment_pythons[spec.environment]).parent.parent)
     if spec.data.root is not None:
         read_only.append(resolve_data_root(settings.data_dir, spec.data.root))
     # Fake GPUs (tests) have no device files; a real GPU job gets exactly its own.

@@ -74,7 +74,8 @@ class WarmLauncher:
 
     def start(self, command: Launch, log: Path) -> subprocess.Popen[bytes]:
         """torchrun for `command`, its output appended to `log`; the next standby starts meanwhile."""
-        args = _torchrun_args(command.argv)
+        # The standby imported torch in the worker's interpreter: a job in another environment starts cold.
+        args = _torchrun_args(command.argv) if command.argv[0] == self.python else None
         with self._lock:
             standby = self._standby if args is not None else None
             if standby is not None:

@@ -47,11 +47,22 @@ def _resume_path(
     return checkpoint.path
 
 
+def check_environment(settings: Settings, name: str | None) -> None:
+    if name is not None and name not in settings.environment_pythons:
+        known = ", ".join(sorted(settings.environment_pythons)) or "none"
+        raise InvalidSpec(
+            "environment",
+            f"no environment {name!r} is registered (registered: {known}); leave it out to use the "
+            "worker's own, or ask the admin to add it to TRAINYARD_ENVIRONMENTS",
+        )
+
+
 def _plan(session: Session, settings: Settings, spec: JobSpec, caller: Caller) -> Plan:
     """The plan of a spec whose fields passed their own checks, on the cluster the workers registered; the
     checks around it need the disk or the database: a code bundle and a checkpoint the caller owns, a data
     root inside the data directory."""
     check_code(session, settings, spec, caller)
+    check_environment(settings, spec.environment)
     check_data_root(settings, spec.data.root)
     plan = resolve_plan(spec, read_inventory(session, settings))
     plan.resume_path = _resume_path(session, settings, spec.checkpoint.resume_from, caller)
