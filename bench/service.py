@@ -108,7 +108,7 @@ class Service:
         visible = ",".join(str(i) for i in range(gpus)) if on_gpu else ""
         with tempfile.TemporaryDirectory(prefix="trainyard-bench-") as tmp:
             workdir = Path(tmp)
-            stack = Stack.embedded(workdir, **{"CUDA_VISIBLE_DEVICES": visible, **env})
+            stack = Stack.embedded(workdir, None, CUDA_VISIBLE_DEVICES=visible, **env)
             try:
                 with stack.client() as client:
                     yield cls(stack, client)

@@ -23,16 +23,16 @@ from app.cli.pack import pack
 from bench.budget import Budget
 from bench.report import record, section
 from bench.result import Result, exit_code, failed
-from bench.service import Service, run_series
+from bench.service import Finished, Service, job_result, run_series
 from bench.table import markdown, number, percent, ratio, times
 from bench.trainyard_job import JOB_TIMEOUT_S, job_spec
 from bench.workload import NUM_CLASSES, Workload, preset
 
 BUDGET_S = 500  # the whole run, both services' start-up included, inside one device call
-COLUMNS = ("variant", "img/s", "x built-in", "peak MB", "POST→first step s")
+COLUMNS = ("variant", "in bwrap", "img/s", "x built-in", "peak MB", "POST→first step s")
 BUILT_IN, SANDBOXED, UNSANDBOXED = "built-in resnet50", "bundle, sandbox on (auto)", "bundle, sandbox off"
 
-MODELS_PY = '''"""A code bundle's model: torchvision's ResNet-50, the very network of the built-in `resnet50`."""
+MODELS_PY = '''"""A code bundle's model: torchvision's ResNet-50, the built-in `resnet50`'s network."""
 
 import torchvision
 
@@ -66,12 +66,25 @@ def bundle_spec(base: dict[str, Any], code_id: str) -> dict[str, Any]:
     return {**base, "name": base["name"] + "-bundle", "code": code_id, "model": model}
 
 
+def row(
+    service: Service, variant: str, spec: dict[str, Any], budget: Budget, warmup: int, on_gpu: bool
+) -> Result:
+    """The job's row (bench.service.job_result), its variant saying whether the worker ran it in bwrap, as
+    the plan's argv (GET /v1/jobs/{id}) shows: the proof that the sandbox was on, or off."""
+    outcome = service.attempt(variant, spec, budget, JOB_TIMEOUT_S)
+    if not isinstance(outcome, Finished):
+        return outcome
+    argv = (outcome.job.get("plan") or {}).get("argv") or []
+    boxed = "yes" if "bwrap" in argv else "no"  # env --ignore-signal=TERM bwrap ... torchrun ...
+    return job_result(f"{variant}\t{boxed}", outcome, warmup, on_gpu, world_size=1)
+
+
 def bundle_row(service: Service, variant: str, base: dict[str, Any], archive: bytes, **run: Any) -> Result:
     try:
         code_id = push(service, archive)
     except Exception as exc:  # a refused push is this row's failure, not the run's
         return failed(variant, repr(exc)[:160])
-    return service.result(variant, bundle_spec(base, code_id), **run)
+    return row(service, variant, bundle_spec(base, code_id), **run)
 
 
 def measure(workload: Workload, budget: Budget) -> tuple[str, list[Result]]:
@@ -79,11 +92,11 @@ def measure(workload: Workload, budget: Budget) -> tuple[str, list[Result]]:
     on_gpu = workload.device == "cuda"
     base = job_spec(workload, 1, compile_model=False)
     archive = bundle_bytes()
-    run = {"budget": budget, "cap_s": JOB_TIMEOUT_S, "warmup": workload.warmup, "on_gpu": on_gpu}
+    run: dict[str, Any] = {"budget": budget, "warmup": workload.warmup, "on_gpu": on_gpu}
 
     def sandbox_auto(service: Service) -> list[Result]:
         return [
-            service.result(BUILT_IN, base, **run),
+            row(service, BUILT_IN, base, **run),
             bundle_row(service, SANDBOXED, base, archive, **run),
         ]
 
@@ -101,7 +114,7 @@ def tables(results: list[Result]) -> str:
     base = results[0].images_per_s
     rows = [
         [
-            r.variant if not r.error else f"{r.variant} (failed: {r.error})",
+            *(r.variant.split("\t") if not r.error else [f"{r.variant} (failed: {r.error})", "—"]),
             number(r.images_per_s, 0),
             times(ratio(r.images_per_s, base)),
             number(r.peak_mem_mb, 0),
@@ -109,7 +122,7 @@ def tables(results: list[Result]) -> str:
         ]
         for r in results
     ]
-    by_name = {r.variant: r for r in results}
+    by_name = {r.variant.split("\t")[0]: r for r in results}
     on, off = by_name.get(SANDBOXED), by_name.get(UNSANDBOXED)
     # Step time is 1 / img/s at a fixed batch: the sandboxed step's extra time is off/on - 1.
     speed = ratio(off.images_per_s, on.images_per_s) if on and off else None
