@@ -6,6 +6,7 @@ from fastapi import Depends, FastAPI
 
 from app.api.deps import get_caller
 from app.api.errors import install_error_handlers
+from app.api.guards import install_request_guards
 from app.api.openapi import install_openapi, problems
 from app.api.routes import (
     checkpoints,
@@ -36,7 +37,8 @@ def create_app() -> FastAPI:
         telemetry={"tracing": False, "metrics": False, "logs": False},
     )
     # The one body that is not a JSON spec: a code bundle's archive, capped by TRAINYARD_CODE_MAX_BYTES.
-    install_error_handlers(app, streamed=[("POST", f"{API_PREFIX}{code.router.prefix}")])
+    raw_bodies = [("POST", f"{API_PREFIX}{code.router.prefix}")]
+    install_error_handlers(app, streamed=raw_bodies)
     for module in (jobs, metrics, stream, checkpoints, logs, gpus, queue, profile, keys, code):
         # Auth once for every /v1 route, those added later included; a route that needs to know who is
         # asking takes CallerDep, which FastAPI resolves once per request.
@@ -47,6 +49,7 @@ def create_app() -> FastAPI:
     install_prometheus(app)
     app.include_router(web.router)
     install_openapi(app)
+    install_request_guards(app, raw_bodies=raw_bodies)
     return app
 
 

@@ -65,6 +65,11 @@ class Settings(BaseSettings):
     )
     host: str = "127.0.0.1"
     port: int = Field(8000, ge=1, le=65535)
+    allowed_hosts: str = Field(
+        "localhost,127.0.0.1,::1",
+        description="Host header names the API answers besides `host`, comma-separated (a guard against DNS "
+        "rebinding); `*`: any, for a proxy that checks them",
+    )
     hostname: str = Field(default_factory=socket.gethostname, description="this worker's host identity")
     advertise_address: str = Field(
         default_factory=lambda: _own_address(socket.gethostname()),
@@ -159,6 +164,12 @@ class Settings(BaseSettings):
         """Each registered environment's interpreter, by name."""
         entries = (entry.partition("=") for entry in filter(None, self.environments.split(",")))
         return {name.strip(): str(Path(path.strip()) / "bin" / "python") for name, _, path in entries}
+
+    @property
+    def trusted_hosts(self) -> list[str]:
+        """allowed_hosts and `host`, unless that is a wildcard address, which names no host."""
+        names = [name.strip() for name in self.allowed_hosts.split(",") if name.strip()]
+        return names if self.host in ("0.0.0.0", "::", "") else [*names, self.host]
 
     @property
     def is_sqlite(self) -> bool:

@@ -213,7 +213,8 @@ class CheckpointSpec(Section):
     every_n_epochs: int = Field(1, ge=0, le=100_000, description="0: only by step")
     keep_last: int = Field(3, ge=1, le=1000)
     save_final: bool = True
-    resume_from: int | None = Field(None, ge=1, description="checkpoint id to continue from")
+    # le: checkpoint ids are 32-bit on PostgreSQL, and a larger one would overflow the query.
+    resume_from: int | None = Field(None, ge=1, le=2**31 - 1, description="checkpoint id to continue from")
 
 
 class MetricsSpec(Section):

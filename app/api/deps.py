@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from typing import Annotated
 
 from fastapi import Depends, Path
+from pydantic import BeforeValidator
 from sqlalchemy.orm import Session
 
 from app.api.auth import get_caller
@@ -36,7 +38,27 @@ CallerDep = Annotated[Caller, Depends(get_caller)]
 
 # Ids and steps are 32-bit INTEGER columns on PostgreSQL; larger values could only miss anyway.
 DB_INT_MAX = 2**31 - 1
-JobId = Annotated[int, Path(ge=1, le=DB_INT_MAX, description="job id")]
+# Byte offsets into logs: far beyond any log, and still exact as a JSON number in a browser.
+OFFSET_MAX = 2**53
+
+_CANONICAL_INT = re.compile(r"0|-?[1-9][0-9]*")
+
+
+def _canonical_int(value: object) -> object:
+    """Pydantic's lax int also reads `1.0`, `1_0`, `+7`, `007` and ` 7` as numbers, so `DELETE /v1/jobs/1.0`
+    would delete job 1: a number in a URL or header is taken only as written by the API itself."""
+    if isinstance(value, str) and not _CANONICAL_INT.fullmatch(value):
+        raise ValueError(
+            f"must be an integer written in digits only, like 7 (no sign, spaces, '.', '_' or "
+            f"leading zeros), got {value!r}"
+        )
+    return value
+
+
+# Put on every integer read from a path, query or header: `Annotated[int, CanonicalInt, Query(...)]`.
+CanonicalInt = BeforeValidator(_canonical_int)
+JobId = Annotated[int, CanonicalInt, Path(ge=1, le=DB_INT_MAX, description="job id")]
+CheckpointId = Annotated[int, CanonicalInt, Path(ge=1, le=DB_INT_MAX, description="checkpoint id")]
 
 
 def owned_job(job_id: JobId, session: SessionDep, caller: CallerDep) -> Job:

@@ -148,7 +148,7 @@ async def _http_error(request: Request, exc: Exception) -> JSONResponse:
     return response
 
 
-def _route_path(scope: Scope) -> str:
+def route_path(scope: Scope) -> str:
     """The path the app's routes match: behind a proxy's prefix (root_path) the server may include it."""
     return str(scope["path"]).removeprefix(scope.get("root_path", ""))
 
@@ -164,7 +164,7 @@ class BodySizeLimit:
         self.detail = f"request body exceeds {max_bytes} bytes; send a smaller spec"
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or (scope["method"], _route_path(scope)) in self.streamed:
+        if scope["type"] != "http" or (scope["method"], route_path(scope)) in self.streamed:
             return await self.app(scope, receive, send)
         declared = Headers(scope=scope).get("content-length", "")
         if declared.isdigit() and int(declared) > self.max_bytes:

@@ -4,6 +4,7 @@ in the object store when there is one (artifact_store=s3)."""
 from __future__ import annotations
 
 import logging
+import os
 import shutil
 from pathlib import Path
 
@@ -47,6 +48,10 @@ def _read_log_bytes(settings: Settings, job_id: int, rank: int | None, offset: i
     the parts the worker uploads of it; a log not written yet reads as empty."""
     try:
         with log_path(settings, job_id, rank).open("rb") as f:
+            # Past the end there is nothing yet; and a seek beyond the filesystem's largest file size (ext4:
+            # 16 TiB) fails with EINVAL rather than reading nothing.
+            if offset >= os.fstat(f.fileno()).st_size:
+                return b""
             f.seek(offset)
             return f.read(length)
     except FileNotFoundError:

@@ -4,7 +4,9 @@ and an admin sees all."""
 
 from __future__ import annotations
 
+import io
 import re
+import tarfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -53,7 +55,20 @@ def alice_job(auth_stack: Stack, keys: Keys) -> dict[str, Any]:
         assert response.status_code == 201, response.text
         job = wait_status(client, response.json()["job"]["id"], {"succeeded"})
         [checkpoint, *_] = client.get(f"/v1/jobs/{job['id']}/checkpoints").json()["data"]
-    return {"job_id": job["id"], "checkpoint_id": checkpoint["id"]}
+        pushed = client.post("/v1/code", content=tiny_bundle(), headers={"Content-Type": "application/gzip"})
+        assert pushed.status_code == 201, pushed.text
+    return {"job_id": job["id"], "checkpoint_id": checkpoint["id"], "code_id": pushed.json()["id"]}
+
+
+def tiny_bundle() -> bytes:
+    """A code bundle of one module, as a .tar.gz."""
+    archive = io.BytesIO()
+    with tarfile.open(fileobj=archive, mode="w:gz") as tar:
+        module = b"def build():\n    return None\n"
+        member = tarfile.TarInfo("models.py")
+        member.size = len(module)
+        tar.addfile(member, io.BytesIO(module))
+    return archive.getvalue()
 
 
 def flatten(routes: list[BaseRoute], prefix: str = "") -> Iterator[tuple[str, str]]:

@@ -39,6 +39,8 @@ def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Settings]:
     monkeypatch.setenv("TRAINYARD_BROKER_URL", f"sqla+sqlite:///{tmp_path}/broker.db")
     monkeypatch.setenv("TRAINYARD_RUNS_DIR", str(tmp_path / "runs"))
     monkeypatch.setenv("TRAINYARD_CODE_DIR", str(tmp_path / "code"))
+    # TestClient's Host; the loopback names stay allowed through `host`.
+    monkeypatch.setenv("TRAINYARD_ALLOWED_HOSTS", "testserver,localhost")
     _clear_caches()
     yield get_settings()
     _clear_caches()

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 from pathlib import Path as FilePath
-from typing import Annotated
 
-from fastapi import APIRouter, Path, Request
+from fastapi import APIRouter, Request
 from fastapi.responses import FileResponse, Response, StreamingResponse
 
-from app.api.deps import DB_INT_MAX, CallerDep, OwnedJob, SessionDep, SettingsDep
+from app.api.deps import CallerDep, CheckpointId, OwnedJob, SessionDep, SettingsDep
 from app.api.openapi import problems
 from app.schemas import CheckpointPublic, CheckpointsPublic
 from app.services.artifacts import checkpoint_content, list_checkpoints
@@ -42,7 +41,7 @@ def get_checkpoints(job: OwnedJob, session: SessionDep, request: Request) -> Che
     responses={200: {"content": {OCTET_STREAM: {}}}},
 )
 def download_checkpoint(
-    checkpoint_id: Annotated[int, Path(ge=1, le=DB_INT_MAX)],
+    checkpoint_id: CheckpointId,
     session: SessionDep,
     settings: SettingsDep,
     caller: CallerDep,

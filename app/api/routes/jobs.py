@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Header, Query, Response, status
+from fastapi import APIRouter, Depends, Header, Query, Response, status
 from sqlalchemy.orm import Session
 
 from app.api.caching import CACHE_HEADERS, IfNoneMatch, revalidated_json
-from app.api.deps import DB_INT_MAX, CallerDep, OwnedJob, SessionDep, SettingsDep
+from app.api.deps import DB_INT_MAX, CallerDep, CanonicalInt, OwnedJob, SessionDep, SettingsDep
 from app.api.openapi import BODY_PROBLEMS, problem, problems
+from app.api.storable import refuse_unstorable_text
 from app.schemas import JobEventPublic, JobEventsPublic, JobPublic, JobsPublic, JobSubmitted, JobUpdate
 from app.services import jobs, submit
 from app.services.keys import Caller
@@ -38,6 +39,7 @@ def _submitted(session: Session, job_id: int) -> JobSubmitted:
         **BODY_PROBLEMS,
         **problems(429),
     },
+    dependencies=[Depends(refuse_unstorable_text)],
 )
 async def create_job(
     spec: JobSpec,
@@ -71,7 +73,9 @@ def list_jobs(
     caller: CallerDep,
     status_filter: Annotated[JobStatus | None, Query(alias="status")] = None,
     cursor: Annotated[
-        int | None, Query(ge=1, le=DB_INT_MAX, description="the next_cursor of the previous page")
+        int | None,
+        CanonicalInt,
+        Query(ge=1, le=DB_INT_MAX, description="the next_cursor of the previous page"),
     ] = None,
     limit: Annotated[int, Query(ge=1, le=200)] = 50,
 ) -> JobsPublic:

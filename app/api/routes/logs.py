@@ -6,7 +6,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query
 
-from app.api.deps import OwnedJob, SettingsDep
+from app.api.deps import OFFSET_MAX, CanonicalInt, OwnedJob, SettingsDep
 from app.api.openapi import problems
 from app.schemas import LogChunk
 from app.services.runs import read_log
@@ -21,7 +21,11 @@ def get_logs(
     job: OwnedJob,
     settings: SettingsDep,
     rank: Annotated[int | None, Query(ge=0, le=4095, description="omit for the launcher's log")] = None,
-    offset: Annotated[int, Query(ge=0, description="byte offset: the next_offset of the last read")] = 0,
+    offset: Annotated[
+        int,
+        CanonicalInt,
+        Query(ge=0, le=OFFSET_MAX, description="byte offset: the next_offset of the last read"),
+    ] = 0,
     limit_bytes: Annotated[int, Query(ge=1, le=MAX_LOG_CHUNK)] = 64 * 1024,
 ) -> LogChunk:
     return read_log(settings, job, rank, offset, limit_bytes)

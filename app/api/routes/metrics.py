@@ -6,7 +6,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query
 
-from app.api.deps import DB_INT_MAX, OwnedJob, SessionDep
+from app.api.deps import DB_INT_MAX, CanonicalInt, OwnedJob, SessionDep
 from app.api.openapi import problems
 from app.schemas import MetricPublic, MetricsPublic
 from app.services.artifacts import list_metrics
@@ -27,6 +27,7 @@ def get_metrics(
     ] = None,
     after_step: Annotated[
         int | None,
+        CanonicalInt,
         Query(ge=-1, le=DB_INT_MAX, description="only steps after this one: the next_after_step of a page"),
     ] = None,
     limit: Annotated[int, Query(ge=1, le=10_000)] = 1000,

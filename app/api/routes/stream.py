@@ -17,7 +17,7 @@ from fastapi.responses import StreamingResponse
 from sqlalchemy import select
 from starlette.concurrency import run_in_threadpool
 
-from app.api.deps import DB_INT_MAX, OwnedJob, SessionDep
+from app.api.deps import DB_INT_MAX, CanonicalInt, OwnedJob, SessionDep
 from app.api.openapi import problems
 from app.schemas import MetricPublic
 from app.services.jobs import get_job
@@ -117,9 +117,11 @@ def stream_metrics(
     session: SessionDep,
     request: Request,
     name: Annotated[str | None, Query(min_length=1, max_length=64, description="one series")] = None,
-    after_step: Annotated[int, Query(ge=-1, le=DB_INT_MAX, description="only steps after this one")] = -1,
+    after_step: Annotated[
+        int, CanonicalInt, Query(ge=-1, le=DB_INT_MAX, description="only steps after this one")
+    ] = -1,
     last_event_id: Annotated[
-        int | None, Header(ge=-1, le=DB_INT_MAX, description="set by EventSource on reconnect")
+        int | None, CanonicalInt, Header(ge=-1, le=DB_INT_MAX, description="set by EventSource on reconnect")
     ] = None,
 ) -> StreamingResponse:
     # The request's session (auth, ownership) would otherwise hold a pooled connection for as long as the

@@ -16,7 +16,7 @@ IN_FLIGHT = 64
 
 async def _get_all(paths: list[str]) -> list[int]:
     transport = httpx.ASGITransport(app=create_app())
-    async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+    async with httpx.AsyncClient(transport=transport, base_url="http://testserver") as client:
         responses = await asyncio.wait_for(asyncio.gather(*(client.get(path) for path in paths)), 20)
     return [response.status_code for response in responses]
 

@@ -42,10 +42,12 @@ CHECKS = {
     },
 }
 
-# The metrics stream answers until its job ends, and here no worker ever ends one.
+# The metrics stream answers until its job ends, and here no worker ever ends one. Loaded before any test's
+# settings, so by a Host that the default TRAINYARD_ALLOWED_HOSTS allows.
 schema = schemathesis.openapi.from_asgi(
     "/openapi.json",
     create_app(),
+    headers={"Host": "localhost"},
     config=schemathesis.Config.from_dict(
         {"checks": CHECKS, "auth": {"openapi": {"HTTPBearer": {"bearer": TOKEN}}}}
     ),
