@@ -187,7 +187,10 @@ def test_a_hostile_rank_of_an_unprivileged_worker_reaches_nothing_either(
     victim = sentinel(UNPRIVILEGED_UID)
     try:
         plan = hostile_plan(deployment, listeners, victim.pid, home)
-        rank = ["/usr/bin/python3", str(HOSTILE), str(plan), str(report)]
+        # A copy in the run directory: with nothing shown again, a checkout under /tmp would be hidden.
+        script = deployment.run_dir / HOSTILE.name
+        shutil.copy(HOSTILE, script)
+        rank = ["/usr/bin/python3", str(script), str(plan), str(report)]
         command, box, _ = sandboxed_job(deployment, rank, worker_env)
         box = replace(box, run_as=None, private=(home,), shown=(), cwd=Path("/"))
         subprocess.run(["chown", "-R", str(UNPRIVILEGED_UID), str(unprivileged_var.parent)], check=True)
