@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from alembic.config import Config
 from fastapi.testclient import TestClient
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
@@ -129,3 +130,10 @@ def data_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     directory.mkdir()
     monkeypatch.setenv(DATA_DIR_ENV, str(directory))
     return directory
+
+
+def alembic_config() -> Config:
+    """The project's own migrations, as `make migrate` runs them, against the test's database."""
+    config = Config(str(Path(__file__).resolve().parents[2] / "migrations" / "alembic.ini"))
+    config.attributes["configure_logger"] = False
+    return config

@@ -8,7 +8,6 @@ from pathlib import Path
 
 from alembic import command
 from alembic.autogenerate import compare_metadata
-from alembic.config import Config
 from alembic.migration import MigrationContext
 from fastapi.testclient import TestClient
 from sqlalchemy import inspect
@@ -17,13 +16,13 @@ from app.main import create_app
 from core.config import Settings
 from core.db import get_engine
 from core.models import Base
+from tests.unit.conftest import alembic_config
 
 ROOT = Path(__file__).resolve().parents[3]
 
 
 def test_migration_builds_exactly_the_models_schema(env: Settings) -> None:
-    config = Config(str(ROOT / "migrations" / "alembic.ini"))
-    config.attributes["configure_logger"] = False
+    config = alembic_config()
     command.upgrade(config, "head")
     with get_engine().connect() as connection:
         diff = compare_metadata(MigrationContext.configure(connection), Base.metadata)

@@ -6,7 +6,6 @@ from __future__ import annotations
 from pathlib import Path
 
 from alembic import command
-from alembic.config import Config
 from fastapi.testclient import TestClient
 from sqlalchemy import MetaData, Table, inspect, select
 
@@ -14,15 +13,9 @@ from app.main import create_app
 from core.config import Settings
 from core.db import get_engine
 from tests.unit.code_archives import bundle_archive, code_id
-from tests.unit.conftest import job_body
+from tests.unit.conftest import alembic_config, job_body
 
 ROOT = Path(__file__).resolve().parents[3]
-
-
-def alembic_config() -> Config:
-    config = Config(str(ROOT / "migrations" / "alembic.ini"))
-    config.attributes["configure_logger"] = False
-    return config
 
 
 def test_upgrade_adds_code_bundles_and_downgrade_removes_it(env: Settings) -> None:

@@ -6,7 +6,6 @@ from pathlib import Path
 from typing import Any
 
 from alembic import command
-from alembic.config import Config
 from sqlalchemy import MetaData, Table, insert, select
 from sqlalchemy.orm import Session
 
@@ -14,6 +13,7 @@ from app.services.quotas import unfinished_gpus, unfinished_jobs
 from core.config import Settings
 from core.db import get_engine
 from core.models import utcnow
+from tests.unit.conftest import alembic_config
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -27,12 +27,6 @@ JOBS: list[tuple[str, str, dict[str, Any], int]] = [
     ("ada", "succeeded", {"num_gpus": 1, "nnodes": 1}, 1),  # finished: filled, not counted
     ("bob", "queued", {"num_gpus": 5, "nnodes": 1}, 5),
 ]
-
-
-def alembic_config() -> Config:
-    config = Config(str(ROOT / "migrations" / "alembic.ini"))
-    config.attributes["configure_logger"] = False
-    return config
 
 
 def test_upgrade_fills_total_gpus_from_each_stored_plan(env: Settings) -> None:
