@@ -3,8 +3,6 @@ jobs left as they were."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from alembic import command
 from fastapi.testclient import TestClient
 from sqlalchemy import MetaData, Table, inspect, select
@@ -14,8 +12,6 @@ from core.config import Settings
 from core.db import get_engine
 from tests.unit.code_archives import bundle_archive, code_id
 from tests.unit.conftest import alembic_config, job_body
-
-ROOT = Path(__file__).resolve().parents[3]
 
 
 def test_upgrade_adds_code_bundles_and_downgrade_removes_it(env: Settings) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from alembic import command
@@ -14,8 +13,6 @@ from core.config import Settings
 from core.db import get_engine
 from core.models import utcnow
 from tests.unit.conftest import alembic_config
-
-ROOT = Path(__file__).resolve().parents[3]
 
 # (owner, status, stored plan, the GPUs it asks for)
 JOBS: list[tuple[str, str, dict[str, Any], int]] = [
