@@ -44,3 +44,11 @@ def test_the_alexnet_grid_covers_every_strategy_and_precision_of_the_seed() -> N
             grid.add((resolve_plan(spec).strategy, spec.precision))
     strategies = (Strategy.SINGLE, Strategy.DP, Strategy.DDP)
     assert grid == {(s, p) for s in strategies for p in Precision}
+
+
+def test_the_pipeline_example_is_the_measured_recipe() -> None:
+    """bench/RESULTS.md measured the pipeline fast only compiled and split at layer2 (the README says so)."""
+    spec = JobSpec.model_validate(_load(ROOT / "examples" / "resnet50_pipeline.json"))
+    assert spec.parallel.strategy is Strategy.PIPELINE
+    assert spec.performance.compile
+    assert spec.parallel.split_at == ["layer2"]
