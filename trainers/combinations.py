@@ -66,8 +66,19 @@ def _wrap(spec: JobSpec, strategy: Strategy) -> Iterator[Problem]:
 
 def _device_options(spec: JobSpec, device: str) -> Iterator[Problem]:
     if device == "cpu" and spec.precision is Precision.FP16:
+        written = spec.precision_written
+        means = "" if written == Precision.FP16 else " (fp16 compute with loss scaling)"
         yield Problem(
-            "precision", "precision fp16 needs a GPU", "on CPU use bf16 or fp32, or ask for parallel.gpus"
+            "precision",
+            f"precision {written!r}{means} needs a GPU",
+            "on CPU use fp32 (or bf16), or ask for parallel.gpus",
+        )
+    if device == "cpu" and spec.parallel.placement:
+        yield Problem(
+            "parallel.placement",
+            "parallel.placement puts the modules it names on the CPU and the rest on a GPU, and this job has "
+            "no GPU, so it would change nothing",
+            "drop parallel.placement, or ask for parallel.gpus",
         )
     if device == "cpu" and spec.data.placement is DataPlacement.GPU:
         yield Problem(
@@ -142,3 +153,14 @@ def combination_problems(spec: JobSpec, strategy: Strategy, device: str) -> Iter
     yield from _device_options(spec, device)
     yield from _plateau_evaluates(spec)
     yield from _hogwild_options(spec, strategy)
+
+
+def plan_warnings(spec: JobSpec, device: str) -> list[str]:
+    """What runs as asked but probably not as the user hopes; the plan carries these to the dry run."""
+    warnings = []
+    if device == "cpu" and spec.precision is Precision.BF16:
+        warnings.append(
+            f"precision {spec.precision_written!r} on the CPU: most CPUs have no bf16 matrix units and "
+            "emulate it, so this usually trains several times slower than fp32; use fp32 on the CPU"
+        )
+    return warnings

@@ -13,7 +13,7 @@ from pydantic import BaseModel, Field
 
 from trainers.catalog.archs import ARCHS
 from trainers.cluster import Inventory, cluster_problems
-from trainers.combinations import combination_problems
+from trainers.combinations import combination_problems, plan_warnings
 from trainers.layout import LAYOUTS, Layout, spanning
 from trainers.model_fit import model_problems, stage_problems
 from trainers.problems import Problem, SpecError, refuse
@@ -43,6 +43,7 @@ class Plan(BaseModel):
     precision: Precision
     lr: float  # after the lr scaling rule
     argv: list[str] = Field(default_factory=list)
+    warnings: list[str] = Field(default_factory=list)  # runs as asked, but likely not as hoped
     resume_path: str | None = None
 
     def public(self) -> dict[str, Any]:
@@ -177,6 +178,7 @@ def resolve_plan(spec: JobSpec, inventory: Inventory = NO_HOSTS) -> Plan:
         micro_batch=micro,
         precision=spec.precision,
         lr=scaled_lr(spec.train),
+        warnings=plan_warnings(spec, device),
     )
 
 

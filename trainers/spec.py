@@ -11,7 +11,7 @@ import math
 from enum import StrEnum
 from typing import Annotated
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, PrivateAttr, ValidatorFunctionWrapHandler, field_validator, model_validator
 
 from trainers.spec_fields import ENTRY_POINT, Choice, Section
 from trainers.spec_inputs import DataPlacement as DataPlacement
@@ -272,9 +272,25 @@ class JobSpec(Section):
     profile: ProfileSpec = Field(default_factory=ProfileSpec)
     priority: int = Field(0, ge=-100, le=100)
 
+    # The precision as the user wrote it ("O1" as much as "fp16"), so that a message quotes their own words.
+    _precision_written: str = PrivateAttr("")
+
     @field_validator("precision", mode="before")
     @classmethod
     def apex_alias(cls, value: object) -> object:
         if isinstance(value, str) and value.upper() in APEX_LEVELS:
             return APEX_LEVELS[value.upper()]
         return value
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def remember_precision_written(cls, data: object, handler: ValidatorFunctionWrapHandler) -> JobSpec:
+        spec: JobSpec = handler(data)
+        written = data.get("precision") if isinstance(data, dict) else None
+        spec._precision_written = written if isinstance(written, str) else spec.precision.value
+        return spec
+
+    @property
+    def precision_written(self) -> str:
+        """`precision` as written, e.g. "O2" where `precision` is fp16."""
+        return self._precision_written or self.precision.value

@@ -124,3 +124,20 @@ def test_what_the_planner_the_stages_and_the_docs_know_of_a_model_is_its_arch_in
     too_big = resolve_plan(spec(parallel={"nproc_per_node": 2}))
     assert too_big.strategy is Strategy.FSDP and "1000000M parameters" in too_big.strategy_reason
     assert "`width` (int, 1..8, default 4)" in render()
+
+
+@pytest.mark.parametrize("written", ["O1", "o2", "fp16"])
+def test_fp16_on_the_cpu_is_refused_quoting_the_precision_as_written(written: str) -> None:
+    with pytest.raises(SpecError) as refused:
+        resolve_plan(JobSpec.model_validate(job_body(precision=written)))
+    (problem,) = refused.value.problems
+    assert problem.field == "precision"
+    assert f"precision {written!r}" in problem.message
+
+
+def test_bf16_on_the_cpu_plans_with_a_warning_and_fp32_without() -> None:
+    (warning,) = resolve_plan(JobSpec.model_validate(job_body(precision="O3"))).warnings
+    assert "precision 'O3' on the CPU" in warning and "use fp32" in warning
+    assert resolve_plan(JobSpec.model_validate(job_body(precision="fp32"))).warnings == []
+    on_a_gpu = job_body(precision="bf16", parallel={"gpus": [0]})
+    assert resolve_plan(JobSpec.model_validate(on_a_gpu)).warnings == []

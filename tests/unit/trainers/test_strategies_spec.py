@@ -14,9 +14,15 @@ TRAIN = {"max_steps": 5, "batch_size": 64}
 BAD_LAYOUTS: list[tuple[str, dict[str, Any], str, str]] = [
     (
         "placement of a module the model lacks",
-        job_body(parallel={"placement": {"embedding": "cpu"}}),
+        job_body(parallel={"gpus": [0], "placement": {"embedding": "cpu"}}),
         "parallel.placement",
         "'embedding', which mlp does not have; use 0, 1, 2, 3, 4, 5",
+    ),
+    (
+        "placement on a job without a GPU",
+        job_body(parallel={"placement": {"0": "cpu"}}),
+        "parallel.placement",
+        "this job has no GPU, so it would change nothing",
     ),
     (
         "split at a module the model lacks",
@@ -92,7 +98,7 @@ def test_bad_layout_is_refused_naming_the_field(
     [
         {"strategy": "model_parallel", "gpus": [0, 1], "split_at": ["3"]},
         {"strategy": "pipeline", "nproc_per_node": 2, "microbatches": 4},
-        {"placement": {"0": "cpu"}},
+        {"gpus": [0], "placement": {"0": "cpu"}},
         {"strategy": "dp", "gpus": [0, 1]},
     ],
 )
