@@ -3,8 +3,10 @@
 # a different multi-GB build, so they are pinned to what the image has.
 FROM pytorch/pytorch:2.7.1-cuda12.8-cudnn9-runtime
 
+# TRAINYARD_HOST: the API listens on every interface of its container; the port is published from there.
 ENV PYTHONUNBUFFERED=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    TRAINYARD_HOST=0.0.0.0 \
     TRAINYARD_RUNS_DIR=/var/lib/trainyard/runs \
     TRAINYARD_DATA_DIR=/var/lib/trainyard/data
 
@@ -31,4 +33,5 @@ RUN pip install --no-cache-dir --no-deps . \
 # user namespace of its own, seeing only its run directory writable (docs/security.md).
 USER trainyard
 EXPOSE 8000
-CMD ["uvicorn", "app.main:app", "--host", "0.0.0.0", "--port", "8000"]
+# The API with its connection limits from TRAINYARD_* settings (app/serve.py).
+CMD ["python", "-m", "app.serve"]

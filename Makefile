@@ -6,6 +6,8 @@ HOST ?= 127.0.0.1
 PORT ?= 8000
 export TRAINYARD_HOST ?= $(HOST)
 export TRAINYARD_PORT ?= $(PORT)
+# The API logs no line per request.
+export TRAINYARD_LOG_LEVEL ?= warning
 
 .PHONY: install migrate run worker api test test-unit test-integration lint servers gpu-wheels
 
@@ -20,12 +22,13 @@ migrate: install
 	$(VENV)/bin/alembic -c migrations/alembic.ini upgrade head
 
 # Both processes share the terminal's process group, so Ctrl-C reaches both; the trap also stops the
-# other one when either exits on its own.
+# other one when either exits on its own. The API prints its address and auth mode (app/serve.py); its
+# connection limits are TRAINYARD_* settings (README, "Configuration").
 run: migrate
-	@echo "Trainyard API: http://$(HOST):$(PORT)  (auth off: loopback only; Ctrl-C stops API and worker)"
+	@echo "make run: the API and a worker; Ctrl-C stops both"
 	@trap 'kill -TERM $$api $$wrk 2>/dev/null; wait' INT TERM EXIT; \
 	$(PY) -m worker & wrk=$$!; \
-	$(VENV)/bin/uvicorn app.main:app --host $(HOST) --port $(PORT) --log-level warning & api=$$!; \
+	$(PY) -m app.serve & api=$$!; \
 	wait -n; exit 0
 
 # Servers the integration tests start on loopback: redis-server from apt when missing; PostgreSQL's

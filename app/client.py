@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
-from dataclasses import dataclass
 from types import TracebackType
 from typing import IO, Any
 
@@ -24,6 +22,9 @@ from app.schemas import (
     MetricPublic,
     MetricsPublic,
     QueuePublic,
+    RetryFrom,
+    SpecDiff,
+    StreamEnd,
 )
 from core.states import JobStatus
 
@@ -37,12 +38,6 @@ class ApiError(Exception):
         super().__init__(f"{status}: {detail}")
         self.status = status
         self.detail = detail
-
-
-@dataclass(frozen=True)
-class StreamEnd:
-    status: JobStatus
-    message: str | None
 
 
 def _raise_for_problem(response: httpx.Response) -> None:
@@ -130,8 +125,20 @@ class TrainyardClient:
     def cancel(self, job_id: int) -> JobPublic:
         return JobPublic.model_validate(self._call("POST", f"/v1/jobs/{job_id}/cancel"))
 
-    def retry(self, job_id: int) -> JobSubmitted:
-        return JobSubmitted.model_validate(self._call("POST", f"/v1/jobs/{job_id}/retry"))
+    def retry(
+        self,
+        job_id: int,
+        *,
+        start: RetryFrom | None = None,
+        again: bool = False,
+        idempotency_key: str | None = None,
+    ) -> tuple[JobSubmitted, bool]:
+        """The retry, and whether this call made it (False: an earlier retry with the same spec, or key)."""
+        headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
+        params = _present({"from": start, "again": again or None})
+        response = self._http.post(f"/v1/jobs/{job_id}/retry", params=params, headers=headers)
+        _raise_for_problem(response)
+        return JobSubmitted.model_validate(response.json()), response.status_code == 201
 
     def delete(self, job_id: int) -> None:
         self._call("DELETE", f"/v1/jobs/{job_id}")
@@ -166,7 +173,7 @@ class TrainyardClient:
     def stream_metrics(
         self, job_id: int, name: str | None = None, after_step: int | None = None
     ) -> Iterator[MetricPublic | StreamEnd]:
-        """Metric rows as the job reports them, then one StreamEnd with its terminal status."""
+        """Metric rows as the job reports them, then one StreamEnd with its terminal status (or `deleted`)."""
         params = _present({"name": name, "after_step": after_step})
         # No read timeout: a job between reports sends only keepalives, minutes apart if it must.
         timeout = httpx.Timeout(self._http.timeout.connect, read=None)
@@ -178,9 +185,12 @@ class TrainyardClient:
                 if event == "metric":
                     yield MetricPublic.model_validate_json(data)
                 elif event == "end":
-                    end = json.loads(data)
-                    yield StreamEnd(JobStatus(end["status"]), end.get("message"))
+                    yield StreamEnd.model_validate_json(data)
                     return
+
+    def compare(self, job_ids: list[int]) -> SpecDiff:
+        """Where the jobs' specs and plans differ."""
+        return SpecDiff.model_validate(self._call("GET", "/v1/compare", params={"job": job_ids}))
 
     def logs(self, job_id: int, rank: int | None = None, offset: int = 0) -> LogChunk:
         params = {"rank": rank, "offset": offset}
@@ -199,6 +209,9 @@ class TrainyardClient:
 
     def list_keys(self) -> KeysPublic:
         return KeysPublic.model_validate(self._call("GET", "/v1/keys"))
+
+    def revoke_key(self, key_id: int) -> None:
+        self._call("DELETE", f"/v1/keys/{key_id}")
 
     def push_code(self, archive: IO[bytes] | bytes) -> tuple[CodeBundleDetail, bool]:
         """Uploads a tar.gz; the bundle, and whether it is new (False: these bytes were pushed before)."""

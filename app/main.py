@@ -1,4 +1,5 @@
-"""The ASGI app: `uvicorn app.main:app`. Settings are read on first request, not at import."""
+"""The ASGI app, served by `python -m app.serve` (uvicorn with the settings' limits). Settings are read on
+first request, not at import."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from app.api.openapi import install_openapi, problems
 from app.api.routes import (
     checkpoints,
     code,
+    compare,
     gpus,
     health,
     jobs,
@@ -39,7 +41,7 @@ def create_app() -> FastAPI:
     # The one body that is not a JSON spec: a code bundle's archive, capped by TRAINYARD_CODE_MAX_BYTES.
     raw_bodies = [("POST", f"{API_PREFIX}{code.router.prefix}")]
     install_error_handlers(app, streamed=raw_bodies)
-    for module in (jobs, metrics, stream, checkpoints, logs, gpus, queue, profile, keys, code):
+    for module in (jobs, metrics, stream, checkpoints, logs, gpus, queue, profile, keys, code, compare):
         # Auth once for every /v1 route, those added later included; a route that needs to know who is
         # asking takes CallerDep, which FastAPI resolves once per request.
         app.include_router(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from enum import StrEnum
 from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
@@ -50,6 +51,10 @@ class JobPublic(BaseModel):
     message: str | None
     attempt: int
     priority: int
+    parent_id: int | None = Field(
+        description="the job this one was made from: the one it retries, or the one whose checkpoint it "
+        "resumes from; null for a fresh job, or once that job is deleted"
+    )
     created_at: UtcDatetime
     started_at: UtcDatetime | None
     running_at: UtcDatetime | None
@@ -63,6 +68,13 @@ class JobPublic(BaseModel):
     plan: dict[str, Any] = Field(description="what the worker runs: world size, per-rank batch, argv")
 
 
+class RetryFrom(StrEnum):
+    """Where a retry starts."""
+
+    LATEST = "latest"  # the job's latest checkpoint; its spec's own start when it has none
+    SCRATCH = "scratch"  # the job's spec as it was submitted
+
+
 class JobSubmitted(BaseModel):
     job: JobPublic | None = Field(description="null for a dry run")
     plan: Plan
@@ -71,6 +83,26 @@ class JobSubmitted(BaseModel):
 class JobsPublic(BaseModel):
     data: list[JobPublic]
     next_cursor: int | None = Field(description="pass as ?cursor= for the next page; null on the last")
+
+
+class SpecDifference(BaseModel):
+    field: str = Field(description="a dotted path in the spec (train.lr), or plan.<name>: what was planned")
+    label: str = Field(description="a short name: the path's last part, unless two differing fields share it")
+    values: list[str] = Field(description="each job's value as text, in the order asked; '-' where unset")
+
+
+class ComparedJob(BaseModel):
+    id: int
+    name: str
+    differs: str = Field(description="its values of the fields that differ, e.g. 'lr 0.1, strategy ddp'")
+
+
+class SpecDiff(BaseModel):
+    """GET /v1/compare: where the jobs' specs and plans differ; fields alike in every job are left out."""
+
+    jobs: list[ComparedJob]
+    differences: list[SpecDifference]
+    summary: str = Field(description="e.g. 'lr 0.1 vs 0.05, strategy ddp vs single'")
 
 
 class JobEventPublic(BaseModel):
@@ -97,6 +129,15 @@ class MetricPublic(BaseModel):
     epoch: int
     value: float
     at: UtcDatetime
+
+
+class StreamEnd(BaseModel):
+    """The last event of a metrics stream (`event: end`)."""
+
+    status: JobStatus | Literal["deleted"] = Field(
+        description="the job's terminal status, or deleted: the job was deleted while streaming"
+    )
+    message: str | None
 
 
 class MetricsPublic(BaseModel):
@@ -217,7 +258,7 @@ class KeyPublic(BaseModel):
 
 
 class KeysPublic(BaseModel):
-    data: list[KeyPublic] = Field(description="every key, oldest first")
+    data: list[KeyPublic] = Field(description="the caller's keys (an admin's: every key), oldest first")
 
 
 class CodeFile(BaseModel):

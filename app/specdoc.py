@@ -8,6 +8,7 @@ docs/spec.md differs from what this prints.
 from __future__ import annotations
 
 import types
+from collections.abc import Iterator
 from enum import Enum
 from typing import Annotated, Any, Union, get_args, get_origin
 
@@ -136,7 +137,8 @@ def type_name(annotation: Any) -> str:
     if isinstance(annotation, type) and issubclass(annotation, Enum):
         return " | ".join(f"`{member.value}`" for member in annotation)
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return f"[{section_name(annotation)}](#{section_name(annotation)})"
+        name = section_name(annotation)
+        return f"[{name}](#{name.replace('.', '')})"  # a heading's anchor drops its dots
     return getattr(annotation, "__name__", str(annotation))
 
 
@@ -163,11 +165,24 @@ def default_text(field: FieldInfo) -> str:
     return "`null`" if value is None else f"`{str(value).lower() if isinstance(value, bool) else value}`"
 
 
+def subsections(model: type[BaseModel], path: str = "") -> Iterator[tuple[str, type[BaseModel]]]:
+    """Every section inside `model`, depth first, with its dotted path (`data.augment`)."""
+    for name, field in model.model_fields.items():
+        for inner in (field.annotation, *get_args(field.annotation)):
+            if isinstance(inner, type) and issubclass(inner, BaseModel):
+                yield f"{path}{name}", inner
+                yield from subsections(inner, f"{path}{name}.")
+
+
 def section_name(model: type[BaseModel]) -> str:
-    for name, field in JobSpec.model_fields.items():
-        if field.annotation is model:
-            return name
-    return "top level"
+    return next((path for path, inner in subsections(JobSpec) if inner is model), "top level")
+
+
+def section(title: str, model: type[BaseModel]) -> list[str]:
+    out = [title, ""]
+    if model.__doc__ and model.__doc__ != BaseModel.__doc__:
+        out += [" ".join(model.__doc__.split()), ""]
+    return [*out, *field_table(model), ""]
 
 
 def cell(text: str) -> str:
@@ -222,10 +237,9 @@ def render() -> str:
     for name, field in JobSpec.model_fields.items():
         model = field.annotation
         if isinstance(model, type) and issubclass(model, BaseModel):
-            out += [f"## {name}", ""]
-            if model.__doc__ and model.__doc__ != BaseModel.__doc__:
-                out += [" ".join(model.__doc__.split()), ""]
-            out += [*field_table(model), ""]
+            out += section(f"## {name}", model)
+            for path, inner in subsections(model, f"{name}."):
+                out += section(f"### {path}", inner)
             if name == "model":
                 out += [ARCHS_NOTE, "", *arch_table(), ""]
             if name == "data":

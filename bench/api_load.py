@@ -79,7 +79,7 @@ SPEC = {
 }
 JSON = "application/json"
 # As `make run` starts it: no access log line per request.
-MAKE_RUN_API_ENV = {"UVICORN_LOG_LEVEL": "warning"}
+MAKE_RUN_API_ENV = {"TRAINYARD_LOG_LEVEL": "warning"}
 T = TypeVar("T")
 
 

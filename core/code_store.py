@@ -174,7 +174,7 @@ def _fetch(settings: Settings, code_id: str) -> Path:
     objects = object_store(settings)
     if objects is None or not objects.exists(key := objects.code_key(code_hex(code_id))):
         raise BundleUnavailable(
-            f"code bundle {code_id} is not on this host ({settings.code_dir}) nor in an object store; "
+            f"code bundle {code_id} is not in this host's TRAINYARD_CODE_DIR nor in an object store; "
             "push it again with `trainyard code push DIR`, or share TRAINYARD_CODE_DIR between hosts"
         )
     with _temporary_file(settings) as fetched:
@@ -197,7 +197,8 @@ def ensure_unpacked(settings: Settings, code_id: str) -> Path:
     archive = stored_archive(settings, code_id) or _fetch(settings, code_id)
     if sha256_file(archive) != code_hex(code_id):
         raise BundleUnavailable(
-            f"{archive} does not match code bundle {code_id}; delete the bundle and push it again"
+            f"this host's archive of code bundle {code_id} does not match its id; delete the bundle and push "
+            "it again"
         )
     try:
         _unpack_into_place(settings, archive, code_id)

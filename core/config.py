@@ -6,6 +6,7 @@ import socket
 from enum import StrEnum
 from functools import lru_cache
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -24,6 +25,11 @@ class SandboxMode(StrEnum):
     AUTO = "auto"
     ON = "on"
     OFF = "off"
+
+
+class HttpParser(StrEnum):
+    H11 = "h11"  # bounds an unfinished request head at max_header_bytes
+    HTTPTOOLS = "httptools"  # faster, and takes a head of any size: for behind a proxy that bounds it
 
 
 class ArtifactStore(StrEnum):
@@ -63,12 +69,38 @@ class Settings(BaseSettings):
     code_quota_bytes: int = Field(
         1 << 30, ge=0, le=2**50, description="the archive bytes of all of a user's code bundles together"
     )
+    db_busy_timeout_s: float = Field(
+        30.0,
+        gt=0,
+        le=3600,
+        description="SQLite: how long a write (API or worker) waits for another's lock; past it the API "
+        "answers 503",
+    )
     host: str = "127.0.0.1"
     port: int = Field(8000, ge=1, le=65535)
     allowed_hosts: str = Field(
         "localhost,127.0.0.1,::1",
         description="Host header names the API answers besides `host`, comma-separated (a guard against DNS "
         "rebinding); `*`: any, for a proxy that checks them",
+    )
+    keep_alive_s: int = Field(
+        5, ge=1, le=3600, description="the API closes a connection idle this long between requests"
+    )
+    # Half the usual 1024 open files a process may hold, which the database, logs and run files share.
+    max_connections: int = Field(
+        512,
+        ge=1,
+        le=1_000_000,
+        description="connections and requests the API holds at once; past it a new request gets 503",
+    )
+    max_header_bytes: int = Field(
+        65536, ge=4096, le=2**24, description="h11: the largest unfinished request head the API buffers"
+    )
+    log_level: Literal["critical", "error", "warning", "info", "debug"] = Field(
+        "info", description="the API's log; warning and above: no line per request (`make run`)"
+    )
+    http_parser: HttpParser = Field(
+        HttpParser.H11, description="h11, whose heads max_header_bytes bounds; httptools: faster, unbounded"
     )
     hostname: str = Field(default_factory=socket.gethostname, description="this worker's host identity")
     advertise_address: str = Field(

@@ -42,7 +42,7 @@ def engine_for(url: str) -> Engine:
         # anyone wait: it keeps as many as the thread pool runs at once (40) and opens more when asked.
         engine = create_engine(
             url,
-            connect_args={"timeout": 30, "check_same_thread": False},
+            connect_args={"timeout": get_settings().db_busy_timeout_s, "check_same_thread": False},
             pool_size=40,
             max_overflow=-1,
         )

@@ -57,6 +57,29 @@ def enqueue_job(job_id: int) -> None:
     get_celery().send_task(RUN_JOB_TASK, args=[job_id])
 
 
+def pending_rings() -> int:
+    """Rings in the shared queue that no worker has taken yet."""
+    app = get_celery()
+    with app.pool.acquire(block=True) as connection:
+        # Declared as Celery declares it, so no broker refuses the declaration; a declare answers with the
+        # queue's length on every transport, where a passive one fails on Redis once the queue is empty.
+        declared = app.amqp.queues[SHARED_QUEUE].queue_declare(channel=connection.default_channel)
+    return int(declared.message_count)
+
+
+def ring_unless_pending(job_id: int) -> bool:
+    """Ring for `job_id` unless a ring already waits in the shared queue; whether it rang.
+
+    Any ring wakes a worker thread that claims the queue in start order and, once it holds a job, rings for
+    the rest (worker/runner.py): one waiting ring fills every free slot in turn. Callers that look at the
+    same moment may each find none waiting and each ring, so the rings waiting stay at most the number of
+    threads that ring at once, however long the queue."""
+    if pending_rings():
+        return False
+    enqueue_job(job_id)
+    return True
+
+
 def dispatch_node(job_id: int, attempt: int, node_rank: int, host: str) -> None:
     """Hand one node of a placed job to the worker of the host that leased its GPUs, and to no other."""
     get_celery().send_task(RUN_NODE_TASK, args=[job_id, attempt, node_rank], queue=host_queue(host))

@@ -38,9 +38,11 @@ def create_key(session: Session, user: str, admin: bool) -> str:
     return token
 
 
-def list_keys(session: Session) -> list[ApiKey]:
-    """Every stored key, oldest first: who holds one, never a token (only hashes are stored)."""
-    return list(session.scalars(select(ApiKey).order_by(ApiKey.id)))
+def list_keys(session: Session, user: str | None = None) -> list[ApiKey]:
+    """The stored keys (of `user` alone, when given), oldest first: who holds one, never a token (only
+    hashes are stored)."""
+    query = select(ApiKey).order_by(ApiKey.id)
+    return list(session.scalars(query if user is None else query.where(ApiKey.user == user)))
 
 
 def _parser() -> argparse.ArgumentParser:

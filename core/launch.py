@@ -7,13 +7,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from trainers.datadir import DATA_DIR_ENV
+from trainers.datadir import DATA_DIR_ENV, RUN_DIR_ENV
 from trainers.plan import Plan
 
 JOB_TOKEN_ENV = "TRAINYARD_JOB_TOKEN"
-# The job's run directory, set next to the token: the token ("<host>/<job>/<attempt>") repeats across
-# deployments on one host (a test suite beside a dev server, both with job 1), the run directory does not.
-RUN_DIR_ENV = "TRAINYARD_RUN_DIR"
 
 # What a rank may inherit from the worker's environment: what the interpreter, the locale, CUDA and the
 # collectives need to work, and the admin's tuning of them. Nothing else passes, so the database and broker
@@ -115,6 +112,8 @@ def launch_env(
         "CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in gpu_ids),
         # Every process of the job inherits these, data-loader workers too: it is how cancel finds them.
         JOB_TOKEN_ENV: token,
+        # Next to the token: the token ("<host>/<job>/<attempt>") repeats across deployments on one host (a
+        # test suite beside a dev server, both with job 1), the run directory does not.
         RUN_DIR_ENV: str(run_dir),
         # The data dir the API checked data.root against, resolved: the trainer runs from another cwd.
         DATA_DIR_ENV: str(data_dir),

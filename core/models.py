@@ -51,6 +51,13 @@ class Job(Base):
     priority: Mapped[int] = mapped_column(Integer, default=0)
     attempt: Mapped[int] = mapped_column(Integer, default=0)
     idempotency_key: Mapped[str | None] = mapped_column(String(128))
+    # The job this one was made from: the one it retries, or the one whose checkpoint it resumes from.
+    parent_id: Mapped[int | None] = mapped_column(
+        ForeignKey("jobs.id", ondelete="SET NULL", name="fk_jobs_parent")
+    )
+    # Which retry of the parent this is (1, 2, ...); null for any other job. Unique per parent, so concurrent
+    # retries of one job make one child, and another only when asked for.
+    retry_generation: Mapped[int | None] = mapped_column(Integer)
     host: Mapped[str | None] = mapped_column(String(255))
     gpu_ids: Mapped[list[int] | None] = mapped_column(JSON)
     worker_id: Mapped[str | None] = mapped_column(String(255))
@@ -63,7 +70,13 @@ class Job(Base):
     running_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
 
-    __table_args__ = (UniqueConstraint("owner", "idempotency_key", name="uq_jobs_owner_idempotency"),)
+    __table_args__ = (
+        UniqueConstraint("owner", "idempotency_key", name="uq_jobs_owner_idempotency"),
+        UniqueConstraint("parent_id", "retry_generation", name="uq_jobs_parent_retry"),
+        # Without AUTOINCREMENT SQLite hands the newest deleted job's id to the next one, which would then be
+        # taken for the deleted job in paths, links and logs.
+        {"sqlite_autoincrement": True},
+    )
 
 
 class JobEvent(Base):
@@ -103,9 +116,16 @@ class Checkpoint(Base):
     epoch: Mapped[int] = mapped_column(Integer)
     path: Mapped[str] = mapped_column(Text)  # an absolute path, or an s3:// URI with artifact_store=s3
     size_bytes: Mapped[int] = mapped_column(Integer)
+    # Of the file's bytes as the trainer wrote them: resumes and downloads refuse a file that differs. None
+    # for checkpoints recorded before checksums.
+    sha256: Mapped[str | None] = mapped_column(String(64))
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
-    __table_args__ = (UniqueConstraint("job_id", "path", name="uq_checkpoints_job_path"),)
+    __table_args__ = (
+        UniqueConstraint("job_id", "path", name="uq_checkpoints_job_path"),
+        # A deleted checkpoint's id, named in a later spec's resume_from, must never name another's file.
+        {"sqlite_autoincrement": True},
+    )
 
 
 class GpuLease(Base):

@@ -1,10 +1,13 @@
 """Checkpoints rank 0 writes atomically, prunes to keep_last, and every rank loads to resume.
 
 A checkpoint is a plain dict of tensors and numbers, so it loads with weights_only=True: opening one never
-runs pickled code. Training does not wait for the disk: save() takes a snapshot of the state (see
-trainers/snapshot.py) and a thread writes it, so the loop stops only for the copy. One write is in flight
-at a time, and a checkpoint's event is appended once its file is durable, so the worker never announces a
-checkpoint that a crash could still lose.
+runs pickled code. Its sha256, taken once it is written, goes beside it (step-N.pt.sha256, as `sha256sum`
+writes it) and into its event, so a resume refuses bytes that changed on disk since.
+
+Training does not wait for the disk: save() takes a snapshot of the state (see trainers/snapshot.py) and a
+thread writes it, so the loop stops only for the copy. One write is in flight at a time, and a checkpoint's
+event is appended once its file is durable, so the worker never announces a checkpoint that a crash could
+still lose.
 """
 
 from __future__ import annotations
@@ -12,11 +15,12 @@ from __future__ import annotations
 import os
 import threading
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import torch
 
 from trainers.events import CHECKPOINT_DIR, CheckpointEvent, CheckpointRemovedEvent
+from trainers.files import corruption, file_sha256
 from trainers.metrics import EventLog
 from trainers.precision import MixedPrecision
 from trainers.snapshot import Snapshot
@@ -61,15 +65,37 @@ def _fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
-def write_atomically(state: dict[str, Any], path: Path) -> None:
-    """A crash leaves either the old file or the new one, never a torn checkpoint under the final name."""
+class CorruptCheckpoint(Exception):
+    """A checkpoint whose bytes are not the ones its sha256 was taken of."""
+
+
+def sidecar(path: Path) -> Path:
+    return path.with_name(path.name + ".sha256")
+
+
+def _sync(f: BinaryIO) -> None:
+    f.flush()
+    os.fsync(f.fileno())
+
+
+def write_atomically(state: dict[str, Any], path: Path) -> str:
+    """A crash leaves either the old file or the new one, never a torn checkpoint under the final name.
+    Returns the file's sha256, which its sidecar holds from before the file takes its name: a crash between
+    the two renames leaves a sidecar that the older file fails, so that file is skipped, never trusted."""
     tmp = path.with_name(path.name + ".tmp")
     with tmp.open("wb") as f:
         torch.save(state, f)
-        f.flush()
-        os.fsync(f.fileno())
+        _sync(f)
+    digest = file_sha256(tmp)  # read back from the page cache, on the writer thread
+    side = sidecar(path)
+    side_tmp = side.with_name(side.name + ".tmp")
+    with side_tmp.open("wb") as f:
+        f.write(f"{digest}  {path.name}\n".encode())
+        _sync(f)
+    os.replace(side_tmp, side)
     os.replace(tmp, path)
     _fsync_dir(path.parent)
+    return digest
 
 
 def remove_temp_files(directory: Path) -> None:
@@ -83,10 +109,19 @@ def prune(directory: Path, keep_last: int) -> list[Path]:
     stale = sorted(directory.glob("step-*.pt"))[:-keep_last]
     for path in stale:
         path.unlink()
+        sidecar(path).unlink(missing_ok=True)
     return stale
 
 
 def load_checkpoint(path: Path, device: torch.device) -> dict[str, Any]:
+    """Refuses a file whose bytes differ from the sha256 beside it. One with no sidecar (written before
+    checksums, or fetched from the object store, which the worker checked against the job's record) loads
+    as it is."""
+    recorded = sidecar(path)
+    if recorded.is_file():
+        expected = recorded.read_text(encoding="utf-8").partition(" ")[0]
+        if (why := corruption(path, expected)) is not None:
+            raise CorruptCheckpoint(f"checkpoint {path.name} is corrupt: {why}; resume from another one")
     state: dict[str, Any] = torch.load(path, map_location=device, weights_only=True)
     return state
 
@@ -147,9 +182,12 @@ class Checkpointer:
             state = snapshot.on_host()
             self.directory.mkdir(parents=True, exist_ok=True)
             remove_temp_files(self.directory)
-            write_atomically(state, path)
             checkpoint = CheckpointEvent(
-                step=state["step"], epoch=epoch, path=self._relative(path), size_bytes=path.stat().st_size
+                step=state["step"],
+                epoch=epoch,
+                path=self._relative(path),
+                sha256=write_atomically(state, path),
+                size_bytes=path.stat().st_size,
             )
             self.events.append(checkpoint)
             for removed in prune(self.directory, self.keep_last):

@@ -3,8 +3,9 @@ or the code bundle's model.factory), the strategy around it, the optimizer, prec
 training batches and the held-out split.
 
 A built-in dataset stays resident on the device and is cut into batches there (the fast path,
-trainers/data/__init__.py); a data.factory's datasets go through DataLoaders (trainers/data/loader.py).
-Either way the loop sees optimizer steps of micro-batches.
+trainers/data/__init__.py), unless image_folder or shards stream (trainers/data/streamed.py); a
+data.factory's datasets go through DataLoaders (trainers/data/loader.py). Either way the loop sees optimizer
+steps of micro-batches, augmented on the device where data.augment says (trainers/data/augment.py).
 """
 
 from __future__ import annotations
@@ -17,10 +18,22 @@ from typing import Protocol
 import torch
 from torch import nn
 
-from trainers.data import BatchShape, DeviceFeeder, LoadedData, TrainBatches, load_dataset, storage_device
-from trainers.data.batches import Batch
+from trainers.catalog.datasets import DATASETS, InputKind
+from trainers.data import (
+    AsStored,
+    BatchShape,
+    DeviceFeeder,
+    LoadedData,
+    TrainBatches,
+    load_dataset,
+    storage_device,
+)
+from trainers.data.augment import Transformed, views
+from trainers.data.batches import Batch, Counts, no_counts
 from trainers.data.held_out import HeldOut, LoaderHeldOut, ResidentHeldOut
 from trainers.data.steps import Batching, loader_steps
+from trainers.data.streamed import StreamedImages, load_images, streamed_feeds
+from trainers.data.tokens import load_tokens
 from trainers.data.user import UserData, load_user_data
 from trainers.dist_env import DistEnv
 from trainers.models import build_model, get_arch
@@ -33,6 +46,8 @@ from trainers.stages import default_split_at
 from trainers.strategies import GroupOptions, ParallelStrategy, build_strategy
 from trainers.strategies.base import Forward
 from trainers.user_code import Bundle, build_user_model
+
+Data = LoadedData | StreamedImages | UserData  # held whole, streamed image files, or through DataLoaders
 
 
 class TrainSource(Protocol):
@@ -58,6 +73,7 @@ class Components:
     objective: Objective
     batches: TrainSource
     held_out: HeldOut
+    counts: Counts = no_counts  # the data reader's running counts, reported with the training metrics
 
 
 def build_device(parallel: ParallelSpec, strategy: Strategy, device: torch.device) -> torch.device:
@@ -83,7 +99,7 @@ def with_stages(spec: JobSpec, plan: Plan, model: nn.Module) -> ParallelSpec:
     return spec.parallel.model_copy(update={"split_at": split_at, "microbatches": plan.microbatches})
 
 
-def resident_shape(spec: JobSpec, data: LoadedData) -> BatchShape:
+def resident_shape(spec: JobSpec, data: LoadedData | StreamedImages) -> BatchShape:
     """How a built-in dataset's batches are shaped for the model: a built-in model's size and channels, or
     for a factory's model the data's own (channels_last is decided once the model exists)."""
     if spec.model.arch is None:
@@ -105,17 +121,23 @@ def needed(bundle: Bundle | None, field: str) -> Bundle:
     return bundle
 
 
-def load_data(spec: JobSpec, bundle: Bundle | None) -> LoadedData | UserData:
+def load_data(spec: JobSpec, plan: Plan, bundle: Bundle | None, device: torch.device) -> Data:
+    """A factory's datasets and the token datasets are read through DataLoaders; image_folder and shards
+    are held whole or streamed (trainers/data_plan.py); the others are resident."""
     if spec.data.factory is not None:
         return load_user_data(needed(bundle, "data.factory"), spec.data)
+    if spec.data.dataset is not None and DATASETS[spec.data.dataset].input is InputKind.TOKENS:
+        return load_tokens(spec.data)
+    if spec.data.dataset is not None and DATASETS[spec.data.dataset].streams:
+        return load_images(spec, device, plan.nproc_per_node)
     return load_dataset(spec.data, spec.train.seed)
 
 
-def make_model(spec: JobSpec, data: LoadedData | UserData, bundle: Bundle | None) -> nn.Module:
+def make_model(spec: JobSpec, data: Data, bundle: Bundle | None) -> nn.Module:
     """The bare model: model.factory(**kwargs), or a built-in architecture sized by its dataset."""
     if spec.model.factory is not None:
         return build_user_model(needed(bundle, "model.factory"), spec.model.factory, spec.model.kwargs)
-    if not isinstance(data, LoadedData) or spec.model.arch is None:
+    if isinstance(data, UserData) or spec.model.arch is None:
         raise ValueError("a built-in model.arch is sized by a built-in data.dataset")
     shape = resident_shape(spec, data)
     return build_model(
@@ -129,20 +151,29 @@ def make_model(spec: JobSpec, data: LoadedData | UserData, bundle: Bundle | None
 
 
 def feeds(
-    spec: JobSpec, plan: Plan, strategy: ParallelStrategy, data: LoadedData | UserData, channels_last: bool
-) -> tuple[TrainSource, HeldOut]:
-    """Training batches and the held-out split, delivered where the strategy's first module lives."""
-    device, seed = strategy.input_device, spec.train.seed
+    spec: JobSpec, plan: Plan, strategy: ParallelStrategy, data: Data, channels_last: bool
+) -> tuple[TrainSource, HeldOut, Counts]:
+    """Training batches and the held-out split, delivered where the strategy's first module lives, and
+    what the reader counts."""
+    device, seed, env = strategy.input_device, spec.train.seed, strategy.data_env
+    workers = spec.data.loader_workers
+    batching = Batching(plan.per_rank_batch, plan.micro_batch, seed, workers, device)
     if isinstance(data, UserData):
-        workers = spec.data.loader_workers
-        batching = Batching(plan.per_rank_batch, plan.micro_batch, seed, workers, device)
-        steps = loader_steps(data, strategy.data_env, batching, spec.train.max_steps)
-        return steps, LoaderHeldOut(data, workers, device)
+        steps = loader_steps(data, env, batching, spec.train.max_steps)
+        return steps, LoaderHeldOut(data, workers, device), no_counts
     shape = replace(resident_shape(spec, data), channels_last=channels_last)
+    train_view, held_out_view = views(spec, shape, data.num_classes, env.rank, device)
+    if isinstance(data, StreamedImages):
+        return streamed_feeds(data, spec, env, batching, (train_view, held_out_view))
     storage = storage_device(spec.data.placement, device)
-    train_feed = DeviceFeeder(data.train, shape, device, storage)
-    batches = TrainBatches(train_feed, strategy.data_env, plan.per_rank_batch, plan.micro_batch, seed)
-    return batches, ResidentHeldOut(DeviceFeeder(data.val, shape, device, storage))
+    # Augmented batches leave the feeder as stored, to be augmented with their step's randomness.
+    stored = shape if spec.data.augment is None else AsStored()
+    batches = TrainBatches(
+        DeviceFeeder(data.train, stored, device, storage), env, plan.per_rank_batch, plan.micro_batch, seed
+    )
+    held_out = ResidentHeldOut(DeviceFeeder(data.val, held_out_view, device, storage))
+    train = batches if spec.data.augment is None else Transformed(batches, train_view)
+    return train, held_out, no_counts
 
 
 def build(config: RunConfig, env: DistEnv) -> Components:
@@ -151,7 +182,7 @@ def build(config: RunConfig, env: DistEnv) -> Components:
     # exactly on every rank.
     torch.manual_seed(spec.train.seed)
     bundle = None if config.code_dir is None else Bundle(config.code_dir)
-    data = load_data(spec, bundle)
+    data = load_data(spec, plan, bundle, env.device)
     with torch.device(build_device(spec.parallel, plan.strategy, env.device)):
         model = make_model(spec, data, bundle)
     if spec.performance.activation_checkpointing:
@@ -168,7 +199,7 @@ def build(config: RunConfig, env: DistEnv) -> Components:
     forward: Forward = strategy.setup_module(model)
     if spec.performance.compile:
         forward = strategy.compiled(forward)
-    batches, held_out = feeds(spec, plan, strategy, data, channels_last)
+    batches, held_out, counts = feeds(spec, plan, strategy, data, channels_last)
     return Components(
         strategy=strategy,
         forward=forward,
@@ -177,4 +208,5 @@ def build(config: RunConfig, env: DistEnv) -> Components:
         objective=build_objective(spec.train.loss, bundle),
         batches=batches,
         held_out=held_out,
+        counts=counts,
     )

@@ -1,4 +1,5 @@
-"""Where on-disk datasets may be read from: data.root under TRAINYARD_DATA_DIR, and nowhere else.
+"""Where on-disk datasets may be read from: data.root under TRAINYARD_DATA_DIR, and nowhere else; and where a
+job writes what it derives from them (a tokenized corpus): its own run directory.
 
 Shared by the API (refuse at submit) and the trainer (refuse at load); no torch import.
 """
@@ -8,8 +9,12 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from trainers.files import inside
+from trainers.shown_paths import with_placeholders
+
 DATA_DIR_ENV = "TRAINYARD_DATA_DIR"
 DEFAULT_DATA_DIR = Path("var") / "data"
+RUN_DIR_ENV = "TRAINYARD_RUN_DIR"  # set by the worker for every process of a job
 
 
 def data_dir_from_env() -> Path:
@@ -17,20 +22,47 @@ def data_dir_from_env() -> Path:
     return Path(os.environ.get(DATA_DIR_ENV) or DEFAULT_DATA_DIR).resolve()
 
 
-def resolve_data_root(data_dir: Path, root: str) -> Path:
-    """The real directory data.root names; raises ValueError naming data.root when it is missing or when
-    it (or a symlink on its way) leads outside data_dir."""
+def run_dir_from_env() -> Path:
+    """The job's run directory: the one place its ranks may write, inside a sandbox too."""
+    run_dir = os.environ.get(RUN_DIR_ENV)
+    if not run_dir:
+        raise ValueError(f"{RUN_DIR_ENV} is not set: a job's ranks run with the worker's environment")
+    return Path(run_dir)
+
+
+def resolve_data_root(data_dir: Path, root: str, field: str = "data.root") -> Path:
+    """The real directory data.root (or another `field` naming a directory under data_dir) names; raises
+    ValueError naming the field when it is missing or when it (or a symlink on its way) leads outside
+    data_dir."""
     base = data_dir.resolve()
     # resolve() follows every symlink, so a link inside data_dir that points elsewhere is caught here.
     path = (base / root).resolve()
     if not path.is_relative_to(base):
         raise ValueError(
-            f"data.root {root!r} leads outside {DATA_DIR_ENV} ({base}), through a symlink; "
+            f"{field} {root!r} leads outside {DATA_DIR_ENV} through a symlink; "
             "copy or mount the dataset inside it"
         )
     if not path.is_dir():
         raise ValueError(
-            f"data.root {root!r} is not a directory under {DATA_DIR_ENV} ({base}); "
+            f"{field} {root!r} is not a directory under {DATA_DIR_ENV}; "
             "put the dataset there (nothing is downloaded) or fix the path"
         )
     return path
+
+
+def shown_data_path(data_dir: Path, path: Path) -> str:
+    """`path` as a message shows it: under $TRAINYARD_DATA_DIR, never the server's absolute path."""
+    return with_placeholders(str(path), {DATA_DIR_ENV: data_dir})
+
+
+def confined_file(data_dir: Path, path: Path) -> Path:
+    """The real file `path` names, refused (ValueError) when a symlink leads it outside data_dir: data.root
+    passed resolve_data_root, but any file in it may still be a link to anywhere. Every on-disk reader reads
+    through this."""
+    real = inside(path, data_dir)
+    if real is None:
+        raise ValueError(
+            f"data.root: {shown_data_path(data_dir, path)} is a symlink leading outside {DATA_DIR_ENV}; "
+            "put the file itself there, or link only to files inside it"
+        )
+    return real

@@ -7,15 +7,16 @@ from __future__ import annotations
 
 import json
 import time
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, Field, TypeAdapter
+from pydantic import AfterValidator, BaseModel, Field, TypeAdapter
 
 EVENTS_FILE = "events.jsonl"
 SPEC_FILE = "spec.json"
 CHECKPOINT_DIR = "checkpoints"
 LOG_DIR = "logs"
+TENSORBOARD_DIR = "tensorboard"
 
 
 def rank_log_name(rank: int) -> str:
@@ -23,6 +24,19 @@ def rank_log_name(rank: int) -> str:
 
 
 LAUNCHER_LOG = "launcher.log"
+
+
+def _inside_run_dir(path: str) -> str:
+    """Any rank can write the events file, so a path in it is untrusted: it must name a file under the run
+    directory by its text alone. Where links on the way lead is checked where the file is read."""
+    parts = PurePosixPath(path).parts
+    if not parts or parts[0] == "/" or ".." in parts or "\0" in path:
+        raise ValueError(f"{path!r} is not a relative path inside the run directory")
+    return path
+
+
+RunPath = Annotated[str, Field(max_length=1024), AfterValidator(_inside_run_dir)]
+Sha256 = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
 
 
 class _Event(BaseModel):
@@ -50,13 +64,14 @@ class CheckpointEvent(_Event):
     kind: Literal["checkpoint"] = "checkpoint"
     step: int
     epoch: int
-    path: str  # relative to the run directory
+    path: RunPath
     size_bytes: int
+    sha256: Sha256 | None = None  # of the file's bytes; None from trainers older than checksums
 
 
 class CheckpointRemovedEvent(_Event):
     kind: Literal["checkpoint_removed"] = "checkpoint_removed"
-    path: str
+    path: RunPath
 
 
 class DoneEvent(_Event):
@@ -73,12 +88,28 @@ class ProfileEvent(_Event):
     kind: Literal["profile"] = "profile"
     first_step: int
     steps: int
-    summary: str
-    trace: str
+    summary: RunPath
+    trace: RunPath
+
+
+class WarningEvent(_Event):
+    """Something the user should know that did not stop the run: the loss went non-finite under
+    train.on_nonfinite=warn or skip_step. The worker records the first of each attempt as a job event."""
+
+    kind: Literal["warning"] = "warning"
+    step: int
+    reason: Literal["nonfinite_loss"]
+    message: str = Field(max_length=2000)
 
 
 Event = Annotated[
-    PhaseEvent | MetricsEvent | CheckpointEvent | CheckpointRemovedEvent | DoneEvent | ProfileEvent,
+    PhaseEvent
+    | MetricsEvent
+    | CheckpointEvent
+    | CheckpointRemovedEvent
+    | DoneEvent
+    | ProfileEvent
+    | WarningEvent,
     Field(discriminator="kind"),
 ]
 _event_adapter: TypeAdapter[Event] = TypeAdapter(Event)

@@ -22,6 +22,7 @@ from trainers.data.held_out import ResidentHeldOut
 from trainers.dist_env import DistEnv
 from trainers.hogwild_worker import METRICS, Crew, WorkerArgs
 from trainers.loop import evaluate, resume
+from trainers.metrics import Report
 from trainers.plan import RunConfig
 from trainers.progress import Position, RunOutput, checkpoint_due, evaluation_due, total_steps
 
@@ -29,18 +30,19 @@ _SUMMED = {"samples_per_s"}  # every worker adds its own
 _HIGHEST = {"peak_mem_mb"}
 
 
-def combine(reports: list[dict[str, float]]) -> dict[str, float]:
-    """One report from every worker's report of the same step: means, except where a sum or max says more."""
+def combine(reports: list[Report]) -> Report:
+    """One report from every worker's report of the same step: means, except where a sum or max says more;
+    a step whose loss was not finite on any worker counts once."""
     values = {}
-    for name in reports[0]:
-        column = [report[name] for report in reports]
+    for name in reports[0].values:
+        column = [report.values[name] for report in reports]
         if name in _SUMMED:
             values[name] = sum(column)
         elif name in _HIGHEST:
             values[name] = max(column)
         else:
             values[name] = sum(column) / len(column)
-    return values
+    return Report(values, sorted({step for report in reports for step in report.nonfinite_steps}))
 
 
 def resident(c: Components) -> TrainBatches:
@@ -60,7 +62,7 @@ def worker_args(config: RunConfig, c: Components, done: int) -> list[WorkerArgs]
             config=config,
             model=c.strategy.unwrap(),
             train=(x, y),
-            shape=feeder.shape,
+            shape=feeder.view,
             optimizer_state=c.optimizer.state_dict() if done else None,
             done=done,
             evaluates=not c.held_out.empty,
@@ -89,11 +91,11 @@ def train_hogwild(config: RunConfig, run_dir: Path, env: DistEnv) -> bool:
     per_epoch = steps_per_epoch(config, c)
     total = total_steps(spec.train, per_epoch)
     output = RunOutput(run_dir, spec, total, env.is_main)
-    reports: dict[int, list[dict[str, float]]] = defaultdict(list)
+    reports: dict[int, list[Report]] = defaultdict(list)
     paused: dict[int, list[dict[str, Any] | None]] = defaultdict(list)
     stop_at = 0
 
-    output.running()
+    output.running(Position.of(done, per_epoch, total))
     crew = Crew(plan.workers, done)
     try:
         crew.start(worker_args(config, c, done))
@@ -109,6 +111,8 @@ def train_hogwild(config: RunConfig, run_dir: Path, env: DistEnv) -> bool:
                 reports[step].append(payload)
                 if len(reports[step]) == plan.workers:
                     output.report_training(at, combine(reports.pop(step)))
+                    if at.epoch_end:
+                        output.epoch_ended(at)
                 continue
             paused[step].append(payload)
             if len(paused[step]) < plan.workers:
@@ -120,6 +124,8 @@ def train_hogwild(config: RunConfig, run_dir: Path, env: DistEnv) -> bool:
                 optimizer_state = next(s for s in paused.pop(step) if s is not None)
                 model_state, _ = c.strategy.full_state(c.optimizer)
                 output.checkpoint(model_state, optimizer_state, c.precision, at)
+            if at.epoch_end:
+                output.epoch_ended(at)
             crew.release()
             if at.last or step == stop_at:
                 break

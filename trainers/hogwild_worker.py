@@ -25,7 +25,7 @@ import torch.multiprocessing as mp
 from torch import nn
 
 from trainers.components import Components
-from trainers.data import BatchShape, DeviceFeeder, Pair, TrainBatches
+from trainers.data import DeviceFeeder, Pair, TrainBatches, View
 from trainers.data.held_out import ResidentHeldOut
 from trainers.dist_env import DistEnv
 from trainers.loop import train_step
@@ -50,7 +50,7 @@ class WorkerArgs:
     config: RunConfig
     model: nn.Module  # parameters in shared memory
     train: Pair  # the whole training split, in shared memory; each worker reads its own shard
-    shape: BatchShape
+    shape: View  # how batches are shaped (hogwild refuses data.augment)
     optimizer_state: dict[str, Any] | None  # what the run resumed from
     done: int  # steps done before this run
     evaluates: bool  # whether the main process evaluates (held-out data exists)
@@ -117,7 +117,7 @@ def train_worker(args: WorkerArgs, shared: Shared) -> None:
     per_epoch = c.batches.steps_per_epoch
     total = total_steps(spec.train, per_epoch)
     schedule = LrSchedule.from_spec(spec.train, plan.lr, total, per_epoch)
-    metrics = TrainMetrics(c.strategy, CPU, start_step=args.done)
+    metrics = TrainMetrics(c.strategy, CPU, start_step=args.done, window=spec.metrics.every_n_steps)
     steps = zip(range(args.done + 1, total + 1), c.batches.from_step(args.done), strict=False)
     for step, micro_batches in steps:
         claim(step, args, shared)
@@ -125,7 +125,7 @@ def train_worker(args: WorkerArgs, shared: Shared) -> None:
         # submit (trainers/combinations.py), as are the loop's TensorBoard, profiler and compile.
         lr = lr_at(step - 1, schedule)
         set_lr(c.optimizer, lr)
-        train_step(c, micro_batches, spec.train, metrics)
+        train_step(c, micro_batches, spec.train, metrics, step)
         at = Position.of(step, per_epoch, total)
         if report_due(spec.metrics, at):
             shared.messages.put((METRICS, args.rank, step, metrics.report(step, lr)))

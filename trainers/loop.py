@@ -19,6 +19,7 @@ from trainers.components import Components, build
 from trainers.data.batches import Batch, batch_size
 from trainers.dist_env import DistEnv
 from trainers.metrics import TrainMetrics
+from trainers.objectives import LossValues
 from trainers.plan import Plan, RunConfig
 from trainers.profiling import StepProfiler
 from trainers.progress import (
@@ -30,16 +31,20 @@ from trainers.progress import (
     total_steps,
 )
 from trainers.schedule import LrSchedule, lr_at, observe_eval_loss, plateau_state, set_lr
-from trainers.spec import TrainSpec
+from trainers.spec import OnNonFinite, TrainSpec
 from trainers.strategies import ParallelStrategy
+
+
+def any_rank(strategy: ParallelStrategy, flag: torch.Tensor) -> bool:
+    """Whether this flag (a boolean tensor of one element) is set on any rank: a collective."""
+    return bool(strategy.reduce_metrics(flag.to(strategy.env.device, torch.float64).reshape(1)).item() > 0)
 
 
 def any_left(strategy: ParallelStrategy) -> Callable[[bool], bool]:
     """Whether any rank still has a held-out batch, given this rank's answer: a collective."""
 
     def agreed(has_batch: bool) -> bool:
-        flag = torch.tensor([float(has_batch)], dtype=torch.float64, device=strategy.env.device)
-        return bool(strategy.reduce_metrics(flag).item() > 0)
+        return any_rank(strategy, torch.tensor(has_batch))
 
     return agreed
 
@@ -71,8 +76,12 @@ def resume(plan: Plan, run_dir: Path, c: Components) -> int:
     return done
 
 
-def train_step(c: Components, micro_batches: list[Batch], train: TrainSpec, metrics: TrainMetrics) -> None:
-    """One optimizer step over the accumulation micro-batches: forward, backward, clip, update."""
+def train_step(
+    c: Components, micro_batches: list[Batch], train: TrainSpec, metrics: TrainMetrics, step: int
+) -> None:
+    """One optimizer step over the accumulation micro-batches: forward, backward, clip, update. Under
+    train.on_nonfinite=skip_step, a loss that is not finite on any rank skips the update on every rank."""
+    done: list[tuple[LossValues, int]] = []
     for i, batch in enumerate(micro_batches):
         # Gradients are all-reduced only on the last micro-step; earlier ones accumulate locally.
         last_micro = i == len(micro_batches) - 1
@@ -81,7 +90,17 @@ def train_step(c: Components, micro_batches: list[Batch], train: TrainSpec, metr
             values = c.strategy.forward_backward(
                 c.forward, batch, c.objective, c.precision, train.grad_accum_steps
             )
-        metrics.add(values, batch_size(batch))
+        done.append((values, batch_size(batch)))
+    losses = torch.stack([values.loss.to(metrics.device, torch.float64) for values, _ in done])
+    nonfinite = ~torch.isfinite(losses).all()
+    metrics.flag(step, nonfinite)
+    # A per-step collective and host sync, paid only by those who ask to skip: under ddp every rank holds the
+    # bad rank's NaNs in its averaged gradients, so all of them must skip together.
+    if train.on_nonfinite is OnNonFinite.SKIP_STEP and any_rank(c.strategy, nonfinite):
+        c.optimizer.zero_grad(set_to_none=True)
+        return
+    for values, samples in done:
+        metrics.add(values, samples)
     c.strategy.optimizer_step(c.optimizer, c.precision, train.clip_grad_norm)
 
 
@@ -94,15 +113,17 @@ def train(config: RunConfig, run_dir: Path, env: DistEnv) -> bool:
     total = total_steps(spec.train, per_epoch)
     schedule = LrSchedule.from_spec(spec.train, plan.lr, total, per_epoch)
     output = RunOutput(run_dir, spec, total, env.is_main)
-    metrics = TrainMetrics(c.strategy, env.device, start_step=done)
+    metrics = TrainMetrics(
+        c.strategy, env.device, start_step=done, window=spec.metrics.every_n_steps, counts=c.counts
+    )
 
     profiler = StepProfiler(spec.profile, run_dir, env, output.events, done)
-    output.running()
+    output.running(Position.of(done, per_epoch, total))
     stopping = False
     for step, micro_batches in zip(range(done + 1, total + 1), c.batches.from_step(done), strict=False):
         lr = lr_at(step - 1, schedule, plateau_state(c.optimizer).factor)
         set_lr(c.optimizer, lr)
-        train_step(c, micro_batches, spec.train, metrics)
+        train_step(c, micro_batches, spec.train, metrics, step)
         profiler.step()
 
         at = Position.of(step, per_epoch, total)
@@ -118,6 +139,8 @@ def train(config: RunConfig, run_dir: Path, env: DistEnv) -> bool:
             # Every rank takes part: a sharded strategy gathers the full state here.
             model_state, optimizer_state = c.strategy.full_state(c.optimizer)
             output.checkpoint(model_state, optimizer_state, c.precision, at)
+        if at.epoch_end:
+            output.epoch_ended(at)
         if stopping:
             break
     profiler.close()

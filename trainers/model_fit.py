@@ -47,10 +47,13 @@ def _reads_data(arch: Arch, dataset: DatasetName, spec: JobSpec, info: ArchInfo)
                 f"use data.dataset {' or '.join(datasets_of(info.input))}, or a model of {holds.noun}",
             )
         else:
+            readers = archs_of(holds)
             yield Problem(
                 "data.dataset",
                 f"data.dataset {dataset} holds {holds.noun}, which {arch} cannot read",
-                f"use model.arch {' or '.join(archs_of(holds))}, or a dataset of {info.input.noun}",
+                f"use model.arch {' or '.join(readers)}, or a dataset of {info.input.noun}"
+                if readers
+                else f"bring a model of {holds.noun} (model.factory), or use a dataset of {info.input.noun}",
             )
     if info.input is not InputKind.IMAGES and spec.data.image_size is not None:
         yield Problem(
@@ -79,13 +82,26 @@ def _sparse_table(arch: Arch, spec: JobSpec, info: ArchInfo, strategy: Strategy)
         )
 
 
-def _data_options(dataset: DatasetName, spec: JobSpec) -> Iterator[Problem]:
+def _data_options(dataset: DatasetName, spec: JobSpec, strategy: Strategy) -> Iterator[Problem]:
     data, info = spec.data, DATASETS[dataset]
     if info.on_disk and not data.root:
         yield Problem(
             "data.root",
             f"data.dataset {dataset} is read from disk, and data.root is not set",
             "set data.root to its directory under TRAINYARD_DATA_DIR (nothing is downloaded)",
+        )
+    if info.input is InputKind.TOKENS and data.block_size is None:
+        yield Problem(
+            "data.block_size",
+            f"data.dataset {dataset} is cut into windows of data.block_size tokens, and it is not set",
+            "set data.block_size to the context your model takes, like 256",
+        )
+    if info.input is InputKind.TOKENS and strategy is Strategy.HOGWILD:
+        yield Problem(
+            "parallel.strategy",
+            f"parallel.strategy=hogwild shares one resident dataset between its workers, and data.dataset "
+            f"{dataset} is read from its files a window at a time",
+            "use strategy ddp (it runs CPU processes too)",
         )
     if spec.train.schedule is Schedule.PLATEAU and data.val_fraction == 0 and not info.test_split:
         yield Problem(
@@ -110,7 +126,7 @@ def model_problems(spec: JobSpec, strategy: Strategy) -> Iterator[Problem]:
             yield from _reads_data(arch, dataset, spec, info)
         yield from _sparse_table(arch, spec, info, strategy)
     if dataset is not None:
-        yield from _data_options(dataset, spec)
+        yield from _data_options(dataset, spec, strategy)
 
 
 def stage_problems(spec: JobSpec, strategy: Strategy, stages: int) -> Iterator[Problem]:

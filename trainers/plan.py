@@ -14,6 +14,7 @@ from pydantic import BaseModel, Field
 from trainers.catalog.archs import ARCHS
 from trainers.cluster import Inventory, cluster_problems
 from trainers.combinations import combination_problems, plan_warnings
+from trainers.data_plan import DataPath, data_problems, plan_data
 from trainers.layout import LAYOUTS, Layout, spanning
 from trainers.model_fit import model_problems, stage_problems
 from trainers.problems import Problem, SpecError, refuse
@@ -26,6 +27,9 @@ class Plan(BaseModel):
 
     strategy: Strategy
     strategy_reason: str
+    # How the data is read (held whole, streamed, decided at start by its size), and why.
+    data_path: DataPath | None = None
+    data_reason: str = ""
     device: str  # "cpu" or "cuda"
     backend: str  # torch.distributed backend
     world_size: int  # torchrun processes
@@ -44,6 +48,9 @@ class Plan(BaseModel):
     lr: float  # after the lr scaling rule
     argv: list[str] = Field(default_factory=list)
     warnings: list[str] = Field(default_factory=list)  # runs as asked, but likely not as hoped
+    # A dry run plans a spec no registered host can run (as the cluster would run it) and says why here.
+    runnable: bool = True
+    not_runnable_because: list[str] = Field(default_factory=list)
     resume_path: str | None = None
 
     def public(self) -> dict[str, Any]:
@@ -147,6 +154,7 @@ def resolve_plan(spec: JobSpec, inventory: Inventory = NO_HOSTS) -> Plan:
         *cluster_problems(parallel, inventory),
         *_processes_match_gpus(parallel, gpus),
         *combination_problems(spec, strategy, device),
+        *data_problems(spec, strategy, device),
         *model_problems(spec, strategy),
         *user_code_problems(spec, strategy),
     ]
@@ -159,9 +167,12 @@ def resolve_plan(spec: JobSpec, inventory: Inventory = NO_HOSTS) -> Plan:
     problems += stage_problems(spec, strategy, layout.stages)
     if problems:
         raise SpecError(problems)
+    data_path, data_reason = plan_data(spec, device)
     return Plan(
         strategy=strategy,
         strategy_reason=reason,
+        data_path=data_path,
+        data_reason=data_reason,
         device=device,
         backend="nccl" if device == "cuda" else "gloo",
         world_size=layout.world_size,

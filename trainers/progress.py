@@ -7,6 +7,7 @@ through a RunOutput, so a job reads the same to the worker and the API whichever
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -14,11 +15,24 @@ from typing import Any
 import torch
 
 from trainers.checkpoint import Checkpointer
-from trainers.events import DoneEvent, MetricsEvent, PhaseEvent
-from trainers.metrics import EventLog
+from trainers.events import DoneEvent, MetricsEvent, PhaseEvent, WarningEvent
+from trainers.metrics import EventLog, Report
 from trainers.precision import MixedPrecision
-from trainers.spec import CheckpointSpec, JobSpec, MetricsSpec, TrainSpec
+from trainers.spec import CheckpointSpec, JobSpec, MetricsSpec, OnNonFinite, TrainSpec
 from trainers.tensorboard import TensorBoard
+
+NONFINITE_METRIC = "nonfinite_steps"  # per report, unless train.on_nonfinite=fail
+
+
+class NonFiniteLoss(Exception):
+    """The training loss was not finite under train.on_nonfinite=fail. The worker knows it by its name in
+    torchrun's error file (worker/failure.py), and fails the job with reason nonfinite_loss."""
+
+    def __init__(self, step: int) -> None:
+        super().__init__(
+            f"the training loss was not finite (NaN or inf) at step {step}; lower train.lr, set "
+            "train.clip_grad_norm, look for NaNs in the data, or set train.on_nonfinite to warn or skip_step"
+        )
 
 
 @dataclass(frozen=True)
@@ -66,21 +80,62 @@ class RunOutput:
         self.events = EventLog(run_dir, is_main)
         self._checkpointer = Checkpointer(run_dir, spec.checkpoint.keep_last, spec.name, self.events)
         self._board = TensorBoard(run_dir, spec.metrics.tensorboard and is_main)
+        self.on_nonfinite = spec.train.on_nonfinite
+        self._warned = False  # of a non-finite loss: once a run, not at every report
+        # (epoch, when) of the last epoch boundary this process saw; an epoch is timed only from its start.
+        self._boundary: tuple[int, float] | None = None
 
-    def running(self) -> None:
-        """Set-up is over; the first step comes next."""
+    def running(self, done: Position) -> None:
+        """Set-up is over; the step after `done` comes next (Position.of(0, ...) for a new run). A run resumed
+        mid-epoch saw only part of that epoch, so its time is not reported."""
         self.events.append(PhaseEvent(phase="running"))
+        if done.epoch_end:
+            self._boundary = (done.epoch, time.monotonic())
 
     def report(self, at: Position, values: dict[str, float]) -> None:
         """Metrics reduced over the job (training or evaluation) as of `at`."""
         self.events.append(MetricsEvent(step=at.step, total_steps=self.total, epoch=at.epoch, values=values))
         self._board.add(at.step, values)
 
-    def report_training(self, at: Position, values: dict[str, float]) -> None:
-        """Also a line in the log, where a user reading it sees the run move."""
+    def report_training(self, at: Position, report: Report) -> None:
+        """Also a line in the log, where a user reading it sees the run move. Steps whose loss was not finite
+        fail the run, or are counted in nonfinite_steps and warned of, as train.on_nonfinite says; every rank
+        holds the same report, so under fail every rank stops at once."""
+        values = report.values
+        if report.nonfinite_steps:
+            self._nonfinite(report.nonfinite_steps[0])
+        if self.on_nonfinite is not OnNonFinite.FAIL:
+            values = {**values, NONFINITE_METRIC: float(len(report.nonfinite_steps))}
         self.report(at, values)
         if self.is_main:
             print(f"step {at.step}/{self.total} " + " ".join(f"{k}={v:.5g}" for k, v in values.items()))
+
+    def _nonfinite(self, first: int) -> None:
+        if self.on_nonfinite is OnNonFinite.FAIL:
+            raise NonFiniteLoss(first)
+        if self._warned:
+            return
+        self._warned = True
+        then = "training went on" if self.on_nonfinite is OnNonFinite.WARN else "its update was skipped"
+        message = (
+            f"the training loss was not finite at step {first}; {then} (train.on_nonfinite="
+            f"{self.on_nonfinite}), as at every such step: the metric {NONFINITE_METRIC} counts them"
+        )
+        self.events.append(WarningEvent(step=first, reason="nonfinite_loss", message=message))
+
+    def epoch_ended(self, at: Position) -> None:
+        """After an epoch's last step (and its evaluation and checkpoint): epoch_time_s, the wall time since
+        the epoch began, when this process saw it begin. Hogwild's main process may say so twice for one
+        step (its workers report, then pause); the first call counts."""
+        if not self.is_main or (self._boundary is not None and self._boundary[0] >= at.epoch):
+            return
+        if torch.cuda.is_initialized():
+            # Once an epoch: the clock must not stop while the epoch's kernels are still queued.
+            torch.cuda.synchronize()
+        now = time.monotonic()
+        if self._boundary is not None and self._boundary[0] == at.epoch - 1:
+            self.report(at, {"epoch_time_s": now - self._boundary[1]})
+        self._boundary = (at.epoch, now)
 
     def checkpoint(
         self,

@@ -7,16 +7,21 @@ loads it.
 
 from __future__ import annotations
 
-import math
 from enum import StrEnum
 from typing import Annotated
 
 from pydantic import Field, PrivateAttr, ValidatorFunctionWrapHandler, field_validator, model_validator
 
-from trainers.spec_fields import ENTRY_POINT, Choice, Section
+from trainers.spec_fields import Choice, Section
 from trainers.spec_inputs import DataPlacement as DataPlacement
 from trainers.spec_inputs import DataSpec as DataSpec
 from trainers.spec_inputs import ModelSpec as ModelSpec
+from trainers.spec_train import Loss as Loss
+from trainers.spec_train import LrScaling as LrScaling
+from trainers.spec_train import OnNonFinite as OnNonFinite
+from trainers.spec_train import Optimizer as Optimizer
+from trainers.spec_train import Schedule as Schedule
+from trainers.spec_train import TrainSpec as TrainSpec
 
 
 class Strategy(StrEnum):
@@ -45,102 +50,6 @@ APEX_LEVELS: dict[str, Precision] = {
     "O2": Precision.FP16,
     "O3": Precision.BF16,
 }
-
-
-class Optimizer(StrEnum):
-    SGD = "sgd"
-    ADAM = "adam"
-    ADAMW = "adamw"
-
-
-class Schedule(StrEnum):
-    CONSTANT = "constant"
-    COSINE = "cosine"
-    STEP = "step"
-    PLATEAU = "plateau"
-    ONECYCLE = "onecycle"
-
-
-class LrScaling(StrEnum):
-    NONE = "none"
-    LINEAR = "linear"
-    SQRT = "sqrt"
-
-
-PositiveFloat = Annotated[float, Field(gt=0, le=1e4)]
-
-
-def _finite(value: float, field: str) -> float:
-    if not math.isfinite(value):
-        raise ValueError(f"{field} must be a finite number, got {value}")
-    return value
-
-
-class Loss(StrEnum):
-    """The built-in losses; train.loss may also name a function of the code bundle."""
-
-    CROSS_ENTROPY = "cross_entropy"  # classification: (input, class index) batches; reports eval_accuracy
-    MSE = "mse"  # regression: (input, target) batches, targets shaped like the model's output
-
-
-class TrainSpec(Section):
-    epochs: int | None = Field(None, ge=1, le=100_000)
-    max_steps: int | None = Field(None, ge=1, le=10_000_000, description="optimizer steps; wins over epochs")
-    batch_size: int = Field(64, ge=1, le=1_048_576, description="global batch: summed over all ranks")
-    optimizer: Choice[Optimizer] = Field(
-        Optimizer.SGD, description="embedding_bag: sgd, unless strategy fsdp (sparse gradients)"
-    )
-    lr: PositiveFloat = 0.05
-    momentum: float = Field(0.9, ge=0.0, lt=1.0, description="sgd only; not on an embedding_bag table")
-    weight_decay: float = Field(0.0, ge=0.0, le=1.0)
-    schedule: Choice[Schedule] = Schedule.CONSTANT
-    step_size_epochs: int = Field(30, ge=1, le=100_000, description="schedule=step: decay period")
-    gamma: float = Field(0.1, gt=0.0, le=1.0, description="schedule=step and plateau: decay factor")
-    plateau_patience: int = Field(2, ge=0, le=1000, description="schedule=plateau: evaluations without gain")
-    onecycle_pct_start: float = Field(0.3, gt=0.0, lt=1.0, description="schedule=onecycle: share rising")
-    warmup_steps: int = Field(0, ge=0, le=1_000_000)
-    lr_scaling: Choice[LrScaling] = Field(
-        LrScaling.NONE, description="scale lr by global batch / base_batch_size"
-    )
-    base_batch_size: int = Field(256, ge=1, le=1_048_576)
-    grad_accum_steps: int = Field(1, ge=1, le=1024)
-    clip_grad_norm: float | None = Field(None, gt=0.0, le=1e6)
-    seed: int = Field(0, ge=0, le=2**31 - 1)
-    eval_every_epochs: int = Field(
-        1, ge=0, le=100_000, description="0 disables evaluation (refused with schedule=plateau)"
-    )
-    loss: str = Field(
-        Loss.CROSS_ENTROPY.value,
-        max_length=200,
-        description="cross_entropy, mse, or 'module:function' in the code bundle: function(model, batch) -> "
-        "loss or (loss, {name: metric})",
-    )
-
-    @field_validator("loss")
-    @classmethod
-    def known_loss(cls, loss: str) -> str:
-        if loss not in set(Loss) and not ENTRY_POINT.fullmatch(loss):
-            raise ValueError(
-                f"unknown train.loss {loss!r}; choose {', '.join(Loss)}, or name a function of your code "
-                "bundle as 'module:function', like 'models:loss'"
-            )
-        return loss
-
-    @property
-    def loss_function(self) -> str | None:
-        """The `module:function` train.loss names in the code bundle; None for a built-in loss."""
-        return None if self.loss in set(Loss) else self.loss
-
-    @field_validator("lr")
-    @classmethod
-    def finite_lr(cls, lr: float) -> float:
-        return _finite(lr, "train.lr")
-
-    @model_validator(mode="after")
-    def has_length(self) -> TrainSpec:
-        if self.epochs is None and self.max_steps is None:
-            self.epochs = 1
-        return self
 
 
 class DevicePlacement(StrEnum):

@@ -12,6 +12,7 @@ from pydantic import Field, JsonValue, TypeAdapter, ValidationInfo, field_valida
 
 from trainers.catalog.archs import Arch
 from trainers.catalog.datasets import DatasetName
+from trainers.spec_augment import AugmentSpec, Decode, OnBadSample
 from trainers.spec_fields import Choice, EntryPoint, KwargValue, Section, known
 
 _ARCH_KWARGS: TypeAdapter[dict[str, float]] = TypeAdapter(dict[str, KwargValue])
@@ -75,6 +76,18 @@ class DataPlacement(StrEnum):
     AUTO = "auto"
     GPU = "gpu"
     CPU = "cpu"
+    STREAM = "stream"  # image_folder, shards: read and decoded per epoch, never held whole
+
+
+class TokenDtype(StrEnum):
+    """How wide a token file's ids are: uint16 holds vocabularies up to 65,536 (GPT-2's 50,257)."""
+
+    UINT16 = "uint16"
+    UINT32 = "uint32"
+
+    @property
+    def itemsize(self) -> int:
+        return int(self.value.removeprefix("uint")) // 8
 
 
 class DataSpec(Section):
@@ -93,7 +106,8 @@ class DataSpec(Section):
     root: str | None = Field(
         None,
         max_length=1024,
-        description="cifar10, mnist, image_folder, factory: a directory relative to TRAINYARD_DATA_DIR "
+        description="cifar10, mnist, image_folder, shards, tokens, text, factory: a directory relative to "
+        "TRAINYARD_DATA_DIR "
         "(a factory gets it resolved, as root=)",
     )
     num_samples: int = Field(4096, ge=16, le=10_000_000, description="synthetic only: training samples")
@@ -103,19 +117,67 @@ class DataSpec(Section):
         None, ge=4, le=512, description="image models: side of the square images they see; default per model"
     )
     val_fraction: float = Field(
-        0.1, ge=0.0, le=0.5, description="share held out for evaluation; cifar10, mnist: their test split"
+        0.1,
+        ge=0.0,
+        le=0.5,
+        description="share held out for evaluation; cifar10, mnist: their test split; tokens, text: this "
+        "share of the last tokens (tokens: val.bin instead when there is one)",
     )
     placement: Choice[DataPlacement] = Field(
         DataPlacement.AUTO,
-        description="built-in datasets: where batches live: auto, gpu (GPU jobs only), cpu",
+        description="built-in datasets: where batches live: auto, gpu (GPU jobs only), cpu, or stream "
+        "(image_folder, shards); auto streams those when they would fill more than a quarter of the free "
+        "memory",
     )
-    vocab_size: int = Field(10_000, ge=2, le=20_000_000, description="synthetic_bags: distinct token ids")
+    vocab_size: int = Field(
+        10_000,
+        ge=2,
+        le=20_000_000,
+        description="synthetic_bags: distinct token ids; tokens: every id must be below it (GPT-2's: 50257)",
+    )
     bag_size: int = Field(16, ge=1, le=1024, description="synthetic_bags: tokens per sample")
+    block_size: int | None = Field(
+        None,
+        ge=1,
+        le=1_048_576,
+        description="tokens, text: token ids a sample's input holds; its target is the same window one "
+        "token later",
+    )
+    token_dtype: Choice[TokenDtype] = Field(TokenDtype.UINT16, description="tokens: the width of the ids")
+    tokenizer: str | None = Field(
+        None,
+        max_length=1024,
+        description="text: a directory relative to TRAINYARD_DATA_DIR holding tokenizer.json (a `tokenizers` "
+        "or Hugging Face transformers tokenizer, saved)",
+    )
+    text_field: str = Field(
+        "text", min_length=1, max_length=128, description="text: the .jsonl field or .parquet column read"
+    )
     loader_workers: int = Field(
         2,
         ge=0,
         le=64,
-        description="DataLoader worker processes: a factory's datasets, image_folder's decoding",
+        description="DataLoader worker processes: a factory's datasets, image_folder's and shards' decoding, "
+        "token windows",
+    )
+    load_size: int | None = Field(
+        None,
+        ge=4,
+        le=1024,
+        description="image_folder, shards: side images are decoded to (shorter side resized, middle square "
+        "kept) before the device crops them to data.image_size; default: data.image_size, else 64",
+    )
+    decode: Choice[Decode] = Field(
+        Decode.CPU,
+        description="streamed image_folder, shards: cpu (loader workers) or gpu (nvJPEG, JPEGs only)",
+    )
+    on_bad_sample: Choice[OnBadSample] = Field(
+        OnBadSample.FAIL,
+        description="image_folder, shards: an unreadable image fails the job, or is skipped (replaced by the "
+        "next one) and counted in the bad_samples metric",
+    )
+    augment: AugmentSpec | None = Field(
+        None, description="cifar10, mnist, image_folder, shards: augmentation on the device; see below"
     )
 
     @field_validator("dataset", mode="before")
@@ -123,15 +185,15 @@ class DataSpec(Section):
     def known_dataset(cls, dataset: object) -> object:
         return known(DatasetName, "data.dataset", dataset)
 
-    @field_validator("root")
+    @field_validator("root", "tokenizer")
     @classmethod
-    def relative_root(cls, root: str | None) -> str | None:
+    def relative_root(cls, root: str | None, info: ValidationInfo) -> str | None:
         if root is None:
             return None
         parts = root.replace("\\", "/").split("/")
         if root.startswith(("/", "~")) or ".." in parts or "\x00" in root:
             raise ValueError(
-                f"data.root {root!r} must be a path inside TRAINYARD_DATA_DIR, like 'cifar10'; "
+                f"data.{info.field_name} {root!r} must be a path inside TRAINYARD_DATA_DIR, like 'cifar10'; "
                 "no absolute paths or '..'"
             )
         return root

@@ -8,10 +8,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from trainers.events import TENSORBOARD_DIR
+
 if TYPE_CHECKING:
     from torch.utils.tensorboard import SummaryWriter
-
-TENSORBOARD_DIR = "tensorboard"
 
 
 class TensorBoard:

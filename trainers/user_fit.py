@@ -21,6 +21,10 @@ BUILTIN_DATA_FIELDS = frozenset(
         "placement",
         "vocab_size",
         "bag_size",
+        "block_size",
+        "token_dtype",
+        "tokenizer",
+        "text_field",
     }
 )
 

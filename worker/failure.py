@@ -10,6 +10,7 @@ import json
 import os
 import re
 import signal
+from datetime import datetime, timedelta
 from enum import StrEnum
 from pathlib import Path
 
@@ -23,6 +24,8 @@ TAIL_LINES = 20
 # the error file's message ("UserCodeError: user_code_error: ..."), which then holds the user's own frames
 # (trainers/user_errors.py). The worker reads no torch, so the name is said again here.
 USER_CODE_MARKER = "UserCodeError: "
+# How trainers/progress.py's NonFiniteLoss starts the error file's message (train.on_nonfinite=fail).
+NONFINITE_MARKER = "NonFiniteLoss: "
 _RANK_LOG = re.compile(r"rank(\d+)\.log")
 # What gloo, NCCL and c10d raise when a peer is gone or a collective waited past its timeout: the job's own
 # code and data are not at fault, so a restart may well succeed.
@@ -33,6 +36,22 @@ _COMMUNICATION = re.compile(
 )
 
 
+# torchrun's failure report in its own log, one block per failed rank ("time : 2026-11-26_07:18:42", "host :
+# ...", "rank : 1 (local_rank: 1)", "exitcode : -9 (pid: 123)"). A rank that died by a signal writes no error
+# file, so this is the only place that names it, and a peer's "Connection reset" often reaches the error file
+# first.
+_FAILURE_BLOCK = re.compile(
+    r"time\s*:\s*(\S+)\s*\n\s*host\s*:.*\n"
+    r"\s*rank\s*:\s*(\d+) \(local_rank: \d+\)\s*\n"
+    r"\s*exitcode\s*:\s*(-?\d+)"
+)
+_FAILURE_TIME = "%Y-%m-%d_%H:%M:%S"
+_REPORT_START = "Failures:"
+# The report's times have whole seconds, and a peer's error follows a death within torchrun's monitor
+# interval; torchrun's own SIGKILL of a rank stuck past its SIGTERM comes only after a 30 s grace.
+_SAME_MOMENT = timedelta(seconds=2)
+
+
 class FailureKind(StrEnum):
     """Why a run ended badly, as far as a restart is concerned."""
 
@@ -40,6 +59,7 @@ class FailureKind(StrEnum):
     COMMUNICATION = "communication_error"  # a collective failed or timed out
     EXCEPTION = "exception"  # the spec's model, data or memory: the same error would come back
     USER_CODE = "user_code_error"  # the bundle's code raised, or could not be imported: fix the bundle
+    NONFINITE_LOSS = "nonfinite_loss"  # the loss went NaN or inf; a resume would diverge the same way
 
     @property
     def retryable(self) -> bool:
@@ -107,18 +127,55 @@ def log_excerpt(run_dir: Path) -> str:
     return "no log output"
 
 
+def killed_rank(run_dir: Path) -> tuple[int, int] | None:
+    """(rank, exit code) of a rank torchrun reports killed by a signal at the moment of the first failure:
+    the first failure by time, where a death by a signal (SIGKILL from the OOM killer or a person, SIGSEGV;
+    not SIGTERM, which torchrun sends the survivors itself) goes before its peers' errors of the same
+    moment."""
+    launcher = _read_tail(run_dir / LOG_DIR / LAUNCHER_LOG, 64 * 1024) or ""
+    # The launcher log holds every attempt's output: only the last report speaks of this one.
+    report = launcher[launcher.rfind(_REPORT_START) :] if _REPORT_START in launcher else ""
+    failures = [
+        (datetime.strptime(at, _FAILURE_TIME), int(rank), int(code))
+        for at, rank, code in _FAILURE_BLOCK.findall(report)
+    ]
+    if not failures:
+        return None
+    first = min(at for at, _, _ in failures)
+    for at, rank, code in sorted(failures):
+        if at - first <= _SAME_MOMENT and code < 0 and -code != signal.SIGTERM:
+            return rank, code
+    return None
+
+
+def _died_first(run_dir: Path, message: str | None) -> tuple[int, int] | None:
+    """The rank killed by a signal when it, not the recorded error, is the cause: no error recorded, or
+    only a peer's communication error, which is what its death looks like from the other ranks."""
+    if message is not None and not _COMMUNICATION.search(message):
+        return None
+    return killed_rank(run_dir)
+
+
 def classify_failure(run_dir: Path, code: int) -> FailureKind:
     """A non-zero exit: by signal, or with no exception recorded (a rank killed by a signal leaves no error
     file), is retryable; a recorded exception is deterministic unless it is a communication error. Out of
     memory is an exception like any other: the same batch would run out again."""
     message = error_file_message(run_dir)
-    if code < 0 or message is None:
+    if code < 0 or message is None or _died_first(run_dir, message):
         return FailureKind.CRASH
     if message.startswith(USER_CODE_MARKER):
         return FailureKind.USER_CODE
+    if message.startswith(NONFINITE_MARKER):
+        return FailureKind.NONFINITE_LOSS
     return FailureKind.COMMUNICATION if _COMMUNICATION.search(message) else FailureKind.EXCEPTION
 
 
 def root_cause(run_dir: Path, code: int) -> str:
-    """The recorded error's message (for the user's code: what failed and the user's own frames)."""
-    return error_file_message(run_dir) or f"{describe_exit(code)}; {log_excerpt(run_dir)}"
+    """The first failure: a rank killed by a signal, before the errors its peers then raised; else the
+    recorded error's message (for the user's code: what failed and the user's own frames)."""
+    message = error_file_message(run_dir)
+    if died := _died_first(run_dir, message):
+        rank, rank_code = died
+        then = f"; the other ranks then failed talking to it: {message.splitlines()[-1]}" if message else ""
+        return f"rank {rank} was {describe_exit(rank_code)}{then}"
+    return message or f"{describe_exit(code)}; {log_excerpt(run_dir)}"

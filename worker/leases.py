@@ -6,15 +6,16 @@ import os
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from sqlalchemy import delete, func, select, update
+from sqlalchemy import ColumnElement, Select, delete, func, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from core.config import get_settings
 from core.db import session_scope
-from core.doorbell import enqueue_job
+from core.doorbell import ring_unless_pending
 from core.hosts import freshest_per_host, gpu_indices, live_hosts
 from core.models import GpuLease, Job, JobNode, Worker, utcnow
+from core.queue_order import START_ORDER
 from core.states import ACTIVE, JobStatus
 from core.transitions import move
 from trainers.plan import Plan
@@ -80,9 +81,7 @@ def _reserved_ahead(session: Session, job: Job, hosts: list[HostView]) -> list[H
     """`hosts` with the GPUs that queued jobs of higher priority would take marked held: a job that starts
     first must not be one that lets a lower priority slip onto the GPUs a higher one waits for."""
     ahead = session.scalars(
-        select(Job)
-        .where(Job.status == JobStatus.QUEUED, Job.priority > job.priority)
-        .order_by(Job.priority.desc(), Job.id)
+        select(Job).where(Job.status == JobStatus.QUEUED, Job.priority > job.priority).order_by(*START_ORDER)
     )
     for other in ahead:
         hosts = reserve(hosts, other.id, Plan.model_validate(other.plan))
@@ -196,16 +195,26 @@ def release_leases(session: Session, job_id: int) -> None:
     session.execute(delete(GpuLease).where(GpuLease.job_id == job_id))
 
 
-def ring_waiting_jobs() -> list[int]:
-    """Re-send the doorbell for jobs waiting for GPUs, highest priority first, now that some may be free."""
+def _queued(*where: ColumnElement[bool]) -> Select[tuple[int]]:
+    return select(Job.id).where(Job.status == JobStatus.QUEUED, *where).order_by(*START_ORDER)
+
+
+def claim_next() -> Claim | None:
+    """Claim the first queued job, in start order, that can be placed now; None when none can. Those passed
+    over stay queued with the reason they wait (or fail as infeasible)."""
     with session_scope() as session:
-        ids = list(
-            session.scalars(
-                select(Job.id)
-                .where(Job.status == JobStatus.QUEUED, Job.status_reason == WAITING_FOR_GPUS)
-                .order_by(Job.priority.desc(), Job.id)
-            )
-        )
-    for job_id in ids:
-        enqueue_job(job_id)
-    return ids
+        queued = list(session.scalars(_queued()))
+    for job_id in queued:
+        claim = claim_job(job_id)
+        if claim.outcome is ClaimOutcome.CLAIMED:
+            return claim
+    return None
+
+
+def ring_waiting_jobs(*where: ColumnElement[bool]) -> int | None:
+    """Ring once for the queued jobs (those meeting `where`), now that a worker slot or GPUs may be free,
+    unless a ring already waits: the worker it wakes claims them in start order. The job rung for, or None
+    when none was rung."""
+    with session_scope() as session:
+        first = session.scalar(_queued(*where).limit(1))
+    return first if first is not None and ring_unless_pending(first) else None

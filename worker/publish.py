@@ -5,6 +5,9 @@ With artifact_store=shared every path is already visible everywhere and nothing 
 uploader thread (worker/uploads.py) sends each checkpoint and records it as its s3:// URI (the local file
 stays, for a fast resume on this host), and sends what each log gained as a new part: an object cannot be
 appended to, and sending a whole log again at every heartbeat would cost the square of the job's length.
+
+A checkpoint is resumed from only while its bytes hash to the sha256 recorded with it, and a file is sent
+only from inside its run directory: any rank can write there, links included.
 """
 
 from __future__ import annotations
@@ -19,12 +22,14 @@ from botocore.exceptions import BotoCoreError, ClientError
 from core.config import get_settings
 from core.storage import ObjectStore, is_object_uri, locate
 from trainers.events import LAUNCHER_LOG, LOG_DIR, CheckpointEvent
+from trainers.files import corruption, inside
 
 log = logging.getLogger(__name__)
 
 S3_ERRORS = (BotoCoreError, ClientError)
 RESUME_DIR = "resume"  # beside checkpoints/, whose step-*.pt files the trainer prunes
 EVENT_TIME = "event-time"  # object metadata: which CheckpointEvent's file the object holds
+SHA256 = "sha256"  # object metadata: the digest the trainer took of the file
 MAX_PART_BYTES = 8 << 20  # a log that grew by more goes up in several parts, each read into memory alone
 
 
@@ -32,13 +37,14 @@ def upload_checkpoint(
     store: ObjectStore, job_id: int, run_dir: Path, event: CheckpointEvent, progress: Callable[[int], None]
 ) -> str | None:
     """Send the checkpoint's file unless its object holds it already; the URI its row records, or None when
-    the trainer pruned the file before it could be sent (its checkpoint_removed event follows)."""
+    the trainer pruned the file before it could be sent (its checkpoint_removed event follows), or a link
+    leads it out of the run directory (never sent: the worker may read what the job may not)."""
     key = store.run_key(job_id, event.path)
-    stamp = {EVENT_TIME: repr(event.time)}
-    file = run_dir / event.path
+    stamp = {EVENT_TIME: repr(event.time)} | ({SHA256: event.sha256} if event.sha256 else {})
     # The event stream is re-read after every restart: an object already holding this event's file stays.
     if store.metadata(key) != stamp:
-        if not file.is_file():
+        file = inside(run_dir / event.path, run_dir)
+        if file is None or not file.is_file():
             return None
         store.put_file(file, key, stamp, progress)
     return store.uri(key)
@@ -95,32 +101,40 @@ class LogParts:
         return late
 
 
-def checkpoint_exists(path: str) -> bool:
-    """Whether a recorded checkpoint can still be resumed from on this host."""
+class UnusableCheckpoint(Exception):
+    """A recorded checkpoint this host cannot resume from; the message says why."""
+
+
+def _sound(file: Path, sha256: str | None) -> Path:
+    """The file, when it is there with the bytes recorded (sha256 None: recorded before checksums)."""
+    if not file.is_file():
+        raise UnusableCheckpoint("its file is gone")
+    if sha256 is not None and (why := corruption(file, sha256)) is not None:
+        raise UnusableCheckpoint(why)
+    return file
+
+
+def resume_file(path: str, sha256: str | None, run_dir: Path) -> str:
+    """A file this host can load for a recorded checkpoint, its bytes checked against the sha256 recorded
+    with it: a local path as it is; an s3:// URI as the file this host wrote for it while that one is sound,
+    or else the object downloaded into the run directory. Raises UnusableCheckpoint."""
     if not is_object_uri(path):
-        return Path(path).is_file()
-    found = locate(get_settings(), path)
-    return found is not None and (_local_twin(*found).is_file() or found[0].exists(found[1]))
-
-
-def local_resume_path(path: str | None, run_dir: Path) -> str | None:
-    """A file this host can load for a recorded checkpoint path: a local path as it is; an s3:// URI as the
-    file this host wrote for it, when it has it, or else downloaded into the run directory."""
-    if path is None or not is_object_uri(path):
-        return path
+        return str(_sound(Path(path), sha256))
     found = locate(get_settings(), path)
     if found is None:
-        raise ValueError(
-            f"checkpoint {path} is not in this worker's object store; set TRAINYARD_ARTIFACT_STORE=s3 and "
+        raise UnusableCheckpoint(
+            "it is not in this worker's object store; set TRAINYARD_ARTIFACT_STORE=s3 and "
             "TRAINYARD_S3_BUCKET/TRAINYARD_S3_PREFIX to the ones the job that saved it used"
         )
     store, key = found
     twin = _local_twin(store, key)
-    if twin.is_file():
+    if twin.is_file() and (sha256 is None or corruption(twin, sha256) is None):
         return str(twin)
+    if not store.exists(key):
+        raise UnusableCheckpoint("its object is gone")
     target = run_dir / RESUME_DIR / twin.name
     store.download(key, target)
-    return str(target)
+    return str(_sound(target, sha256))
 
 
 def _local_twin(store: ObjectStore, key: str) -> Path:

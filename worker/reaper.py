@@ -14,14 +14,13 @@ from sqlalchemy import ColumnElement, and_, func, or_, select, update
 
 from core.config import get_settings
 from core.db import session_scope
-from core.doorbell import enqueue_job
 from core.models import Job, JobEvent, JobNode, Worker, utcnow
 from core.states import JobStatus
 from core.transitions import move, move_from_any
 from worker.gpus import host_gpus
 from worker.heartbeat import OWNED
 from worker.kill import kill_job, mark_for
-from worker.leases import release_leases, worker_id
+from worker.leases import release_leases, ring_waiting_jobs, worker_id
 from worker.supervise import as_utc
 
 log = logging.getLogger(__name__)
@@ -32,7 +31,14 @@ class ReapReport:
     requeued: list[int] = field(default_factory=list)
     cancelled: list[int] = field(default_factory=list)
     pending_timeouts: list[int] = field(default_factory=list)
-    rung: list[int] = field(default_factory=list)
+    rung: int | None = None  # the job the pass rang for
+
+
+@dataclass
+class Rings:
+    """What a reaper remembers between passes: when it last rang."""
+
+    last: datetime | None = None
 
 
 def beat() -> None:
@@ -157,35 +163,39 @@ def fail_pending_timeouts(now: datetime, report: ReapReport) -> None:
                 report.pending_timeouts.append(job_id)
 
 
-def ring_stale_queued(now: datetime, last_rung: dict[int, datetime], report: ReapReport) -> None:
-    """Ring again for queued jobs not rung for requeue_after_s: a lost message must never lose a job."""
+def _unclaimed_since(cutoff: datetime) -> tuple[ColumnElement[bool], ...]:
+    """A queued job that nothing has claimed since `cutoff`: queued before it, and not requeued after it."""
+    requeued = (
+        select(JobEvent.id)
+        .where(JobEvent.job_id == Job.id, JobEvent.to_status == JobStatus.QUEUED, JobEvent.at > cutoff)
+        .exists()
+    )
+    return Job.created_at <= cutoff, ~requeued
+
+
+def ring_if_it_helps(now: datetime, rings: Rings, report: ReapReport) -> None:
+    """At most one ring per pass: for jobs requeued by this pass, or, at most once per requeue_after_s, for
+    a job that nothing has claimed for that long (its ring lost, or every slot busy).
+
+    The bound: ring_waiting_jobs rings only while no ring waits in the shared queue, so the reapers add at
+    most one waiting ring each, however many jobs are queued and however long they wait. One is enough:
+    the worker it wakes claims the queue in start order and rings again for the rest."""
     cutoff = now - timedelta(seconds=get_settings().requeue_after_s)
-    with session_scope() as session:
-        rows = session.execute(
-            select(Job.id, Job.created_at)
-            .where(Job.status == JobStatus.QUEUED)
-            .order_by(Job.priority.desc(), Job.id)
-        ).all()
-    queued = {job_id for job_id, _ in rows}
-    for gone in set(last_rung) - queued:
-        del last_rung[gone]
-    for job_id, created_at in rows:
-        if as_utc(last_rung.get(job_id, created_at)) <= cutoff:
-            enqueue_job(job_id)
-            last_rung[job_id] = now
-            report.rung.append(job_id)
+    if report.requeued:
+        report.rung = ring_waiting_jobs()
+    elif rings.last is None or rings.last <= cutoff:
+        report.rung = ring_waiting_jobs(*_unclaimed_since(cutoff))
+    if report.rung is not None:
+        rings.last = now
 
 
-def reap(last_rung: dict[int, datetime], now: datetime | None = None) -> ReapReport:
-    """One pass; `last_rung` (job id -> when this process last rang it) carries over between passes."""
+def reap(rings: Rings, now: datetime | None = None) -> ReapReport:
+    """One pass; `rings` carries over between passes."""
     now = now or utcnow()
     report = ReapReport()
     recover_lost_jobs(now, report)
-    for job_id in report.requeued:
-        enqueue_job(job_id)
-        last_rung[job_id] = now
     fail_pending_timeouts(now, report)
-    ring_stale_queued(now, last_rung, report)
+    ring_if_it_helps(now, rings, report)
     if report.requeued or report.cancelled or report.pending_timeouts:
         log.info("reaped: %s", report)
     return report
@@ -195,13 +205,13 @@ class ReaperThread(threading.Thread):
     def __init__(self) -> None:
         super().__init__(name="trainyard-reaper", daemon=True)
         self.halt = threading.Event()
-        self.last_rung: dict[int, datetime] = {}
+        self.rings = Rings()
 
     def run(self) -> None:
         while not self.halt.is_set():
             try:
                 beat()
-                reap(self.last_rung)
+                reap(self.rings)
             except Exception:  # a bad pass (database away, broker away) must not end recovery for good
                 log.exception("reaper pass failed")
             self.halt.wait(get_settings().heartbeat_s)

@@ -9,12 +9,16 @@ with O_NOFOLLOW, and a folder is opened with O_NOFOLLOW before anything is made 
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 from pathlib import Path
 
-from trainers.events import LOG_DIR, SPEC_FILE
+from core.rundirs import set_aside
+from trainers.events import EVENTS_FILE, LOG_DIR, SPEC_FILE
 from trainers.plan import RunConfig
 from worker.failure import ERROR_FILE
+
+log = logging.getLogger(__name__)
 
 _NO_LINKS = os.O_NOFOLLOW | os.O_CLOEXEC
 
@@ -36,6 +40,17 @@ def append_no_follow(path: Path) -> int:
         return os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | _NO_LINKS, 0o644)
     except OSError as exc:
         raise RunDirTampered(f"{path}: {exc.strerror}; delete the job") from exc
+
+
+def set_aside_stale(run_dir: Path, job_id: int) -> None:
+    """Before a job's first launch: a run directory that already holds events is another job's (from before
+    ids were never reused, on a host the deletion did not reach, or kept from a database restored from a
+    backup), and reading them would record its metrics and checkpoints as this job's. It is moved aside
+    rather than refused: its files stay whole for an admin, and the job runs, as its owner can neither remove
+    them nor have done anything wrong."""
+    if os.path.lexists(run_dir / EVENTS_FILE):
+        moved = set_aside(run_dir)
+        log.warning("job %s: its run directory held another job's events; moved it to %s", job_id, moved)
 
 
 def prepare_run_dir(run_dir: Path, config: RunConfig, owner: int | None = None) -> None:

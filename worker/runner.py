@@ -24,20 +24,20 @@ from core.launch import Launch, build_launch
 from core.models import Checkpoint, Job, JobNode, utcnow
 from core.sandbox import confine
 from core.states import JobStatus
-from trainers.events import EVENTS_FILE, LAUNCHER_LOG, LOG_DIR, PhaseEvent
+from trainers.events import EVENTS_FILE, LAUNCHER_LOG, LOG_DIR, PhaseEvent, WarningEvent
 from trainers.plan import Plan, RunConfig
 from trainers.spec import JobSpec
 from worker.disk import disk_limit
 from worker.heartbeat import Heartbeat
 from worker.kill import JobMark, kill_job, mark_for
-from worker.leases import ClaimOutcome, claim_job, worker_id
+from worker.leases import claim_next, worker_id
 from worker.nodes import NodeTask, claim_launch, dispatch_other_nodes, meet
-from worker.publish import checkpoint_exists, local_resume_path
-from worker.rundir import append_no_follow, prepare_run_dir
+from worker.publish import UnusableCheckpoint, resume_file
+from worker.rundir import append_no_follow, prepare_run_dir, set_aside_stale
 from worker.sandbox import check_starts, is_sandboxed, job_bundle, sandbox_for
 from worker.standby import WarmLauncher
 from worker.supervise import CANCELLED, Outcome, RunningJob, Supervisor, finish, ring_others, runtime_deadline
-from worker.tail import EventTail, apply_events
+from worker.tail import EventTail, apply_events, note
 from worker.uploads import Uploads
 
 log = logging.getLogger(__name__)
@@ -50,21 +50,25 @@ SHUTDOWN = threading.Event()
 
 
 def run_job(job_id: int) -> None:
-    """The shared queue's task: place the job on hosts, then start each node on the host placed for it."""
-    if SHUTDOWN.is_set():
-        return  # the job stays queued and the reaper of a live worker rings it again
-    claim = claim_job(job_id)
-    log.info("job %s: %s", job_id, claim.outcome)
-    if claim.outcome is not ClaimOutcome.CLAIMED:
-        return
-    here = get_settings().hostname
-    local = [node for node in claim.nodes if node.host == here]
-    for node in claim.nodes:
-        if node not in local:
-            dispatch_node(job_id, claim.attempt, node.node_rank, node.host)
-    # Placed here: run it in this task rather than wait for a second message.
-    for node in local:
-        run_node(job_id, claim.attempt, node.node_rank)
+    """The shared queue's task, a doorbell rung for `job_id`: claim queued jobs in start order, whichever
+    they are, and start each one's nodes on the hosts placed for it, until none can be placed now. A slot
+    that a job's end frees here takes the next job at once: the broker's order never decides."""
+    while not SHUTDOWN.is_set():  # else the jobs stay queued and the reaper of a live worker rings again
+        claim = claim_next()
+        if claim is None:
+            log.info("doorbell for job %s: nothing queued can be placed now", job_id)
+            return
+        log.info("doorbell for job %s: claimed job %s", job_id, claim.job_id)
+        here = get_settings().hostname
+        local = [node for node in claim.nodes if node.host == here]
+        for node in claim.nodes:
+            if node not in local:
+                dispatch_node(claim.job_id, claim.attempt, node.node_rank, node.host)
+        if local:
+            ring_others()  # this thread is taken now: the rest of the queue goes to a free one
+        # Placed here: run it in this task rather than wait for a second message.
+        for node in local:
+            run_node(claim.job_id, claim.attempt, node.node_rank)
 
 
 def run_node(job_id: int, attempt: int, node_rank: int) -> None:
@@ -111,14 +115,14 @@ def _catch_up(job_id: int, run_dir: Path, uploads: Uploads, settings: Settings) 
     """Record what earlier attempts wrote after their worker died (their processes train on until the reaper
     stops them: checkpoints come and go), so the next attempt resumes from a checkpoint that still exists.
 
-    Re-reading is idempotent; only the phase events are skipped, as they speak of an earlier attempt.
+    Re-reading is idempotent; only phase events and warnings are skipped, as they speak of an earlier attempt.
     Returns a tail at the end of the file, for this attempt's events, once their checkpoints are stored
     (or upload_drain_s has passed, and the attempt resumes from an older one).
     """
     tail = EventTail(run_dir / EVENTS_FILE)
     while True:
         start = tail.offset
-        events = [event for event in tail.read() if not isinstance(event, PhaseEvent)]
+        events = [event for event in tail.read() if not isinstance(event, PhaseEvent | WarningEvent)]
         if events:
             with session_scope() as session:
                 apply_events(session, job_id, events, uploads)
@@ -127,22 +131,53 @@ def _catch_up(job_id: int, run_dir: Path, uploads: Uploads, settings: Settings) 
             return tail
 
 
-def _leased_plan(job: Job, gpu_ids: list[int], attempt: int, run_dir: Path) -> Plan:
-    """The plan with the GPUs leased and where to resume: a requeued attempt continues from the job's latest
-    checkpoint that still exists, a first one from what the API chose; one held in the object store is
-    downloaded into `run_dir` unless this host wrote it."""
-    plan = Plan.model_validate(job.plan)
-    resume_path = plan.resume_path
-    if attempt > 1:
+def _resume_from(job: Job, plan: Plan, attempt: int, run_dir: Path) -> str | None:
+    """The file this attempt resumes from. A requeued attempt continues from the job's newest checkpoint
+    still there with the bytes recorded, and a job event names each one it passed over and why; failing
+    that, and on a first attempt, from what the API chose, which must be sound too. One held in the object
+    store is downloaded into `run_dir` unless this host wrote it."""
+    with session_scope() as session:
+        newest_first = (
+            select(Checkpoint.id, Checkpoint.step, Checkpoint.path, Checkpoint.sha256)
+            .where(Checkpoint.job_id == job.id)
+            .order_by(Checkpoint.step.desc(), Checkpoint.id.desc())
+        )
+        saved = session.execute(newest_first).all() if attempt > 1 else []
+        chosen = plan.resume_path
+        recorded = select(Checkpoint.sha256).where(Checkpoint.path == chosen).limit(1)
+        chosen_sha256 = None if chosen is None else session.scalar(recorded)
+    passed_over: list[str] = []
+    for checkpoint in saved:
+        name = f"checkpoint {checkpoint.id} (step {checkpoint.step})"
+        try:
+            found = resume_file(checkpoint.path, checkpoint.sha256, run_dir)
+        except UnusableCheckpoint as why:
+            passed_over.append(f"{name}: {why}")
+            continue
+        _note_passed_over(job.id, passed_over, f"resuming from {name}")
+        return found
+    _note_passed_over(
+        job.id, passed_over, "resuming from checkpoint.resume_from" if chosen else "starting over"
+    )
+    if chosen is None:
+        return None
+    try:
+        return resume_file(chosen, chosen_sha256, run_dir)
+    except UnusableCheckpoint as why:
+        raise UnusableCheckpoint(f"cannot resume from checkpoint.resume_from: {why}") from why
+
+
+def _note_passed_over(job_id: int, passed_over: list[str], then: str) -> None:
+    if passed_over:
         with session_scope() as session:
-            saved = session.scalars(
-                select(Checkpoint.path)
-                .where(Checkpoint.job_id == job.id)
-                .order_by(Checkpoint.step.desc(), Checkpoint.id.desc())
-            ).all()
-        resume_path = next((path for path in saved if checkpoint_exists(path)), resume_path)
+            note(session, job_id, "checkpoint_skipped", f"{then}; passed over {'; '.join(passed_over)}")
+
+
+def _leased_plan(job: Job, gpu_ids: list[int], attempt: int, run_dir: Path) -> Plan:
+    """The plan with the GPUs leased and the file to resume from."""
+    plan = Plan.model_validate(job.plan)
     gpus = gpu_ids if plan.device == "cuda" else plan.gpus
-    return plan.model_copy(update={"gpus": gpus, "resume_path": local_resume_path(resume_path, run_dir)})
+    return plan.model_copy(update={"gpus": gpus, "resume_path": _resume_from(job, plan, attempt, run_dir)})
 
 
 def _start_if_starting(
@@ -192,6 +227,8 @@ def launch(mark: JobMark, task: NodeTask, settings: Settings, uploads: Uploads) 
         return None
     spec = JobSpec.model_validate(job.spec)
     bundle = job_bundle(settings, spec)
+    if task.attempt == 1 and not node.launched:  # the attempt's own ranks have not written anything yet
+        set_aside_stale(mark.run_dir, job.id)
     tail = (
         _catch_up(job.id, mark.run_dir, uploads, settings)
         if _tails_events(task.node_rank, settings)

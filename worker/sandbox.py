@@ -78,8 +78,10 @@ def sandbox_for(
     read_only = [] if bundle is None else [bundle]
     if spec.environment is not None:  # a registered venv may live in the worker's home, which is hidden
         read_only.append(Path(settings.environment_pythons[spec.environment]).parent.parent)
-    if spec.data.root is not None:
-        read_only.append(resolve_data_root(settings.data_dir, spec.data.root))
+    # The data folders the spec names, and no other: data.root, and data.dataset text's tokenizer.
+    for field, folder in (("data.root", spec.data.root), ("data.tokenizer", spec.data.tokenizer)):
+        if folder is not None:
+            read_only.append(resolve_data_root(settings.data_dir, folder, field))
     # Fake GPUs (tests) have no device files; a real GPU job gets exactly its own.
     gpus = gpu_devices(plan.gpus or []) if plan.device == "cuda" and settings.gpu_inventory is None else []
     home = Path.home().resolve()

@@ -7,14 +7,16 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
+from sqlalchemy import select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
-from core.models import Base, Job, Metric, utcnow
+from core.models import Base, Job, JobEvent, Metric, utcnow
 from core.states import JobStatus
 from core.transitions import move
 from trainers.events import (
@@ -24,8 +26,10 @@ from trainers.events import (
     Event,
     MetricsEvent,
     PhaseEvent,
+    WarningEvent,
     parse_event,
 )
+from trainers.files import inside
 
 if TYPE_CHECKING:
     from worker.uploads import Uploads
@@ -78,13 +82,24 @@ def _parse(line: bytes, batch_offset: int) -> Event | None:
         return None
 
 
-def insert_ignoring_duplicates(session: Session, model: type[Base], rows: list[dict[str, Any]]) -> None:
+def _insert(session: Session, model: type[Base]) -> postgresql.Insert | sqlite.Insert:
     postgres = session.get_bind().dialect.name == "postgresql"
+    return postgresql.insert(model) if postgres else sqlite.insert(model)
+
+
+def insert_ignoring_duplicates(session: Session, model: type[Base], rows: list[dict[str, Any]]) -> None:
     # Chunks keep each statement under SQLite's limit on bound parameters.
     for start in range(0, len(rows), INSERT_CHUNK_ROWS):
         chunk = rows[start : start + INSERT_CHUNK_ROWS]
-        insert = postgresql.insert(model) if postgres else sqlite.insert(model)
-        session.execute(insert.values(chunk).on_conflict_do_nothing())
+        session.execute(_insert(session, model).values(chunk).on_conflict_do_nothing())
+
+
+def insert_or_update(session: Session, model: type[Base], row: dict[str, Any], keys: list[str]) -> None:
+    """The row, or where one with the same `keys` exists, that one given the row's other values. Read again
+    from the start, a file's events end as its last event left them."""
+    insert = _insert(session, model).values(row)
+    updated = {name: insert.excluded[name] for name in row if name not in keys}
+    session.execute(insert.on_conflict_do_update(index_elements=keys, set_=updated))
 
 
 def _finite_or_none(value: float) -> float | None:
@@ -93,7 +108,9 @@ def _finite_or_none(value: float) -> float | None:
 
 
 def _metric_rows(job_id: int, event: MetricsEvent) -> list[dict[str, Any]]:
-    at = utcnow()
+    # When the trainer reported the step: a batch read after a pause holds many steps, which must not share
+    # the moment they were read.
+    at = datetime.fromtimestamp(event.time, UTC)
     return [
         {"job_id": job_id, "name": name, "step": event.step, "epoch": event.epoch, "value": value, "at": at}
         for name, value in event.values.items()
@@ -116,14 +133,49 @@ def apply_events(session: Session, job_id: int, events: Sequence[Event], uploads
             latest.update({name: _finite_or_none(value) for name, value in event.values.items()})
             progress = (event.step, event.total_steps)
         elif isinstance(event, CheckpointEvent):
-            uploads.checkpoint_saved(session, event)
+            _checkpoint_saved(session, job_id, event, uploads)
         elif isinstance(event, CheckpointRemovedEvent):
             uploads.checkpoint_removed(session, event)
         elif isinstance(event, DoneEvent):
             progress = (event.step, progress[1] if progress else None)
+        elif isinstance(event, WarningEvent):
+            note(session, job_id, event.reason, event.message)
     insert_ignoring_duplicates(session, Metric, metrics)
     if progress is not None:
         _update_progress(session, job_id, progress, latest)
+
+
+def _checkpoint_saved(session: Session, job_id: int, event: CheckpointEvent, uploads: Uploads) -> None:
+    # Any rank can write the events file and links in its run directory: the event's text was checked as it
+    # was parsed, and here where a link on its way leads.
+    if inside(uploads.run_dir / event.path, uploads.run_dir) is None:
+        log.warning(
+            "job %s: not recording checkpoint %s: it leads outside the run directory", job_id, event.path
+        )
+        return
+    uploads.checkpoint_saved(session, event)
+
+
+def note(session: Session, job_id: int, reason: str, message: str) -> None:
+    """A job event that moves nothing (from and to are the job's status now), listed with its transitions.
+    One per attempt and reason: events read again, or a rank repeating itself, add no more rows."""
+    job = session.get(Job, job_id)
+    if job is None:
+        return
+    noted = select(JobEvent.id).where(
+        JobEvent.job_id == job_id, JobEvent.reason == reason, JobEvent.attempt == job.attempt
+    )
+    if session.scalar(noted.limit(1)) is None:
+        session.add(
+            JobEvent(
+                job_id=job_id,
+                from_status=job.status,
+                to_status=job.status,
+                reason=reason,
+                message=message,
+                attempt=job.attempt,
+            )
+        )
 
 
 def _update_progress(

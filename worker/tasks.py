@@ -16,7 +16,8 @@ _reapers: list[ReaperThread] = []
 
 @shared_task(name=RUN_JOB_TASK)
 def run_job(job_id: int) -> None:
-    """The message carries only the id; the runner re-reads the row, so a repeated message is harmless."""
+    """A doorbell, "there may be work": the runner claims from SQL in start order, whichever job rang, so
+    jobs start in the queue's order, not the broker's, and a repeated or stale message changes nothing."""
     runner.run_job(job_id)
 
 

@@ -26,7 +26,7 @@ from core.models import Checkpoint, utcnow
 from core.storage import object_store
 from trainers.events import CheckpointEvent, CheckpointRemovedEvent
 from worker.publish import S3_ERRORS, LogParts, upload_checkpoint
-from worker.tail import insert_ignoring_duplicates
+from worker.tail import insert_or_update
 
 log = logging.getLogger(__name__)
 
@@ -199,9 +199,11 @@ def _record(session: Session, job_id: int, event: CheckpointEvent, path: str) ->
         "epoch": event.epoch,
         "path": path,
         "size_bytes": event.size_bytes,
+        "sha256": event.sha256,
         "created_at": utcnow(),
     }
-    insert_ignoring_duplicates(session, Checkpoint, [row])
+    # A restart that saves the same step again replaces its file: the row takes the new file's sha256.
+    insert_or_update(session, Checkpoint, row, ["job_id", "path"])
 
 
 def _forget(session: Session, job_id: int, paths: list[str]) -> None:

@@ -59,6 +59,9 @@ def _canonical_int(value: object) -> object:
 CanonicalInt = BeforeValidator(_canonical_int)
 JobId = Annotated[int, CanonicalInt, Path(ge=1, le=DB_INT_MAX, description="job id")]
 CheckpointId = Annotated[int, CanonicalInt, Path(ge=1, le=DB_INT_MAX, description="checkpoint id")]
+KeyId = Annotated[
+    int, CanonicalInt, Path(ge=1, le=DB_INT_MAX, description="API key id, as GET /v1/keys lists")
+]
 
 
 def owned_job(job_id: JobId, session: SessionDep, caller: CallerDep) -> Job:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import math
 import re
 from collections.abc import Collection, Sequence
@@ -12,12 +13,14 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel
+from sqlalchemy.exc import OperationalError
 from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.schemas import FieldError, Problem
 from app.services.errors import (
+    CheckpointCorrupt,
     CheckpointNotFound,
     CodeInUse,
     CodeNotFound,
@@ -26,28 +29,40 @@ from app.services.errors import (
     IdempotencyConflict,
     JobNotFound,
     JobStateConflict,
+    KeyNotFound,
     ProfileNotFound,
     QuotaExceeded,
+    RunDirStuck,
+    TensorBoardNotFound,
     UnsafeCode,
 )
 from core.transitions import InvalidTransition
 from trainers.problems import SpecError
 from trainers.spec import JobSpec
 
+log = logging.getLogger(__name__)
+
 MAX_BODY_BYTES = 1 << 20
+# Retry-After of a 503 for the database: a lock that outlived TRAINYARD_DB_BUSY_TIMEOUT_S, or a database
+# server restarting, is not gone at once; a few seconds spaces the clients' retries.
+DATABASE_RETRY_AFTER_S = 5
 
 STATUS_OF: dict[type[Exception], int] = {
     JobNotFound: 404,
     CheckpointNotFound: 404,
     ProfileNotFound: 404,
+    TensorBoardNotFound: 404,
     CodeNotFound: 404,
+    KeyNotFound: 404,
     CodeInUse: 409,
+    CheckpointCorrupt: 409,
     CodeTooLarge: 413,
     UnsafeCode: 422,
     JobStateConflict: 409,
     IdempotencyConflict: 409,
     InvalidTransition: 409,
     QuotaExceeded: 429,
+    RunDirStuck: 500,
 }
 
 _SOURCES = ("body", "query", "path", "header", "cookie")
@@ -138,6 +153,20 @@ async def _domain_error(_request: Request, exc: Exception) -> JSONResponse:
     return response
 
 
+async def _database_unavailable(_request: Request, exc: Exception) -> JSONResponse:
+    """503 for a database that did not take the request: locked past the busy timeout, or unreachable. The
+    driver's words stay in the server's log, as they may name its host."""
+    log.warning("database unavailable: %s", exc)
+    response = problem_response(
+        503,
+        f"the database is busy or unreachable ({type(exc).__name__}); try again in {DATABASE_RETRY_AFTER_S} "
+        "s: a submission sent with an Idempotency-Key is safe to repeat, it never makes a second job",
+        kind="database-unavailable",
+    )
+    response.headers["Retry-After"] = str(DATABASE_RETRY_AFTER_S)
+    return response
+
+
 async def _http_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, HTTPException)
     detail = str(exc.detail)
@@ -187,6 +216,7 @@ def install_error_handlers(app: FastAPI, streamed: Collection[tuple[str, str]] =
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(SpecError, _spec_error)
     app.add_exception_handler(HTTPException, _http_error)
+    app.add_exception_handler(OperationalError, _database_unavailable)
     for kind in STATUS_OF:
         app.add_exception_handler(kind, _domain_error)
     app.add_middleware(BodySizeLimit, max_bytes=MAX_BODY_BYTES, streamed=streamed)

@@ -57,7 +57,8 @@ def queue(client: TrainyardClient) -> None:
 
 @click.group()
 def keys() -> None:
-    """API keys (admins only). The first admin key is made on the server: `python -m core.keys create`."""
+    """API keys: admins make them; everyone lists and revokes their own. The first admin key is made on the
+    server: `python -m core.keys create`."""
 
 
 @keys.command("create")
@@ -72,8 +73,19 @@ def create(client: TrainyardClient, user: str, admin: bool) -> None:
 @keys.command("ls")
 @click.pass_obj
 def list_keys(client: TrainyardClient) -> None:
-    """Who holds a key, and since when; tokens cannot be shown again (only their hashes are stored)."""
+    """Your keys (an admin's: everyone's), and since when; tokens cannot be shown again (only their hashes
+    are stored)."""
     table = Table("id", "user", "admin", "created")
     for key in client.list_keys().data:
         table.add_row(str(key.id), key.user, "yes" if key.admin else "no", local_time(key.created_at))
     console.print(table)
+
+
+@keys.command("revoke")
+@click.argument("key_id", type=int)
+@click.pass_obj
+def revoke(client: TrainyardClient, key_id: int) -> None:
+    """Revoke key KEY_ID (from `trainyard keys ls`): an admin any, anyone else one of their own."""
+    client.revoke_key(key_id)
+    # The API keeps keys it has seen for a few seconds, so requests already underway may still pass.
+    click.echo(f"revoked key {key_id}; the API refuses it within seconds")

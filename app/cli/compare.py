@@ -1,4 +1,5 @@
-"""`trainyard compare`: jobs side by side, the table one builds by hand to weigh strategies and precisions."""
+"""`trainyard compare`: jobs side by side, the table one builds by hand to weigh strategies and precisions;
+with --diff, how their specs differ, as the API works it out for the dashboard too."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from rich.table import Table
 
 from app.cli.render import between, console, devices, duration, number
 from app.client import TrainyardClient
-from app.schemas import JobPublic, MetricPublic
+from app.schemas import JobPublic, MetricPublic, SpecDiff
 
 
 @dataclass(frozen=True)
@@ -52,7 +53,8 @@ def summarize(job: JobPublic, rows: list[MetricPublic]) -> Summary:
     )
 
 
-def summary_table(summaries: list[Summary]) -> Table:
+def summary_table(summaries: list[Summary], diff: SpecDiff | None = None) -> Table:
+    """With `diff`, a last column holds each job's values of the fields that differ."""
     table = Table(
         "job",
         "name",
@@ -65,8 +67,9 @@ def summary_table(summaries: list[Summary]) -> Table:
         "final loss",
         "eval acc",
         "peak MB",
+        *(["differs"] if diff else []),
     )
-    for s in summaries:
+    for i, s in enumerate(summaries):
         table.add_row(
             str(s.job_id),
             s.name,
@@ -79,14 +82,19 @@ def summary_table(summaries: list[Summary]) -> Table:
             number(s.final_loss),
             number(s.final_eval_accuracy),
             number(s.peak_mem_mb),
+            *([diff.jobs[i].differs] if diff else []),
         )
     return table
 
 
 @click.command()
 @click.argument("job_ids", nargs=-1, required=True, type=int)
+@click.option("--diff", is_flag=True, help="add how the specs differ: a column per job and a line under it")
 @click.pass_obj
-def compare(client: TrainyardClient, job_ids: tuple[int, ...]) -> None:
+def compare(client: TrainyardClient, job_ids: tuple[int, ...], diff: bool) -> None:
     """Compare jobs: strategy, precision, devices, wall time, throughput, final loss and accuracy, memory."""
     summaries = [summarize(client.get_job(job_id), client.all_metrics(job_id)) for job_id in job_ids]
-    console.print(summary_table(summaries))
+    differences = client.compare(list(job_ids)) if diff else None
+    console.print(summary_table(summaries, differences))
+    if differences:
+        console.print(f"differs: {differences.summary}")

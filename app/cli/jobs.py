@@ -18,10 +18,13 @@ from app.cli.render import (
     local_time,
     number,
     progress_text,
+    ran_for,
+    resumed_text,
     waiting_or_message,
+    warnings_console,
 )
 from app.client import TrainyardClient
-from app.schemas import JobPublic
+from app.schemas import JobPublic, RetryFrom
 from core.states import JobStatus
 
 
@@ -59,17 +62,19 @@ def submit(
     if code_folder is not None:
         spec["code"] = push_folder(client, code_folder).id
     submitted = client.submit(spec, dry_run=dry_run)
-    if submitted.job is None:
-        console.print_json(submitted.plan.model_dump_json())
-        return
-    job = submitted.job
     plan = submitted.plan
-    console.print(
-        f"job {job.id} ({job.name}) {job.status}: {plan.strategy} x{plan.world_size} on {plan.device}, "
-        f"{plan.precision}"
-    )
-    if follow:
-        exit_with_outcome(follow_job(client, job.id))
+    if submitted.job is None:
+        console.print_json(plan.model_dump_json())
+    else:
+        job = submitted.job
+        console.print(
+            f"job {job.id} ({job.name}) {job.status}: {plan.strategy} x{plan.world_size} on {plan.device}, "
+            f"{plan.precision}"
+        )
+    for warning in [*plan.warnings, *plan.not_runnable_because]:
+        warnings_console.print(f"warning: {warning}", style="yellow")
+    if follow and submitted.job is not None:
+        exit_with_outcome(follow_job(client, submitted.job.id))
 
 
 @click.command("ls")
@@ -79,16 +84,35 @@ def submit(
 def list_jobs(client: TrainyardClient, status: str | None, limit: int) -> None:
     """List jobs, newest first."""
     jobs = client.list_jobs(JobStatus(status) if status else None, limit=limit).data
-    table = Table("id", "name", "status", "progress", "devices", "created", "note")
+    table = Table(
+        "id",
+        "name",
+        "parent",
+        "status",
+        "progress",
+        "strategy",
+        "devices",
+        "precision",
+        "ran for",
+        "eval acc",
+        "created",
+        "note",
+    )
     for job in jobs:
+        failed = job.status in (JobStatus.FAILED, JobStatus.TIMED_OUT) and job.status_reason
         table.add_row(
             str(job.id),
             job.name,
+            "" if job.parent_id is None else str(job.parent_id),
             str(job.status),
             progress_text(job),
+            str(job.plan.get("strategy", "-")),
             devices(job),
+            str(job.plan.get("precision", "-")),
+            ran_for(job),
+            number(job.latest_metrics.get("eval_accuracy")),
             local_time(job.created_at),
-            waiting_or_message(job),
+            f"{job.status_reason}: {job.message or ''}" if failed else waiting_or_message(job),
         )
     console.print(table)
 
@@ -105,6 +129,8 @@ def status(client: TrainyardClient, job_id: int, follow: bool) -> None:
     job = client.get_job(job_id)
     plan = job.plan
     console.print(f"job {job.id} ({job.name}): {job.status}, attempt {job.attempt}, priority {job.priority}")
+    if job.parent_id is not None:
+        console.print(f"  parent:   job {job.parent_id}{resumed_text(job)}")
     if job.status_reason or job.message:
         console.print(f"  reason:   {job.status_reason or '-'}: {waiting_or_message(job)}")
     console.print(
@@ -128,12 +154,27 @@ def cancel(client: TrainyardClient, job_id: int) -> None:
 
 @click.command()
 @click.argument("job_id", type=int)
+@click.option(
+    "--from",
+    "start",
+    type=click.Choice([start.value for start in RetryFrom]),
+    default=RetryFrom.LATEST.value,
+    show_default=True,
+    help="latest: continue from the job's latest checkpoint; scratch: run its spec as submitted",
+)
+@click.option("--again", is_flag=True, help="make another retry even if one with the same spec was made")
 @click.pass_obj
-def retry(client: TrainyardClient, job_id: int) -> None:
-    """Run a failed, timed-out or cancelled job's spec again as a new job."""
-    job = client.retry(job_id).job
+def retry(client: TrainyardClient, job_id: int, start: str, again: bool) -> None:
+    """Run a failed, timed-out or cancelled job again as a new job, from its latest checkpoint."""
+    submitted, created = client.retry(job_id, start=RetryFrom(start), again=again)
+    job = submitted.job
     assert job is not None  # a retry is never a dry run
-    console.print(f"job {job.id} ({job.name}) {job.status}: a retry of job {job_id}")
+    made = (
+        f"a retry of job {job_id}{resumed_text(job)}"
+        if created
+        else f"job {job_id}'s retry, made before (--again makes another)"
+    )
+    console.print(f"job {job.id} ({job.name}) {job.status}: {made}")
 
 
 @click.command()

@@ -18,11 +18,20 @@ LOG_POLL_S = 1.0
 
 @click.command()
 @click.argument("job_id", type=int)
-@click.option("--rank", type=click.IntRange(0, 4095), help="one rank's output; default: the launcher's log")
+@click.option("--rank", type=click.IntRange(0, 4095), help="whose output; default: rank 0")
+@click.option(
+    "--launcher",
+    is_flag=True,
+    help="the launcher's log instead: each attempt's torchrun command and messages",
+)
 @click.option("--follow", "-f", is_flag=True, help="keep printing until the job ends")
 @click.pass_obj
-def logs(client: TrainyardClient, job_id: int, rank: int | None, follow: bool) -> None:
-    """Print a job's log."""
+def logs(client: TrainyardClient, job_id: int, rank: int | None, launcher: bool, follow: bool) -> None:
+    """Print a job's log: rank 0's by default, where training prints its steps."""
+    if launcher and rank is not None:
+        raise click.UsageError("--rank and --launcher name two different logs; give one of them")
+    if not launcher:
+        rank = rank or 0
     offset = 0
     while True:
         chunk = client.logs(job_id, rank, offset)

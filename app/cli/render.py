@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 
 from rich.console import Console
 
@@ -10,6 +10,8 @@ from app.schemas import JobPublic
 
 # Markup off: job names and worker messages ("GPUs [1]") are shown as written, never read as styles.
 console = Console(highlight=False, markup=False)
+# Warnings go to stderr, so that what a command prints for scripts (a dry run's plan as JSON) stays parseable.
+warnings_console = Console(highlight=False, markup=False, stderr=True)
 
 
 def number(value: float | None, digits: int = 4) -> str:
@@ -41,13 +43,25 @@ def progress_text(job: JobPublic) -> str:
 
 
 def devices(job: JobPublic) -> str:
-    """'2 GPU [0, 1]' once GPUs are leased, else what the plan runs on: 'cpu x2'."""
+    """'2 GPUs [0, 1]' once GPUs are leased, else what the plan runs on: 'cpu x2'."""
     if job.gpu_ids:
-        return f"{len(job.gpu_ids)} GPU [{', '.join(map(str, job.gpu_ids))}]"
+        count = len(job.gpu_ids)
+        return f"{count} GPU{'s' * (count != 1)} [{', '.join(map(str, job.gpu_ids))}]"
     return f"{job.plan.get('device', 'cpu')} x{job.plan.get('world_size', 1)}"
+
+
+def ran_for(job: JobPublic) -> str:
+    """From the first step to the end, or to now while it runs."""
+    end = job.finished_at or (datetime.now(UTC) if job.running_at else None)
+    return duration(between(job.running_at, end))
 
 
 def waiting_or_message(job: JobPublic) -> str:
     if job.queue_position is not None:
         return f"#{job.queue_position} in queue" + (f": {job.message}" if job.message else "")
     return job.message or ""
+
+
+def resumed_text(job: JobPublic) -> str:
+    checkpoint = job.spec.get("checkpoint", {}).get("resume_from")
+    return "" if checkpoint is None else f", from checkpoint {checkpoint}"

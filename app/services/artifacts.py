@@ -1,18 +1,27 @@
-"""What a job produced, as the worker tailed it into SQL: metric series and checkpoints."""
+"""What a job produced, as the worker tailed it into SQL: metric series and checkpoints.
+
+A checkpoint is served only from inside its own job's run directory (or objects), and only while its bytes
+hash to the sha256 recorded when it was written: a corrupt one is refused (409) rather than handed over.
+"""
 
 from __future__ import annotations
 
+import hashlib
+from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from app.services.errors import CheckpointNotFound
+from app.services.errors import CheckpointCorrupt, CheckpointNotFound
 from app.services.jobs import get_job
 from app.services.keys import Caller
+from app.services.runs import run_dir
 from core.config import Settings
 from core.models import Checkpoint, Metric
 from core.storage import StoredObject, is_object_uri, locate
+from trainers.files import corruption, inside, mismatch
 
 
 def list_metrics(
@@ -52,22 +61,65 @@ def owned_checkpoint(session: Session, checkpoint_id: int, caller: Caller) -> Ch
     return checkpoint
 
 
-def _open(settings: Settings, path: str) -> Path | StoredObject | None:
-    """A local file, or the object an s3:// path names, opened; None when neither is there any more."""
-    if not is_object_uri(path):
-        return Path(path) if Path(path).is_file() else None
-    found = locate(settings, path)
-    return None if found is None else found[0].open(found[1])
+def _open(settings: Settings, checkpoint: Checkpoint) -> Path | StoredObject | None:
+    """Its local file (every link followed), or the object its s3:// path names, opened; None when neither
+    is there any more. Any rank can write its run directory, so the recorded path is confined again here."""
+    job_id = checkpoint.job_id
+    if not is_object_uri(checkpoint.path):
+        real = inside(Path(checkpoint.path), run_dir(settings, job_id))
+        if real is None:
+            raise CheckpointNotFound(
+                f"checkpoint {checkpoint.id}'s file leads outside job {job_id}'s run directory"
+            )
+        return real if real.is_file() else None
+    found = locate(settings, checkpoint.path)
+    if found is None:
+        return None
+    store, key = found
+    if not key.startswith(store.run_key(job_id, "")):
+        raise CheckpointNotFound(f"checkpoint {checkpoint.id}'s object leads outside job {job_id}'s objects")
+    return store.open(key)
+
+
+def _corrupt(checkpoint_id: int, job_id: int, why: str) -> CheckpointCorrupt:
+    return CheckpointCorrupt(
+        f"checkpoint {checkpoint_id} is corrupt: {why}; pick another from GET /v1/jobs/{job_id}/checkpoints"
+    )
+
+
+def _verified(chunks: Iterator[bytes], expected: str, checkpoint_id: int, job_id: int) -> Iterator[bytes]:
+    """An object's bytes, the last chunk held back until all of them hashed to `expected`: a client never
+    gets the whole of a corrupt checkpoint, as the response ends short of its Content-Length."""
+    digest = hashlib.sha256()
+    held: bytes | None = None
+    for chunk in chunks:
+        digest.update(chunk)
+        if held is not None:
+            yield held
+        held = chunk
+    if (why := mismatch(digest.hexdigest(), expected)) is not None:
+        raise _corrupt(checkpoint_id, job_id, why)
+    if held is not None:
+        yield held
 
 
 def checkpoint_content(
     session: Session, settings: Settings, checkpoint_id: int, caller: Caller
 ) -> tuple[Checkpoint, Path | StoredObject]:
+    """A local file is checked whole before it is served; an object, as it streams (read once)."""
     checkpoint = owned_checkpoint(session, checkpoint_id, caller)
-    content = _open(settings, checkpoint.path)
+    content = _open(settings, checkpoint)
     if content is None:
         raise CheckpointNotFound(
             f"checkpoint {checkpoint_id}'s file is gone (the job kept only its last checkpoints); "
             f"pick a newer one from GET /v1/jobs/{checkpoint.job_id}/checkpoints"
         )
-    return checkpoint, content
+    expected = checkpoint.sha256
+    if expected is None:  # recorded before checksums
+        return checkpoint, content
+    if isinstance(content, Path):
+        if (why := corruption(content, expected)) is not None:
+            raise _corrupt(checkpoint_id, checkpoint.job_id, why)
+        return checkpoint, content
+    chunks = _verified(content.chunks, expected, checkpoint_id, checkpoint.job_id)
+    return checkpoint, replace(content, chunks=chunks)

@@ -10,11 +10,7 @@ from app.services.errors import InvalidSpec
 from core.config import Settings
 from core.storage import is_object_uri, locate
 from trainers.datadir import resolve_data_root
-
-
-def confined(path: Path, root: Path) -> bool:
-    """Whether `path`, with every symlink followed, lies inside `root`."""
-    return path.resolve().is_relative_to(root.resolve())
+from trainers.files import inside
 
 
 def check_data_root(settings: Settings, root: str | None) -> None:
@@ -35,7 +31,7 @@ def check_checkpoint_path(settings: Settings, field: str, path: str) -> None:
                 "that checkpoint is stored outside TRAINYARD_S3_BUCKET/TRAINYARD_S3_PREFIX (or the object "
                 "store is off); resume from another checkpoint",
             )
-    elif not confined(Path(path), settings.runs_dir):
+    elif inside(Path(path), settings.runs_dir) is None:
         raise InvalidSpec(
             field, "that checkpoint's file leads outside the runs directory; resume from another checkpoint"
         )

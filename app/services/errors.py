@@ -23,7 +23,20 @@ class CheckpointNotFound(DomainError):
     pass
 
 
+class CheckpointCorrupt(DomainError):
+    """A checkpoint whose bytes no longer hash to the sha256 recorded when it was written: never served."""
+
+
+class KeyNotFound(DomainError):
+    def __init__(self, key_id: int) -> None:
+        super().__init__(f"API key {key_id} does not exist; list the keys you may revoke with GET /v1/keys")
+
+
 class ProfileNotFound(DomainError):
+    pass
+
+
+class TensorBoardNotFound(DomainError):
     pass
 
 
@@ -69,6 +82,17 @@ class JobStateConflict(DomainError):
 
     def __init__(self, job_id: int, status: JobStatus, fix: str) -> None:
         super().__init__(f"job {job_id} is {status}; {fix}")
+
+
+class RunDirStuck(DomainError):
+    """A job's run directory could not be moved out of the way, so the job is kept: deleting its rows alone
+    would leave files that no job should find."""
+
+    def __init__(self, job_id: int, reason: str) -> None:
+        super().__init__(
+            f"job {job_id} was not deleted: its files (runs/{job_id}) could not be moved aside ({reason}); "
+            "ask the admin to check the runs directory, then delete it again"
+        )
 
 
 class IdempotencyConflict(DomainError):

@@ -11,8 +11,9 @@ from app.schemas import JobProgress, JobPublic, as_utc
 from app.services.errors import JobNotFound, JobStateConflict
 from app.services.keys import Caller
 from app.services.queue import JOBS, QUEUE_POSITION
-from app.services.runs import remove_run_dir
-from core.config import Settings
+from app.services.runs import discard_run_dir, put_run_dir_back, set_run_dir_aside
+from app.services.shown import shown_plan
+from core.config import Settings, get_settings
 from core.models import Job, JobEvent, utcnow
 from core.states import JobStatus
 from core.transitions import move, move_from_any
@@ -59,7 +60,9 @@ _COLUMNS = JobPublic.model_fields.keys() - {"queue_position", "progress"}
 
 def _public(job: Job, position: int | None, now: datetime) -> JobPublic:
     shown = {name: getattr(job, name) for name in _COLUMNS}
-    shown.update(queue_position=position, progress=progress_of(job, now))
+    shown.update(
+        queue_position=position, progress=progress_of(job, now), plan=shown_plan(job.plan, get_settings())
+    )
     return JobPublic.model_validate(shown)
 
 
@@ -129,13 +132,20 @@ def set_priority(session: Session, job_id: int, priority: int) -> Job:
 
 
 def delete_job(session: Session, settings: Settings, job: Job) -> None:
-    """Rows of events, metrics, checkpoints and leases go with the job (ON DELETE CASCADE), then its files."""
+    """Its files are moved aside first, so that a failure keeps the job (and reports it) rather than leaving
+    files behind; then the rows of events, metrics, checkpoints and leases go with the job (ON DELETE
+    CASCADE), and last the files."""
     job_id = job.id
     status = JobStatus(job.status)
     if not status.is_terminal:
         raise JobStateConflict(
             job_id, status, f"cancel it first (POST /v1/jobs/{job_id}/cancel) and delete it once it has ended"
         )
-    session.delete(job)
-    session.commit()
-    remove_run_dir(settings, job_id)
+    moved = set_run_dir_aside(settings, job_id)
+    try:
+        session.delete(job)
+        session.commit()
+    except BaseException:
+        put_run_dir_back(settings, job_id, moved)
+        raise
+    discard_run_dir(settings, job_id, moved)

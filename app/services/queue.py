@@ -2,29 +2,30 @@
 
 from __future__ import annotations
 
-from sqlalchemy import ColumnElement, and_, case, func, select
+import functools
+import operator
+
+from sqlalchemy import ColumnElement, case, func, select
 from sqlalchemy.orm import Session
 
 from app.schemas import QueueEntry, QueuePublic
-from core.models import Base, Job
+from core.models import Job
+from core.queue_order import JOBS, START_ORDER, starts_before
 from core.states import JobStatus
 
-# Workers start the highest priority first and, within a priority, the oldest: every view of the queue
-# (positions, this listing, the worker's ring order) sorts by this.
-START_ORDER = (Job.priority.desc(), Job.id.asc())
 NOT_YET_SEEN = "waiting for a worker to take it"
-JOBS = Base.metadata.tables[Job.__tablename__]
 
 
 def _queued_ahead() -> ColumnElement[int]:
-    """Queued jobs that START_ORDER puts before the outer query's job, counted as two ranges of the index
+    """Queued jobs that START_ORDER puts before the outer query's job, counted as ranges of the index
     ix_jobs_queue (status, priority, id): a lookup costs the jobs ahead of it, not a ranking of the queue.
     Plain table columns, not ORM attributes: this runs in the API's hottest query."""
-    job, ahead = JOBS.c, JOBS.alias("ahead").c
-    queued = ahead.status == JobStatus.QUEUED
-    higher = select(func.count()).where(queued, ahead.priority > job.priority)
-    older = select(func.count()).where(queued, and_(ahead.priority == job.priority, ahead.id < job.id))
-    return higher.scalar_subquery() + older.scalar_subquery()
+    ahead = JOBS.alias("ahead")
+    counts = (
+        select(func.count()).where(ahead.c.status == JobStatus.QUEUED, before).scalar_subquery()
+        for before in starts_before(ahead, JOBS)
+    )
+    return functools.reduce(operator.add, counts)
 
 
 QUEUE_POSITION = case((JOBS.c.status == JobStatus.QUEUED, _queued_ahead() + 1)).label("queue_position")

@@ -11,11 +11,14 @@ from pathlib import Path
 from botocore.exceptions import BotoCoreError, ClientError
 
 from app.schemas import LogChunk
+from app.services.errors import RunDirStuck
 from core.config import Settings
 from core.models import Job
+from core.rundirs import set_aside
 from core.states import JobStatus
 from core.storage import object_store
 from trainers.events import LAUNCHER_LOG, LOG_DIR, rank_log_name
+from trainers.files import open_inside
 
 log = logging.getLogger(__name__)
 
@@ -24,13 +27,34 @@ def run_dir(settings: Settings, job_id: int | str) -> Path:
     return settings.runs_dir / str(job_id)
 
 
-def remove_run_dir(settings: Settings, job_id: int) -> None:
-    shutil.rmtree(run_dir(settings, job_id), ignore_errors=True)
+def set_run_dir_aside(settings: Settings, job_id: int) -> Path | None:
+    """Move the job's run directory away from runs/<id>/ before its rows go, so that no later job can find its
+    files there; returns where it went, for `discard_run_dir`. When it cannot be moved, the job must stay."""
+    try:
+        return set_aside(run_dir(settings, job_id))
+    except OSError as exc:
+        raise RunDirStuck(job_id, exc.strerror or str(exc)) from exc
+
+
+def put_run_dir_back(settings: Settings, job_id: int, moved: Path | None) -> None:
+    """Undo `set_run_dir_aside` for a job whose rows stayed after all."""
+    if moved is not None:
+        moved.rename(run_dir(settings, job_id))
+
+
+def discard_run_dir(settings: Settings, job_id: int, moved: Path | None) -> None:
+    """Remove the files of a deleted job: the run directory `set_run_dir_aside` moved, and its objects."""
+    if moved is not None:
+        try:
+            shutil.rmtree(moved)
+        except OSError:
+            # No job can take this name; what is left only takes space until an admin removes it.
+            log.exception("job %s: could not remove its files set aside at %s", job_id, moved)
     if (store := object_store(settings)) is not None:
         try:
             store.delete_run(job_id)
         except (BotoCoreError, ClientError):
-            # The job's rows are gone already; failing the request now would only hide that it was deleted.
+            # Ids are never reused, so what is left is found by no job; failing now would hide the deletion.
             log.exception("job %s: could not delete its objects under %s", job_id, store.run_key(job_id, ""))
 
 
@@ -45,19 +69,23 @@ def log_path(settings: Settings, job_id: int, rank: int | None) -> Path:
 
 def _read_log_bytes(settings: Settings, job_id: int, rank: int | None, offset: int, length: int) -> bytes:
     """From the file when this host has it (a shared runs directory, or the worker's own host), else from
-    the parts the worker uploads of it; a log not written yet reads as empty."""
+    the parts the worker uploads of it; a log not written yet reads as empty, and so does one a rank
+    replaced with a link (to another job's files, or the server's): it is never followed."""
     try:
-        with log_path(settings, job_id, rank).open("rb") as f:
-            # Past the end there is nothing yet; and a seek beyond the filesystem's largest file size (ext4:
-            # 16 TiB) fails with EINVAL rather than reading nothing.
-            if offset >= os.fstat(f.fileno()).st_size:
-                return b""
-            f.seek(offset)
-            return f.read(length)
+        fd = open_inside(log_path(settings, job_id, rank), run_dir(settings, job_id))
+    except PermissionError:
+        return b""
     except FileNotFoundError:
         if (store := object_store(settings)) is None:
             return b""
         return store.read_parts(store.run_key(job_id, log_name(rank)), offset, length)
+    with os.fdopen(fd, "rb") as f:
+        # Past the end there is nothing yet; and a seek beyond the filesystem's largest file size (ext4:
+        # 16 TiB) fails with EINVAL rather than reading nothing.
+        if offset >= os.fstat(f.fileno()).st_size:
+            return b""
+        f.seek(offset)
+        return f.read(length)
 
 
 def _utf8_boundary(data: bytes) -> int:

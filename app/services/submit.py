@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 
 from kombu.exceptions import OperationalError
 from pydantic import ValidationError
@@ -10,6 +11,7 @@ from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from app.schemas import RetryFrom
 from app.services.artifacts import owned_checkpoint
 from app.services.code import check_code
 from app.services.confine import check_checkpoint_path, check_data_root
@@ -19,23 +21,37 @@ from app.services.jobs import get_owned_job
 from app.services.keys import Caller
 from app.services.quotas import check_quota
 from app.services.runs import run_dir
+from app.services.shown import shown_plan
 from core.config import Settings
 from core.doorbell import enqueue_job
 from core.launch import Rendezvous, torchrun_argv
-from core.models import Job, JobEvent
+from core.models import Checkpoint, Job, JobEvent
 from core.states import JobStatus
-from trainers.plan import Plan, resolve_plan
+from trainers.cluster import Inventory, cluster_problems
+from trainers.plan import NO_HOSTS, Plan, resolve_plan
 from trainers.spec import JobSpec
+from trainers.token_files import check_token_data
 
 log = logging.getLogger(__name__)
 
 DRY_RUN_ID = "<job-id>"
 RETRYABLE = frozenset({JobStatus.FAILED, JobStatus.TIMED_OUT, JobStatus.CANCELLED})
+# Concurrent retries of one job race for its next generation: each round one of them takes it, and the
+# others look again (and find it, unless they asked for another retry).
+_RETRY_ROUNDS = 5
 
 
-def _resume_path(
+@dataclass(frozen=True)
+class RetryOf:
+    """The job a retry is made from, and which retry of it this one is."""
+
+    parent_id: int
+    generation: int
+
+
+def _resumed(
     session: Session, settings: Settings, checkpoint_id: int | None, caller: Caller
-) -> str | None:
+) -> Checkpoint | None:
     """Only the caller's own checkpoints (any, for an admin), and only files under the runs directory."""
     if checkpoint_id is None:
         return None
@@ -44,7 +60,7 @@ def _resume_path(
     except CheckpointNotFound as exc:
         raise InvalidSpec("checkpoint.resume_from", f"{exc}, and use one of their ids") from exc
     check_checkpoint_path(settings, "checkpoint.resume_from", checkpoint.path)
-    return checkpoint.path
+    return checkpoint
 
 
 def check_environment(settings: Settings, name: str | None) -> None:
@@ -57,30 +73,40 @@ def check_environment(settings: Settings, name: str | None) -> None:
         )
 
 
-def _plan(session: Session, settings: Settings, spec: JobSpec, caller: Caller) -> Plan:
-    """The plan of a spec whose fields passed their own checks, on the cluster the workers registered; the
-    checks around it need the disk or the database: a code bundle and a checkpoint the caller owns, a data
-    root inside the data directory."""
+def _plan(
+    session: Session, settings: Settings, spec: JobSpec, caller: Caller, inventory: Inventory
+) -> tuple[Plan, Checkpoint | None]:
+    """The plan of a spec whose fields passed their own checks, on the cluster the workers registered, and
+    the checkpoint it resumes from; the checks around it need the disk or the database: a code bundle and a
+    checkpoint the caller owns, a data root inside the data directory."""
     check_code(session, settings, spec, caller)
     check_environment(settings, spec.environment)
     check_data_root(settings, spec.data.root)
-    plan = resolve_plan(spec, read_inventory(session, settings))
-    plan.resume_path = _resume_path(session, settings, spec.checkpoint.resume_from, caller)
-    return plan
+    check_token_data(spec, settings.data_dir)
+    plan = resolve_plan(spec, inventory)
+    resumed = _resumed(session, settings, spec.checkpoint.resume_from, caller)
+    plan.resume_path = None if resumed is None else resumed.path
+    return plan, resumed
 
 
 def dry_run(session: Session, settings: Settings, spec: JobSpec, caller: Caller) -> Plan:
     """The plan a submission would store, with the argv a worker would build for it: a placeholder for the
-    id it does not have yet, and `python` for the worker's interpreter (the worker stores its real argv when
-    it launches the job)."""
-    plan = _plan(session, settings, spec, caller)
+    id it does not have yet, `python` for the worker's interpreter (the worker stores its real argv when
+    it launches the job) and the server's folders as their variables (services/shown.py). A spec that no
+    registered host could run (GPUs on a laptop) is still planned, as the cluster would run it, with
+    `runnable` false and why."""
+    plan, _ = _plan(session, settings, spec, caller, NO_HOSTS)
+    unplaceable = list(cluster_problems(spec.parallel, read_inventory(session, settings)))
+    if unplaceable:
+        plan.runnable = False
+        plan.not_runnable_because = [f"{p.field}: {p.message} ({p.fix})" for p in unplaceable]
     spanning = (
         None
         if plan.nnodes == 1
         else Rendezvous.placeholder(plan.nnodes, DRY_RUN_ID, settings.rendezvous_timeout_s)
     )
     plan.argv = torchrun_argv(plan, run_dir(settings, DRY_RUN_ID), "python", spanning)
-    return plan
+    return Plan.model_validate(shown_plan(plan.public(), settings))
 
 
 def job_by_key(session: Session, owner: str, key: str) -> Job | None:
@@ -110,13 +136,15 @@ def submit_job(
     *,
     idempotency_key: str | None = None,
     message: str | None = None,
+    retry: RetryOf | None = None,
 ) -> tuple[int, bool]:
     """Returns the job's id and whether this call created it (False: an earlier request with the same key
-    did)."""
+    did). The job's parent is the one it retries, else the one whose checkpoint it resumes from."""
     if idempotency_key and (earlier := job_by_key(session, caller.user, idempotency_key)):
         return _replay(earlier, spec, idempotency_key), False
-    plan = _plan(session, settings, spec, caller)
+    plan, resumed = _plan(session, settings, spec, caller, read_inventory(session, settings))
     check_quota(session, settings, caller.user, plan)
+    parent_id = retry.parent_id if retry else None if resumed is None else resumed.job_id
     job = Job(
         name=spec.name,
         owner=caller.user,
@@ -126,6 +154,8 @@ def submit_job(
         total_gpus=plan.total_gpus,
         priority=spec.priority,
         idempotency_key=idempotency_key,
+        parent_id=parent_id,
+        retry_generation=retry.generation if retry else None,
     )
     try:
         session.add(job)
@@ -133,7 +163,8 @@ def submit_job(
         session.add(JobEvent(job_id=job.id, to_status=JobStatus.QUEUED, reason="submitted", message=message))
         session.commit()
     except IntegrityError:
-        # A concurrent request with the same key committed first; answer as its replay.
+        # A concurrent request with the same key committed first; answer as its replay. (A retry that lost
+        # the race for its generation has no key, or another: it looks again.)
         session.rollback()
         if idempotency_key and (earlier := job_by_key(session, caller.user, idempotency_key)):
             return _replay(earlier, spec, idempotency_key), False
@@ -142,11 +173,9 @@ def submit_job(
     return job.id, True
 
 
-def retry_job(session: Session, settings: Settings, job_id: int, caller: Caller) -> int:
-    """A new job with the same spec, owned by the caller, and its id; the old one stays as it ended, for the
-    record."""
-    old = get_owned_job(session, job_id, caller)
-    status = JobStatus(old.status)
+def _retryable(session: Session, job_id: int, caller: Caller) -> Job:
+    job = get_owned_job(session, job_id, caller)
+    status = JobStatus(job.status)
     if status not in RETRYABLE:
         fix = (
             "submit its spec again with POST /v1/jobs to run it once more"
@@ -154,11 +183,68 @@ def retry_job(session: Session, settings: Settings, job_id: int, caller: Caller)
             else "only failed, timed_out or cancelled jobs can be retried; wait for it to end or cancel it"
         )
         raise JobStateConflict(job_id, status, fix)
+    return job
+
+
+def _latest_checkpoint(session: Session, job_id: int) -> int | None:
+    """The checkpoint a restart of the job would resume from (pruned ones have no row)."""
+    query = select(Checkpoint.id).where(Checkpoint.job_id == job_id)
+    return session.scalar(query.order_by(Checkpoint.step.desc(), Checkpoint.id.desc()).limit(1))
+
+
+def _retry_spec(session: Session, job: Job, start: RetryFrom) -> tuple[JobSpec, str]:
+    """The spec a retry runs, and how it starts, for the new job's first event."""
+    latest = None if start is RetryFrom.SCRATCH else _latest_checkpoint(session, job.id)
+    resumed = {"checkpoint": {**job.spec.get("checkpoint", {}), "resume_from": latest}}
     try:
-        spec = JobSpec.model_validate(old.spec)
+        spec = JobSpec.model_validate(job.spec if latest is None else job.spec | resumed)
     except ValidationError as exc:
         raise InvalidSpec(
-            "spec", f"job {job_id}'s spec no longer validates ({exc}); submit a fixed one"
+            "spec", f"job {job.id}'s spec no longer validates ({exc}); submit a fixed one"
         ) from exc
-    new_id, _ = submit_job(session, settings, spec, caller, message=f"retry of job {job_id}")
-    return new_id
+    return spec, f"retry of job {job.id}" + ("" if latest is None else f" from its checkpoint {latest}")
+
+
+def _retries(session: Session, job_id: int) -> list[Job]:
+    query = select(Job).where(Job.parent_id == job_id, Job.retry_generation.is_not(None))
+    return list(session.scalars(query.order_by(Job.retry_generation.desc())))
+
+
+def retry_job(
+    session: Session,
+    settings: Settings,
+    job_id: int,
+    caller: Caller,
+    *,
+    start: RetryFrom = RetryFrom.LATEST,
+    again: bool = False,
+    idempotency_key: str | None = None,
+) -> tuple[int, bool]:
+    """A new job, owned by the caller, that runs a failed, timed-out or cancelled job's spec again, from that
+    job's latest checkpoint unless `start` says scratch; the old one stays as it ended, for the record.
+    Returns the job's id and whether this call created it: a retry that the caller can see with the same
+    spec is answered again rather than made twice, unless `again` is set or a new Idempotency-Key sent."""
+    spec, message = _retry_spec(session, _retryable(session, job_id, caller), start)
+    wanted = spec.model_dump(mode="json")
+    for _ in range(_RETRY_ROUNDS):
+        parent = _retryable(session, job_id, caller)  # deleted meanwhile: answered as missing
+        retries = _retries(session, parent.id)
+        same = next((job for job in retries if job.spec == wanted and caller.may_see(job.owner)), None)
+        if same is not None and not (again or idempotency_key):
+            return same.id, False
+        generation = 1 + max((job.retry_generation for job in retries if job.retry_generation), default=0)
+        try:
+            return submit_job(
+                session,
+                settings,
+                spec,
+                caller,
+                idempotency_key=idempotency_key,
+                message=message,
+                retry=RetryOf(parent.id, generation),
+            )
+        except IntegrityError:
+            continue
+    raise JobStateConflict(
+        job_id, JobStatus(parent.status), "it was being retried by others at the same time; try again"
+    )

@@ -9,6 +9,7 @@ class ApiError extends Error {
   constructor(status, detail) {
     super(`${status}: ${detail}`);
     this.status = status;
+    this.detail = detail;
   }
 }
 
@@ -58,6 +59,18 @@ const api = {
     URL.revokeObjectURL(link.href);
   },
 };
+
+/** Every point of one metric of a job, shortened by the server to a plottable number where it can. */
+async function metricSeries(jobId, name, signal) {
+  const series = new Map();
+  let after = -1;
+  while (after !== null) {
+    const page = await api.get(`/v1/jobs/${jobId}/metrics?name=${encodeURIComponent(name)}&max_points=2000&after_step=${after}`, signal);
+    page.data.forEach((r) => series.set(r.step, r.value));
+    after = page.next_after_step;
+  }
+  return series;
+}
 
 const sleep = (ms, signal) =>
   new Promise((resolve) => {

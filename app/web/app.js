@@ -22,14 +22,60 @@ function progressBar(progress) {
   const share = progress.total ? Math.min(progress.step / progress.total, 1) : 0;
   const label = progress.total ? `${progress.step} / ${progress.total}` : String(progress.step);
   const eta = progress.eta_s != null ? ` · ${formatDuration(progress.eta_s)} left` : "";
-  return h("div", { class: "progress", title: `step ${label}${eta}` },
-    h("div", { class: "progress-fill", style: `width: ${(share * 100).toFixed(1)}%` }),
-    h("span", { class: "progress-label" }, label + eta));
+  const fill = h("div", { class: "progress-fill" });
+  fill.style.width = `${(share * 100).toFixed(1)}%`;
+  return h("div", { class: "progress", title: `step ${label}${eta}` }, fill, h("span", { class: "progress-label" }, label + eta));
+}
+
+/** A link that downloads `path`; with a key the file is fetched with it, as a plain link cannot send one. */
+function downloadLink(path, filename, text) {
+  return h("a", { href: path, download: filename, onclick: (event) => {
+    if (!api.token()) return;
+    event.preventDefault();
+    api.download(path, filename).catch(showError);
+  } }, text);
+}
+
+/** A button that copies `text()` to the clipboard and says so for a moment. */
+function copyButton(label, text) {
+  const button = h("button", { type: "button", onclick: async () => {
+    try {
+      await navigator.clipboard.writeText(text());
+      button.textContent = "Copied";
+    } catch {
+      button.textContent = "Copy failed: select the text instead";
+    }
+    setTimeout(() => { button.textContent = label; }, 1500);
+  } }, label);
+  return button;
 }
 
 const jobLink = (id, text = `#${id}`) => h("a", { href: `#/jobs/${id}` }, text);
 const formatTime = (iso) => (iso ? new Date(iso).toLocaleString() : "");
-const formatNumber = (v) => (typeof v === "number" ? (Math.abs(v) >= 1000 ? v.toFixed(0) : v.toPrecision(4)) : "");
+/** For narrow columns: "Nov 26, 06:58"; the full time shows on hover. */
+const shortTime = (iso) => h("span", { title: formatTime(iso) },
+  new Date(iso).toLocaleString([], { month: "short", day: "numeric", hour: "2-digit", minute: "2-digit" }));
+function formatNumber(v) {
+  if (typeof v !== "number") return "";
+  const size = Math.abs(v);
+  return size >= 1000 ? v.toFixed(0) : size && size < 1e-3 ? v.toExponential(2) : v.toPrecision(4);
+}
+/** plural(1, "process", "processes") is "1 process"; plural(2, "GPU") is "2 GPUs". */
+const plural = (n, one, many = `${one}s`) => `${n} ${n === 1 ? one : many}`;
+
+/** Where a job runs: its leased GPUs, else its processes and device from the plan. */
+function devicesText(job) {
+  const plan = job.plan || {};
+  if (job.gpu_ids?.length) return `${plural(job.gpu_ids.length, "GPU")} [${job.gpu_ids.join(", ")}]`;
+  return `${plural(plan.world_size || 1, "process", "processes")} on ${plan.device || "?"}`;
+}
+
+/** Seconds from running to finished (or to now, while it runs); null before it ran. */
+function runSeconds(job) {
+  if (!job.running_at) return null;
+  const end = job.finished_at ? new Date(job.finished_at) : new Date();
+  return Math.max((end - new Date(job.running_at)) / 1000, 0);
+}
 
 function formatDuration(seconds) {
   const s = Math.round(seconds);
@@ -46,9 +92,10 @@ function formatBytes(n) {
 
 function table(headings, rows, empty) {
   if (!rows.length) return h("p", { class: "empty" }, empty);
-  return h("table", {},
+  // A wide table scrolls on its own rather than widening the page.
+  return h("div", { class: "table-wrap" }, h("table", {},
     h("thead", {}, h("tr", {}, headings.map((t) => h("th", {}, t)))),
-    h("tbody", {}, rows));
+    h("tbody", {}, rows)));
 }
 
 // Each view renders into `root` and keeps itself fresh until `signal` aborts: the user went elsewhere.

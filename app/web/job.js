@@ -1,12 +1,7 @@
 "use strict";
-// One job: status and progress, live curves, logs per rank, state events, checkpoints, and Cancel.
+// One job: status and progress, live curves, what it ran (spec and plan), its profile, logs per rank, state
+// events, checkpoints, and Cancel while it can still be cancelled.
 
-// Chart title -> the metric names it overlays.
-const JOB_CHARTS = [
-  ["loss", ["loss", "eval_loss"]],
-  ["eval accuracy", ["eval_accuracy"]],
-  ["learning rate", ["lr"]],
-];
 const LOG_TAIL_CHARS = 200_000;
 
 function jobView(root, signal, jobId) {
@@ -14,30 +9,18 @@ function jobView(root, signal, jobId) {
   const live = () => !job || !TERMINAL.has(job.status);
   const header = h("section", { class: "card" });
   const latest = h("div", { class: "latest" });
-  const charts = h("div", { class: "charts" });
+  const curves = h("div");
+  const record = h("div", { class: "columns" });
+  const tools = h("div");
   const events = h("div");
   const checkpoints = h("div");
   const logs = logPanel(jobId, signal);
-  root.append(header, latest, charts,
+  root.append(header, latest, curves, record, tools,
     h("section", { class: "card" }, h("h3", {}, "Logs"), logs.element),
     h("div", { class: "columns" },
       h("section", { class: "card" }, h("h3", {}, "State events"), events),
       h("section", { class: "card" }, h("h3", {}, "Checkpoints"), checkpoints)));
-
-  const byMetric = new Map();
-  for (const [title, names] of JOB_CHARTS) {
-    const holder = h("div", { class: "chart", "data-metric": names[0] });
-    charts.append(holder);
-    const chart = new StepChart(holder, title, names);
-    signal.addEventListener("abort", () => chart.destroy());
-    names.forEach((name, i) => byMetric.set(name, [chart, i]));
-  }
-  const plot = (rows) => {
-    for (const [name, [chart, index]] of byMetric) {
-      const points = rows.filter((r) => r.name === name).map((r) => [r.step, r.value]);
-      if (points.length) chart.add(index, points);
-    }
-  };
+  const charts = jobCharts(curves, signal);
 
   const cancel = h("button", { class: "danger", onclick: async () => {
     cancel.disabled = true;
@@ -51,12 +34,15 @@ function jobView(root, signal, jobId) {
 
   const render = (fresh) => {
     job = fresh;
-    cancel.disabled = !live() || job.status === "cancelling";
+    // A finished job has nothing to cancel; a cancelling one is on its way.
+    cancel.hidden = !live();
+    cancel.disabled = job.status === "cancelling";
     header.replaceChildren(
       h("div", { class: "toolbar" }, h("h2", {}, `#${job.id} ${job.name}`), statusBadge(job.status), cancel),
       progressBar(job.progress),
       h("dl", { class: "facts" }, facts(job).filter(([, v]) => v).map(([k, v]) => h("div", {}, h("dt", {}, k), h("dd", {}, v)))),
-      job.message ? h("p", { class: "message" }, job.message) : null);
+      job.message ? h("p", { class: `message ${TERMINAL.has(job.status) && job.status !== "succeeded" ? "ended-badly" : ""}` },
+        job.message) : null);
     latest.replaceChildren(...Object.entries(job.latest_metrics).map(([name, value]) =>
       h("span", { class: "metric" }, h("b", {}, name), " ", formatNumber(value))));
     logs.setRanks(job.plan.world_size || 0);
@@ -76,13 +62,19 @@ function jobView(root, signal, jobId) {
   (async () => {
     await refresh().catch(showError);
     if (!job) return;
-    followMetrics(jobId, plot, live, signal).catch(showError);
+    record.replaceChildren(specCard(job.spec), planCard(job.plan));
+    const profile = toolsCard(job, signal);
+    if (profile) tools.replaceChildren(profile.element);
+    charts.joinAncestors(job).catch(showError);
+    followMetrics(jobId, charts.plot, live, signal).catch(showError);
     const stopped = new AbortController();
     signal.addEventListener("abort", () => stopped.abort());
+    let profiled = false;
     // Once the job has ended, one more read picks up what its last moments wrote.
     every(POLL_MS, stopped.signal, async () => {
       const wasLive = live();
       await refresh();
+      profiled = profiled || !profile || (await profile.load());
       if (!wasLive) stopped.abort();
     });
   })();
@@ -90,15 +82,18 @@ function jobView(root, signal, jobId) {
 
 function facts(job) {
   const plan = job.plan || {};
+  const run = runSeconds(job);
   return [
     ["attempt", String(job.attempt)],
-    ["strategy", `${plan.strategy || "?"} · ${plan.world_size || "?"} processes on ${plan.device || "?"}`],
+    ["strategy", `${plan.strategy || "?"} · ${devicesText(job)}`],
+    ["precision", plan.precision],
     ["host", job.host || "not placed yet"],
-    ["GPUs", job.gpu_ids?.length ? job.gpu_ids.join(", ") : "none"],
+    ["made from", job.parent_id ? h("span", {}, "job ", jobLink(job.parent_id)) : ""],
     ["priority", String(job.priority)],
     ["submitted", formatTime(job.created_at)],
     ["running since", formatTime(job.running_at)],
     ["finished", formatTime(job.finished_at)],
+    ["ran for", run === null ? "" : formatDuration(run)],
     ["reason", job.status_reason || ""],
   ];
 }
@@ -113,21 +108,17 @@ function eventTable(events) {
 }
 
 function checkpointTable(checkpoints) {
-  return table(["step", "epoch", "size", "saved", ""], checkpoints.map((c) => {
-    const filename = `job${c.job_id}-step${c.step}.pt`;
-    const link = h("a", { href: c.download_url, download: filename, onclick: (e) => {
-      if (!api.token()) return;
-      e.preventDefault();
-      api.download(c.download_url, filename).catch(showError);
-    } }, "download");
-    return h("tr", {}, h("td", { class: "num" }, String(c.step)), h("td", { class: "num" }, String(c.epoch)),
-      h("td", { class: "num" }, formatBytes(c.size_bytes)), h("td", {}, formatTime(c.created_at)), h("td", {}, link));
-  }), "No checkpoints yet.");
+  return table(["step", "epoch", "size", "saved", ""], checkpoints.map((c) => h("tr", {},
+    h("td", { class: "num" }, String(c.step)), h("td", { class: "num" }, String(c.epoch)),
+    h("td", { class: "num" }, formatBytes(c.size_bytes)), h("td", {}, formatTime(c.created_at)),
+    h("td", {}, downloadLink(c.download_url, `job${c.job_id}-step${c.step}.pt`, "download")))), "No checkpoints yet.");
 }
 
-/** A log viewer for the launcher or one rank; it reads on from the last offset until the log ends. */
+/** A log viewer for one rank (rank 0 first: where training prints its steps) or the launcher; it reads on
+ *  from the last offset until the log ends. */
 function logPanel(jobId, signal) {
-  const select = h("select", { onchange: () => restart() }, h("option", { value: "" }, "launcher"));
+  const launcher = h("option", { value: "" }, "launcher");
+  const select = h("select", { onchange: () => restart() }, h("option", { value: "0" }, "rank 0"), launcher);
   const text = h("pre", { class: "log" });
   let reading = null;
   const restart = () => {
@@ -150,7 +141,9 @@ function logPanel(jobId, signal) {
     });
   };
   const setRanks = (n) => {
-    for (let rank = select.options.length - 1; rank < n; rank++) select.append(h("option", { value: rank }, `rank ${rank}`));
+    for (let rank = select.options.length - 1; rank < n; rank++) {
+      select.insertBefore(h("option", { value: rank }, `rank ${rank}`), launcher);
+    }
   };
   restart();
   return { element: h("div", {}, h("label", {}, "show ", select), text), setRanks };

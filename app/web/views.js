@@ -1,5 +1,5 @@
 "use strict";
-// The overview pages: jobs, queue, GPUs, and loss curves of several jobs overlaid.
+// The overview pages: jobs, the queue, GPUs.
 
 const STATUSES = ["queued", "starting", "running", "restarting", "cancelling", "succeeded", "failed",
   "timed_out", "cancelled"];
@@ -7,7 +7,7 @@ const STATUSES = ["queued", "starting", "running", "restarting", "cancelling", "
 function jobsView(root, signal) {
   const selected = new Set();
   const compare = h("button", { disabled: true, onclick: () => { location.hash = `#/compare?ids=${[...selected]}`; } },
-    "Compare loss");
+    "Compare");
   const filter = h("select", { onchange: () => refresh() },
     h("option", { value: "" }, "all statuses"), STATUSES.map((s) => h("option", { value: s }, s)));
   const body = h("div");
@@ -18,22 +18,38 @@ function jobsView(root, signal) {
     else selected.delete(id);
     compare.disabled = selected.size === 0;
   };
-  const row = (job) => h("tr", { "data-job": job.id },
-    h("td", {}, h("input", { type: "checkbox", checked: selected.has(job.id), title: "select to compare",
-      onchange: (e) => pick(job.id, e.target.checked) })),
-    h("td", {}, jobLink(job.id)),
-    h("td", {}, jobLink(job.id, job.name)),
-    h("td", {}, statusBadge(job.status), job.queue_position ? ` #${job.queue_position} in queue` : ""),
-    h("td", { class: "wide" }, progressBar(job.progress)),
-    h("td", { class: "num" }, formatNumber(job.latest_metrics.loss)),
-    h("td", {}, formatTime(job.created_at)));
+  const row = (job) => {
+    const ran = runSeconds(job);
+    return h("tr", { "data-job": job.id },
+      h("td", {}, h("input", { type: "checkbox", checked: selected.has(job.id), title: "select to compare",
+        onchange: (e) => pick(job.id, e.target.checked) })),
+      h("td", {}, jobLink(job.id)),
+      h("td", {}, jobLink(job.id, job.name), failure(job),
+        job.parent_id ? h("div", { class: "row-note" }, "from ", jobLink(job.parent_id)) : null),
+      h("td", {}, statusBadge(job.status), job.queue_position ? ` #${job.queue_position} in queue` : ""),
+      h("td", { class: "wide" }, progressBar(job.progress)),
+      h("td", {}, job.plan.strategy || ""),
+      h("td", { class: "nowrap" }, devicesText(job)),
+      h("td", {}, job.plan.precision || ""),
+      h("td", { class: "num" }, ran === null ? "" : formatDuration(ran)),
+      h("td", { class: "num" }, formatNumber(job.latest_metrics.loss)),
+      h("td", { class: "num" }, formatNumber(job.latest_metrics.eval_accuracy)),
+      h("td", { class: "nowrap" }, shortTime(job.created_at)));
+  };
   const refresh = async () => {
     const status = filter.value ? `&status=${filter.value}` : "";
     const page = await api.get(`/v1/jobs?limit=100${status}`, signal);
-    body.replaceChildren(table(["", "id", "name", "status", "progress", "loss", "submitted"],
-      page.data.map(row), "No jobs yet: POST a spec to /v1/jobs."));
+    body.replaceChildren(table(["", "id", "name", "status", "progress", "strategy", "devices", "precision", "ran for",
+      "loss", "eval acc", "submitted"], page.data.map(row), "No jobs yet: POST a spec to /v1/jobs."));
   };
   every(POLL_MS, signal, refresh);
+}
+
+/** Why a failed or timed-out job ended, under its name: the reason, and the message in full on hover. */
+function failure(job) {
+  if (job.status !== "failed" && job.status !== "timed_out") return null;
+  const text = [job.status_reason, job.message].filter(Boolean).join(": ");
+  return h("div", { class: "row-reason", title: text }, text);
 }
 
 /** The server's /v1/queue, or on a server without one, queued jobs in queue order. */
@@ -81,38 +97,5 @@ function gpusView(root, signal) {
       h("h3", {}, host.host, h("small", {}, ` worker ${host.worker_id} · seen ${formatTime(host.heartbeat_at)}`)),
       table(["gpu", "model", "memory", "reported", "held by"], host.gpus.map(gpuRow),
         "No GPUs on this host: it runs CPU jobs."))) : [h("p", { class: "empty" }, "No worker is running.")]));
-  });
-}
-
-/** Every loss point of a job, shortened by the server to a plottable number where it can. */
-async function lossSeries(jobId, signal) {
-  const series = new Map();
-  let after = -1;
-  while (after !== null) {
-    const page = await api.get(`/v1/jobs/${jobId}/metrics?name=loss&max_points=2000&after_step=${after}`, signal);
-    page.data.forEach((r) => series.set(r.step, r.value));
-    after = page.next_after_step;
-  }
-  return series;
-}
-
-function compareView(root, signal, ids) {
-  const input = h("input", { value: ids.join(","), placeholder: "job ids, e.g. 3,4,7", size: 24 });
-  const form = h("form", { class: "toolbar", onsubmit: (e) => {
-    e.preventDefault();
-    location.hash = `#/compare?ids=${idsOf(input.value.replace(/\s+/g, ","))}`;
-  } }, h("h2", {}, "Compare loss"), input, h("button", { type: "submit" }, "Show"));
-  root.append(form);
-  if (!ids.length) {
-    root.append(h("p", { class: "empty" }, "Pick jobs on the Jobs page, or type their ids."));
-    return;
-  }
-  const holder = h("div", { class: "chart", "data-metric": "loss" });
-  root.append(holder);
-  const chart = new StepChart(holder, "loss", ids.map((id) => `#${id}`));
-  signal.addEventListener("abort", () => chart.destroy());
-  every(POLL_MS * 2.5, signal, async () => {
-    const all = await Promise.all(ids.map((id) => lossSeries(id, signal)));
-    all.forEach((series, i) => chart.replace(i, series));
   });
 }

@@ -160,7 +160,8 @@ class Postgres:
 
 @dataclass
 class Stack:
-    """Trainyard as `make run` starts it: migrations, then a real uvicorn and a real Celery worker."""
+    """Trainyard as `make run` starts it: migrations, then the API (uvicorn through app.serve) and a real
+    Celery worker."""
 
     env: dict[str, str]
     workdir: Path
@@ -223,8 +224,8 @@ class Stack:
     def _spawn_api(self) -> None:
         port = free_port()
         self.url = f"http://127.0.0.1:{port}"
-        argv = [sys.executable, "-m", "uvicorn", "app.main:app", "--host", "127.0.0.1", "--port", str(port)]
-        self._spawn("api", argv, self.api_env)
+        where = {"TRAINYARD_HOST": "127.0.0.1", "TRAINYARD_PORT": str(port)}
+        self._spawn("api", [sys.executable, "-m", "app.serve"], {**self.api_env, **where})
 
     def _wait_api(self) -> None:
         wait_for(lambda: httpx.get(f"{self.url}/healthz").status_code == 200, 60, "api")

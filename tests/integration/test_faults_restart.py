@@ -132,7 +132,9 @@ def test_a_killed_rank_restarts_from_its_checkpoint_like_an_uninterrupted_run(
     job, events, _ = hit_rank_at_step_50(embedded_stack, RESTARTABLE, signal.SIGKILL)
     assert job["attempt"] == 2, job
     restart = next(e for e in events if e["to_status"] == "restarting")
-    assert restart["reason"] in ("crash", "communication_error"), restart
+    # The rank killed, not its peer's "Connection reset" that often reaches the error file first.
+    assert restart["reason"] == "crash", restart
+    assert "rank 1 was killed by signal SIGKILL" in restart["message"], restart
     assert [e["to_status"] for e in events].count("restarting") == 1
     curve = losses(embedded_stack, job["id"])
     expected = reference_losses(embedded_stack, reference)

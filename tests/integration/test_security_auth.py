@@ -1,6 +1,6 @@
 """Auth on, through real uvicorn and a real worker: every route but the public ones answers 401 without a
-key; another user's job, metrics, logs, events and checkpoints are 404; lists show only the caller's jobs
-and an admin sees all."""
+key; another user's job, metrics, logs, events, checkpoints and API keys are 404; lists show only the
+caller's jobs and an admin sees all."""
 
 from __future__ import annotations
 
@@ -57,7 +57,9 @@ def alice_job(auth_stack: Stack, keys: Keys) -> dict[str, Any]:
         [checkpoint, *_] = client.get(f"/v1/jobs/{job['id']}/checkpoints").json()["data"]
         pushed = client.post("/v1/code", content=tiny_bundle(), headers={"Content-Type": "application/gzip"})
         assert pushed.status_code == 201, pushed.text
-    return {"job_id": job["id"], "checkpoint_id": checkpoint["id"], "code_id": pushed.json()["id"]}
+        [key, *_] = client.get("/v1/keys").json()["data"]  # her own key: the only ones she sees
+    ids = {"job_id": job["id"], "checkpoint_id": checkpoint["id"], "code_id": pushed.json()["id"]}
+    return {**ids, "key_id": key["id"]}
 
 
 def tiny_bundle() -> bytes:

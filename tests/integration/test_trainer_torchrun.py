@@ -99,8 +99,9 @@ def test_checkpoints_follow_the_cadence_and_keep_last(ddp: TrainerRun) -> None:
     removed = [e.path for e in ddp.events() if isinstance(e, CheckpointRemovedEvent)]
     assert removed == ["checkpoints/step-00000020.pt", "checkpoints/step-00000025.pt"]
     files = sorted(p.name for p in (ddp.run_dir / "checkpoints").iterdir())
-    assert files == [f"step-{step:08d}.pt" for step in (40, 50, 60, 75)]
-    state = torch.load(ddp.run_dir / "checkpoints" / files[-1], weights_only=True)
+    kept = [f"step-{step:08d}.pt" for step in (40, 50, 60, 75)]
+    assert files == sorted(kept + [f"{name}.sha256" for name in kept]), "a pruned file's sha256 goes with it"
+    state = torch.load(ddp.run_dir / "checkpoints" / kept[-1], weights_only=True)
     assert state["step"] == STEPS and state["epoch"] == 3 and state["name"] == "digits-mlp"
     assert not any(key.startswith(("module.", "_orig_mod.")) for key in state["model"])
 

@@ -14,13 +14,14 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import pytest
 from sqlalchemy import select
 
-from core import db, launch
 from core import doorbell as core_doorbell
+from core import launch
 from core.config import get_settings
 from core.db import get_engine, session_scope
 from core.launch import Launch
 from core.models import Base, GpuLease, Job
 from core.states import JobStatus
+from tests.unit.conftest import _clear_caches
 from trainers.plan import Plan, resolve_plan
 from trainers.spec import JobSpec
 from worker import runner
@@ -28,12 +29,6 @@ from worker.reaper import beat
 
 if TYPE_CHECKING:
     from worker.leases import ClaimOutcome
-
-
-def _clear_caches() -> None:
-    get_settings.cache_clear()
-    db.engine_for.cache_clear()
-    db.sessionmaker_for.cache_clear()
 
 
 class WorkerDb:
@@ -92,7 +87,8 @@ def worker_db(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, database_url: str
 
 
 class Doorbell:
-    """Stands in for the Celery app: records the job ids rung instead of sending messages."""
+    """Stands in for the Celery app: records the job ids rung instead of sending messages. No worker takes
+    them, so each stays pending until a test clears `rung`."""
 
     def __init__(self) -> None:
         self.rung: list[int] = []
@@ -111,6 +107,7 @@ class Doorbell:
 def doorbell(monkeypatch: pytest.MonkeyPatch) -> Doorbell:
     bell = Doorbell()
     monkeypatch.setattr(core_doorbell, "get_celery", lambda: bell)
+    monkeypatch.setattr(core_doorbell, "pending_rings", lambda: len(bell.rung))
     return bell
 
 

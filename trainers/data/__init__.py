@@ -11,14 +11,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import cast
+from typing import Protocol, cast
 
 import torch
 import torch.nn.functional as F
 from torch.utils.data import Dataset, DistributedSampler
 
 from trainers.catalog.datasets import DATASETS, DatasetName
-from trainers.data import bags, cifar10, digits, image_folder, mnist, synthetic
+from trainers.data import bags, cifar10, digits, image_folder, mnist, shards, synthetic
+from trainers.data.images import ImageSet
 from trainers.dist_env import DistEnv
 from trainers.spec import DataPlacement, DataSpec
 
@@ -30,6 +31,8 @@ Loader = Callable[[DataSpec, int], tuple[torch.Tensor, torch.Tensor, torch.Tenso
 class Source:
     load: Loader
     num_classes: Callable[[DataSpec], int] | None = None  # None: the catalogue's fixed count
+    # Image files, listed without decoding, to hold whole or stream (DatasetInfo.streams)
+    images: Callable[[DataSpec, int], ImageSet] | None = None
 
 
 # The loaders, keyed by the catalogue's DatasetName; what the planner knows of each is its DatasetInfo.
@@ -38,7 +41,8 @@ SOURCES: dict[DatasetName, Source] = {
     DatasetName.DIGITS: Source(digits.load),
     DatasetName.CIFAR10: Source(cifar10.load),
     DatasetName.MNIST: Source(mnist.load),
-    DatasetName.IMAGE_FOLDER: Source(image_folder.load, image_folder.num_classes),
+    DatasetName.IMAGE_FOLDER: Source(image_folder.load, image_folder.num_classes, image_folder.open_set),
+    DatasetName.SHARDS: Source(shards.load, shards.num_classes, shards.open_set),
     DatasetName.SYNTHETIC_BAGS: Source(bags.load, lambda data: data.num_classes),
 }
 
@@ -112,13 +116,31 @@ class BatchShape:
             x = x.expand(-1, self.channels, -1, -1)
         return x.contiguous(memory_format=torch.channels_last) if self.channels_last else x
 
+    def prepare(self, x: torch.Tensor) -> torch.Tensor:
+        """A batch as stored (uint8 or float) as the model takes it."""
+        return self.apply(as_float_images(x))
+
+
+class View(Protocol):
+    """What a batch on the device becomes before the model sees it: BatchShape, or data.augment's views
+    (trainers/data/augment.py)."""
+
+    def prepare(self, x: torch.Tensor) -> torch.Tensor: ...
+
+
+class AsStored:
+    """Batches as stored, for data.augment to transform with the step's randomness."""
+
+    def prepare(self, x: torch.Tensor) -> torch.Tensor:
+        return x
+
 
 class DeviceFeeder:
-    """Moves index batches of a resident dataset to the compute device, shaped for the model."""
+    """Moves index batches of a resident dataset to the compute device, prepared by `view`."""
 
-    def __init__(self, split: Pair, shape: BatchShape, device: torch.device, storage: torch.device) -> None:
+    def __init__(self, split: Pair, view: View, device: torch.device, storage: torch.device) -> None:
         self.x, self.y = (t.to(storage) for t in split)
-        self.shape = shape
+        self.view = view
         self.device = device
         # A host-to-GPU copy is only asynchronous from pinned memory, and indexing a tensor makes a new
         # pageable one, so each batch is gathered straight into (cached) pinned memory instead.
@@ -136,7 +158,7 @@ class DeviceFeeder:
     def fetch(self, idx: torch.Tensor) -> Pair:
         x = self._gather(self.x, idx).to(self.device, non_blocking=True)
         y = self._gather(self.y, idx).to(self.device, non_blocking=True)
-        return self.shape.apply(as_float_images(x)), y
+        return self.view.prepare(x), y
 
 
 class TrainBatches:

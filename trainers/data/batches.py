@@ -3,7 +3,7 @@ or strings, which stay on the host). The built-in datasets yield (images, labels
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -11,6 +11,11 @@ import torch
 from trainers.user_errors import UserCodeError
 
 Batch = Any  # a tensor, or a tuple, list or dict nesting tensors
+Counts = Callable[[], dict[str, int]]  # a rank's running counts of what its data reader met (bad samples)
+
+
+def no_counts() -> dict[str, int]:
+    return {}
 
 
 def to_device(batch: Batch, device: torch.device, non_blocking: bool) -> Batch:

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from trainers.datadir import data_dir_from_env, resolve_data_root
+from trainers.datadir import confined_file, data_dir_from_env, resolve_data_root, shown_data_path
 from trainers.spec import DataSpec
 
 NUM_CLASSES = 10
@@ -44,11 +44,11 @@ def read_records(path: Path) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.from_numpy(images.copy()), torch.from_numpy(labels)
 
 
-def _read_split(directory: Path, names: tuple[str, ...]) -> tuple[torch.Tensor, torch.Tensor]:
-    paths = [directory / name for name in names if (directory / name).is_file()]
+def _read_split(data_dir: Path, directory: Path, names: tuple[str, ...]) -> tuple[torch.Tensor, torch.Tensor]:
+    paths = [confined_file(data_dir, directory / name) for name in names if (directory / name).is_file()]
     if not paths:
         raise ValueError(
-            f"data.root has none of {', '.join(names)} (looked in {directory}); "
+            f"data.root has none of {', '.join(names)} (looked in {shown_data_path(data_dir, directory)}); "
             f"extract cifar-10-binary.tar.gz there"
         )
     parts = [read_records(path) for path in paths]
@@ -58,7 +58,8 @@ def _read_split(directory: Path, names: tuple[str, ...]) -> tuple[torch.Tensor, 
 def load(data: DataSpec, seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """The five training batches that exist, and the test batch as the held-out split."""
     assert data.root is not None  # the spec requires a root for on-disk datasets
-    directory = batches_dir(resolve_data_root(data_dir_from_env(), data.root))
-    train_x, train_y = _read_split(directory, TRAIN_FILES)
-    val_x, val_y = _read_split(directory, (TEST_FILE,))
+    data_dir = data_dir_from_env()
+    directory = batches_dir(resolve_data_root(data_dir, data.root))
+    train_x, train_y = _read_split(data_dir, directory, TRAIN_FILES)
+    val_x, val_y = _read_split(data_dir, directory, (TEST_FILE,))
     return train_x, train_y, val_x, val_y

@@ -1,95 +1,88 @@
 """A folder of images with one subdirectory per class (torchvision ImageFolder's layout), read from
-TRAINYARD_DATA_DIR and decoded once with PIL into a uint8 tensor that the loop then slices like any other.
-
-Decoding is the slow part, so it runs in data.loader_workers DataLoader processes. Every image is resized to
-data.image_size (default 64) at decode time, so the dataset is one dense tensor.
+TRAINYARD_DATA_DIR: listed here, decoded by trainers/data/images.py in data.loader_workers processes, once
+into a resident uint8 tensor or per epoch when streamed.
 """
 
 from __future__ import annotations
 
+import os
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
-from torch.utils.data import DataLoader, Dataset
 
-from trainers.datadir import data_dir_from_env, resolve_data_root
+from trainers.data.images import ImageSet, decode_whole, image_set
+from trainers.data_plan import load_side
+from trainers.datadir import confined_file, data_dir_from_env, resolve_data_root, shown_data_path
 from trainers.spec import DataSpec
 
-DEFAULT_SIDE = 64
 EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
-_DECODE_BATCH = 64
 
 
-def _root(data: DataSpec) -> Path:
+def _root(data: DataSpec) -> tuple[Path, Path]:
+    """The data dir, and data.root resolved inside it."""
     assert data.root is not None  # the spec requires a root for on-disk datasets
-    return resolve_data_root(data_dir_from_env(), data.root)
+    data_dir = data_dir_from_env()
+    return data_dir, resolve_data_root(data_dir, data.root)
 
 
-def class_names(root: Path) -> list[str]:
+def class_names(data_dir: Path, root: Path) -> list[str]:
     names = sorted(p.name for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))
     if len(names) < 2:
         raise ValueError(
-            f"data.root ({root}) needs one subdirectory per class, at least 2; found {len(names)}"
+            f"data.root ({shown_data_path(data_dir, root)}) needs one subdirectory per class, at least 2; "
+            f"found {len(names)}"
         )
     return names
 
 
 def num_classes(data: DataSpec) -> int:
-    return len(class_names(_root(data)))
+    return len(class_names(*_root(data)))
 
 
-def list_images(root: Path) -> tuple[list[Path], list[int]]:
-    """Every image under each class directory; a file whose real path leaves root is refused."""
+def list_images(data_dir: Path, root: Path) -> tuple[list[Path], list[int]]:
+    """Every image under each class directory, each refused if a symlink leads it outside the data dir."""
     paths: list[Path] = []
     labels: list[int] = []
-    for label, name in enumerate(class_names(root)):
+    for label, name in enumerate(class_names(data_dir, root)):
         for path in sorted((root / name).rglob("*")):
             if path.suffix.lower() not in EXTENSIONS or not path.is_file():
                 continue
-            if not path.resolve().is_relative_to(root):
-                raise ValueError(f"data.root: {path} is a symlink leading outside data.root; remove it")
-            paths.append(path)
+            paths.append(confined_file(data_dir, path))
             labels.append(label)
     if not paths:
-        raise ValueError(f"data.root ({root}) holds no images ({', '.join(EXTENSIONS)}) in its class folders")
+        raise ValueError(
+            f"data.root ({shown_data_path(data_dir, root)}) holds no images ({', '.join(EXTENSIONS)}) in its "
+            "class folders"
+        )
     return paths, labels
 
 
-class DecodedImages(Dataset[torch.Tensor]):
-    """RGB uint8 images, C x side x side."""
-
-    def __init__(self, paths: list[Path], side: int) -> None:
-        self.paths = paths
-        self.side = side
+@dataclass(frozen=True)
+class FolderSamples:
+    data_dir: Path
+    paths: np.ndarray  # bytes: each file's real path (numpy, not a list of objects that forked workers copy)
+    labels: np.ndarray  # int64
 
     def __len__(self) -> int:
-        return len(self.paths)
+        return len(self.labels)
 
-    def __getitem__(self, index: int) -> torch.Tensor:
-        from PIL import Image
+    def read(self, index: int) -> bytes:
+        return Path(os.fsdecode(self.paths[index])).read_bytes()
 
-        with Image.open(self.paths[index]) as image:
-            rgb = image.convert("RGB").resize((self.side, self.side), Image.Resampling.BILINEAR)
-            pixels = np.asarray(rgb, dtype=np.uint8)
-        return torch.from_numpy(pixels.copy()).permute(2, 0, 1)
+    def name(self, index: int) -> str:
+        return shown_data_path(self.data_dir, Path(os.fsdecode(self.paths[index])))
 
 
-def decode_all(paths: list[Path], side: int, workers: int) -> torch.Tensor:
-    loader = DataLoader(DecodedImages(paths, side), batch_size=_DECODE_BATCH, num_workers=workers)
-    return torch.cat(list(loader))
-
-
-def split_held_out(count: int, fraction: float, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Indices of the training and held-out samples, the same for every rank (same seed)."""
-    order = torch.randperm(count, generator=torch.Generator().manual_seed(seed))
-    held_out = round(count * fraction)
-    return order[held_out:], order[:held_out]
+def open_set(data: DataSpec, seed: int) -> ImageSet:
+    """The folder's files and labels, listed, not read."""
+    data_dir, root = _root(data)
+    paths, labels = list_images(data_dir, root)
+    samples = FolderSamples(data_dir, np.array([os.fsencode(path) for path in paths]), np.array(labels))
+    return image_set(samples, len(class_names(data_dir, root)), data, seed)
 
 
 def load(data: DataSpec, seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    paths, labels = list_images(_root(data))
-    images = decode_all(paths, data.image_size or DEFAULT_SIDE, data.loader_workers)
-    targets = torch.tensor(labels)
-    train, val = split_held_out(len(paths), data.val_fraction, seed)
-    return images[train], targets[train], images[val], targets[val]
+    """Decoded whole: the resident path."""
+    return decode_whole(open_set(data, seed), data, load_side(data))

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from trainers.datadir import data_dir_from_env, resolve_data_root
+from trainers.datadir import confined_file, data_dir_from_env, resolve_data_root, shown_data_path
 from trainers.spec import DataSpec
 
 NUM_CLASSES = 10
@@ -23,11 +23,14 @@ SPLITS = {
 }
 
 
-def _read_bytes(root: Path, name: str) -> bytes:
+def _read_bytes(data_dir: Path, root: Path, name: str) -> bytes:
     for path, opener in ((root / name, Path.read_bytes), (root / f"{name}.gz", _gunzip)):
         if path.is_file():
-            return opener(path)
-    raise ValueError(f"data.root has no {name} or {name}.gz (looked in {root}); put MNIST's IDX files there")
+            return opener(confined_file(data_dir, path))
+    raise ValueError(
+        f"data.root has no {name} or {name}.gz (looked in {shown_data_path(data_dir, root)}); "
+        "put MNIST's IDX files there"
+    )
 
 
 def _gunzip(path: Path) -> bytes:
@@ -46,10 +49,10 @@ def parse_idx(raw: bytes, name: str, ndim: int) -> np.ndarray:
     return values.reshape(shape)
 
 
-def _read_split(root: Path, split: str) -> tuple[torch.Tensor, torch.Tensor]:
+def _read_split(data_dir: Path, root: Path, split: str) -> tuple[torch.Tensor, torch.Tensor]:
     images_name, labels_name = SPLITS[split]
-    images = parse_idx(_read_bytes(root, images_name), images_name, 3)
-    labels = parse_idx(_read_bytes(root, labels_name), labels_name, 1).astype(np.int64)
+    images = parse_idx(_read_bytes(data_dir, root, images_name), images_name, 3)
+    labels = parse_idx(_read_bytes(data_dir, root, labels_name), labels_name, 1).astype(np.int64)
     if len(images) != len(labels):
         raise ValueError(f"{images_name} has {len(images)} images but {labels_name} {len(labels)} labels")
     if labels.max() >= NUM_CLASSES:
@@ -60,5 +63,6 @@ def _read_split(root: Path, split: str) -> tuple[torch.Tensor, torch.Tensor]:
 def load(data: DataSpec, seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """The 60k training images, and the 10k test images as the held-out split."""
     assert data.root is not None  # the spec requires a root for on-disk datasets
-    root = resolve_data_root(data_dir_from_env(), data.root)
-    return (*_read_split(root, "train"), *_read_split(root, "test"))
+    data_dir = data_dir_from_env()
+    root = resolve_data_root(data_dir, data.root)
+    return (*_read_split(data_dir, root, "train"), *_read_split(data_dir, root, "test"))

@@ -87,7 +87,7 @@ class SampledSteps(LoaderSteps):
             usable = len(self.sampler) * env.world_size
             raise ValueError(
                 f"train.batch_size={batching.per_rank_batch * env.world_size} is larger than the {usable} "
-                f"training samples data.factory's dataset gives {env.world_size} rank(s); lower "
+                f"training samples {data.source} gives {env.world_size} rank(s); lower "
                 "train.batch_size"
             )
 

@@ -14,21 +14,32 @@ from torch.utils.data import Dataset, IterableDataset
 from trainers.datadir import data_dir_from_env, resolve_data_root
 from trainers.spec import DataSpec
 from trainers.user_code import Bundle, type_name
-from trainers.user_errors import UserCodeError, failure
+from trainers.user_errors import UserCodeError, error_line, failure
 
 Collate = Callable[[list[Any]], Any]
 
 
 @dataclass(frozen=True)
 class UserData:
-    entry: str  # the factory's `module:function`, for messages
-    root: Path  # the bundle's, whose frames a failure shows
+    """Datasets read through DataLoaders: a data.factory's, or a built-in one read a window at a time
+    (trainers/data/tokens.py)."""
+
+    entry: str  # for messages: the factory's `module:function`, or "data.dataset NAME"
+    root: Path | None  # the bundle's, whose frames a failure shows; None for a built-in dataset
     train: Dataset[Any]
     val: Dataset[Any] | None
     collate: Collate | None
 
-    def failed(self, exc: Exception) -> UserCodeError:
-        """A failure while reading a batch: the dataset's __getitem__ or __iter__, or collating."""
+    @property
+    def source(self) -> str:
+        """Where the datasets come from, as messages name it."""
+        return self.entry if self.root is None else f"data.factory {self.entry!r}"
+
+    def failed(self, exc: Exception) -> Exception:
+        """A failure while reading a batch: the dataset's __getitem__ or __iter__, or collating. The
+        factory's code is blamed for its own datasets; a built-in dataset's failure is the data's."""
+        if self.root is None:
+            return ValueError(f"{self.entry} could not be read: {error_line(exc)}")
         return failure(f"data.factory {self.entry!r}'s dataset", exc, self.root)
 
 

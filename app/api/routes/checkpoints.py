@@ -8,7 +8,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import FileResponse, Response, StreamingResponse
 
 from app.api.deps import CallerDep, CheckpointId, OwnedJob, SessionDep, SettingsDep
-from app.api.openapi import problems
+from app.api.openapi import problem, problems
 from app.schemas import CheckpointPublic, CheckpointsPublic
 from app.services.artifacts import checkpoint_content, list_checkpoints
 
@@ -38,7 +38,10 @@ def get_checkpoints(job: OwnedJob, session: SessionDep, request: Request) -> Che
 @router.get(
     "/checkpoints/{checkpoint_id}/download",
     response_class=FileResponse,
-    responses={200: {"content": {OCTET_STREAM: {}}}},
+    responses={
+        200: {"content": {OCTET_STREAM: {}}},
+        409: problem("its bytes are not the ones written: the sha256 recorded then differs"),
+    },
 )
 def download_checkpoint(
     checkpoint_id: CheckpointId,

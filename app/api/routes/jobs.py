@@ -11,7 +11,15 @@ from app.api.caching import CACHE_HEADERS, IfNoneMatch, revalidated_json
 from app.api.deps import DB_INT_MAX, CallerDep, CanonicalInt, OwnedJob, SessionDep, SettingsDep
 from app.api.openapi import BODY_PROBLEMS, problem, problems
 from app.api.storable import refuse_unstorable_text
-from app.schemas import JobEventPublic, JobEventsPublic, JobPublic, JobsPublic, JobSubmitted, JobUpdate
+from app.schemas import (
+    JobEventPublic,
+    JobEventsPublic,
+    JobPublic,
+    JobsPublic,
+    JobSubmitted,
+    JobUpdate,
+    RetryFrom,
+)
 from app.services import jobs, submit
 from app.services.keys import Caller
 from core.config import Settings
@@ -22,6 +30,9 @@ from trainers.plan import Plan
 from trainers.spec import JobSpec
 
 router = APIRouter(prefix="/jobs", tags=["jobs"])
+
+# A request repeated with the same key (a client's retry after a lost answer) gets the job the first one made.
+IdempotencyKey = Annotated[str | None, Header(min_length=1, max_length=128)]
 
 
 def _submitted(session: Session, job_id: int) -> JobSubmitted:
@@ -47,7 +58,7 @@ async def create_job(
     caller: CallerDep,
     response: Response,
     dry_run: bool = False,
-    idempotency_key: Annotated[str | None, Header(min_length=1, max_length=128)] = None,
+    idempotency_key: IdempotencyKey = None,
 ) -> JobSubmitted:
     # Not a plain `def` with SessionDep like the other routes: clients submit in bursts, and on SQLite
     # run_in_session lets only a few submissions write at once, each whole unit of work in one thread hop.
@@ -121,16 +132,48 @@ def cancel_job(job: OwnedJob, session: SessionDep, response: Response) -> JobPub
 @router.post(
     "/{job_id}/retry",
     status_code=status.HTTP_201_CREATED,
-    responses={**problems(404, 429), 409: problem("the job has not finished, or succeeded")},
+    responses={
+        200: {"description": "the job's earlier retry with the same spec, made by an earlier request"},
+        **problems(404, 429),
+        409: problem(
+            "the job has not finished, or succeeded; or the Idempotency-Key was used with another body"
+        ),
+    },
 )
-def retry_job(job: OwnedJob, session: SessionDep, settings: SettingsDep, caller: CallerDep) -> JobSubmitted:
-    return _submitted(session, submit.retry_job(session, settings, job.id, caller))
+def retry_job(
+    job: OwnedJob,
+    session: SessionDep,
+    settings: SettingsDep,
+    caller: CallerDep,
+    response: Response,
+    start: Annotated[
+        RetryFrom,
+        Query(
+            alias="from",
+            description="latest: from the job's latest checkpoint; scratch: its spec as submitted",
+        ),
+    ] = RetryFrom.LATEST,
+    again: Annotated[
+        bool, Query(description="make another retry even if an earlier request made one with the same spec")
+    ] = False,
+    idempotency_key: IdempotencyKey = None,
+) -> JobSubmitted:
+    job_id, created = submit.retry_job(
+        session, settings, job.id, caller, start=start, again=again, idempotency_key=idempotency_key
+    )
+    if not created:
+        response.status_code = status.HTTP_200_OK
+    return _submitted(session, job_id)
 
 
 @router.delete(
     "/{job_id}",
     status_code=status.HTTP_204_NO_CONTENT,
-    responses={**problems(404), 409: problem("the job has not finished; cancel it first")},
+    responses={
+        **problems(404),
+        409: problem("the job has not finished; cancel it first"),
+        500: problem("its files could not be moved aside: the job is kept"),
+    },
 )
 def delete_job(job: OwnedJob, session: SessionDep, settings: SettingsDep) -> None:
     jobs.delete_job(session, settings, job)

@@ -1,13 +1,16 @@
-"""/v1/keys: admins make API keys for users and see who holds one. The first admin key is made on the server
-with `python -m core.keys create --user NAME --admin`; a token is shown once, when it is made."""
+"""/v1/keys: admins make API keys for users; everyone lists and revokes their own (an admin, anyone's). The
+first admin key is made on the server with `python -m core.keys create --user NAME --admin`; a token is
+shown once, when it is made."""
 
 from __future__ import annotations
 
 from fastapi import APIRouter, Depends, HTTPException, status
 
-from app.api.deps import CallerDep, SessionDep
+from app.api.auth import KEY_TTL_S
+from app.api.deps import CallerDep, KeyId, SessionDep
 from app.api.openapi import BODY_PROBLEMS, problems
 from app.schemas import KeyCreate, KeyCreated, KeyPublic, KeysPublic
+from app.services import keys as key_service
 from core import keys
 
 
@@ -16,27 +19,41 @@ async def require_admin(caller: CallerDep) -> None:
     if not caller.is_admin:
         raise HTTPException(
             status.HTTP_403_FORBIDDEN,
-            f"only an admin may manage API keys, and {caller.user!r} is not one; ask an admin, or on the "
+            f"only an admin may make API keys, and {caller.user!r} is not one; ask an admin, or on the "
             "server run `python -m core.keys create --user NAME --admin`",
         )
 
 
-router = APIRouter(
-    prefix="/keys", tags=["keys"], dependencies=[Depends(require_admin)], responses=problems(403)
+router = APIRouter(prefix="/keys", tags=["keys"])
+
+
+@router.post(
+    "",
+    status_code=status.HTTP_201_CREATED,
+    dependencies=[Depends(require_admin)],
+    responses={**BODY_PROBLEMS, **problems(403)},
 )
-
-
-@router.post("", status_code=status.HTTP_201_CREATED, responses=BODY_PROBLEMS)
 def create_key(body: KeyCreate, session: SessionDep) -> KeyCreated:
     token = keys.create_key(session, body.user, body.admin)
     return KeyCreated(user=body.user, admin=body.admin, token=token)
 
 
 @router.get("")
-def list_keys(session: SessionDep) -> KeysPublic:
+def list_keys(session: SessionDep, caller: CallerDep) -> KeysPublic:
     return KeysPublic(
         data=[
             KeyPublic(id=key.id, user=key.user, admin=key.is_admin, created_at=key.created_at)
-            for key in keys.list_keys(session)
+            for key in key_service.keys_seen_by(session, caller)
         ]
     )
+
+
+@router.delete(
+    "/{key_id}",
+    status_code=status.HTTP_204_NO_CONTENT,
+    responses=problems(404),
+    description=f"Revoke a key: an admin any, anyone else one of their own. Requests that send it are "
+    f"refused within {KEY_TTL_S:g} s, the lifetime of each API process's cache of known keys.",
+)
+def revoke_key(key_id: KeyId, session: SessionDep, caller: CallerDep) -> None:
+    key_service.revoke_key(session, key_id, caller)

@@ -1,13 +1,13 @@
 """/v1/jobs/{id}/metrics/stream: a job's metric rows as Server-Sent Events, live until the job ends.
 
 Each row is an `event: metric` whose `id` is its step, so a client that reconnects with `Last-Event-ID`
-resumes after that step; a final `event: end` carries the job's terminal status.
+resumes after that step; a final `event: end` carries the job's terminal status, or `deleted` when the job was
+deleted meanwhile.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Annotated
@@ -19,10 +19,9 @@ from starlette.concurrency import run_in_threadpool
 
 from app.api.deps import DB_INT_MAX, CanonicalInt, OwnedJob, SessionDep
 from app.api.openapi import problems
-from app.schemas import MetricPublic
-from app.services.jobs import get_job
+from app.schemas import MetricPublic, StreamEnd
 from core.db import new_session
-from core.models import Metric
+from core.models import Job, Metric
 from core.states import JobStatus
 
 router = APIRouter(prefix="/jobs", tags=["metrics"], responses=problems(404))
@@ -60,11 +59,13 @@ class Batch:
     full: bool  # more rows may be waiting right now
 
 
-def read_batch(job_id: int, name: str | None, cursor: Cursor) -> Batch:
+def read_batch(job_id: int, name: str | None, cursor: Cursor) -> Batch | None:
     """The status is read before the rows: when it was already terminal, every row the job will ever have
-    is in SQL, so an empty remainder means the stream may end."""
+    is in SQL, so an empty remainder means the stream may end. None: the job was deleted, rows and all."""
     with new_session() as session:
-        job = get_job(session, job_id)
+        job = session.get(Job, job_id)
+        if job is None:
+            return None
         query = (
             select(Metric)
             .where(Metric.job_id == job_id, Metric.step >= cursor.step)
@@ -90,13 +91,17 @@ async def metric_events(
     while not await is_disconnected():
         # Sessions are synchronous; a thread keeps the event loop free for the other streams.
         batch = await run_in_threadpool(read_batch, job_id, name, cursor)
+        if batch is None:
+            deleted = StreamEnd(status="deleted", message=f"job {job_id} was deleted")
+            yield sse("end", deleted.model_dump_json())
+            return
         for row in batch.rows:
             yield sse("metric", MetricPublic.model_validate(row).model_dump_json(), row.step)
         if batch.rows:
             cursor.advance(batch.rows)
             quiet_s = 0.0
         if batch.status.is_terminal and not batch.full:
-            yield sse("end", json.dumps({"status": batch.status, "message": batch.message}))
+            yield sse("end", StreamEnd(status=batch.status, message=batch.message).model_dump_json())
             return
         if batch.full:
             continue

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
+from pathlib import Path
+
 from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session
 
@@ -119,6 +122,25 @@ def test_logs_read_by_byte_offset(client: TestClient, session: Session, settings
     assert client.get(url, params={"rank": 1, "limit_bytes": 4}).json()["eof"] is False
 
 
+def test_a_log_a_rank_replaced_with_a_link_is_never_followed(
+    client: TestClient, settings: Settings, tmp_path: Path
+) -> None:
+    """A rank writes its run directory: a log (or the logs folder) made a link to a file outside it must
+    not hand that file to the job's owner."""
+    secret = tmp_path / "secret"
+    secret.write_text("the server's secret\n")
+    linked_file, linked_folder = submit(client)["id"], submit(client)["id"]
+    logs = settings.runs_dir / str(linked_file) / "logs"
+    logs.mkdir(parents=True)
+    (logs / "rank0.log").symlink_to(secret)
+    (settings.runs_dir / str(linked_folder)).mkdir(parents=True)
+    (settings.runs_dir / str(linked_folder) / "logs").symlink_to(tmp_path, target_is_directory=True)
+    (tmp_path / "rank0.log").write_text("outside the run directory\n")
+    for job_id in (linked_file, linked_folder):
+        shown = client.get(f"/v1/jobs/{job_id}/logs", params={"rank": 0})
+        assert shown.status_code == 200 and shown.json()["text"] == ""
+
+
 def test_missing_log_is_empty_and_limits_are_bounded(client: TestClient) -> None:
     job_id = submit(client)["id"]
     url = f"/v1/jobs/{job_id}/logs"
@@ -126,3 +148,52 @@ def test_missing_log_is_empty_and_limits_are_bounded(client: TestClient) -> None
     assert client.get(url, params={"limit_bytes": (1 << 20) + 1}).status_code == 422
     assert client.get(url, params={"offset": -1}).status_code == 422
     assert client.get("/v1/jobs/999/logs").status_code == 404
+
+
+def test_a_checkpoint_whose_bytes_changed_is_refused_not_served(
+    client: TestClient, session: Session, settings: Settings
+) -> None:
+    job_id = submit(client)["id"]
+    directory = settings.runs_dir / str(job_id) / "checkpoints"
+    directory.mkdir(parents=True)
+    weights = bytes(range(256)) * 16
+    for step in (10, 20):
+        (directory / f"step-{step}.pt").write_bytes(weights)
+        sha256 = hashlib.sha256(weights).hexdigest()
+        path = str(directory / f"step-{step}.pt")
+        session.add(Checkpoint(job_id=job_id, step=step, epoch=0, path=path, size_bytes=4096, sha256=sha256))
+    session.commit()
+    with (directory / "step-20.pt").open("r+b") as f:  # 1 KiB overwritten, the size unchanged
+        f.seek(1024)
+        f.write(bytes(1024))
+    sound, corrupt = client.get(f"/v1/jobs/{job_id}/checkpoints").json()["data"]
+    assert client.get(sound["download_url"]).content == weights
+    refused = client.get(corrupt["download_url"])
+    assert refused.status_code == 409, refused.text
+    assert refused.headers["content-type"] == "application/problem+json"
+    assert f"checkpoint {corrupt['id']} is corrupt: its sha256 is " in refused.json()["detail"]
+
+
+def test_a_checkpoint_path_leading_out_of_its_run_directory_is_not_served(
+    client: TestClient, session: Session, settings: Settings
+) -> None:
+    """Rows as a worker without confinement recorded them from a rank's events."""
+    job_id, other = submit(client)["id"], submit(client)["id"]
+    run_dir = settings.runs_dir / str(job_id)
+    (run_dir / "checkpoints").mkdir(parents=True)
+    (run_dir / "checkpoints/step-2.pt").symlink_to("/etc/passwd")
+    (settings.runs_dir / str(other)).mkdir()
+    (settings.runs_dir / str(other) / "w.pt").write_bytes(b"another job's weights")
+    for step, path in enumerate(
+        [
+            run_dir / "../../../../../../etc/passwd",
+            run_dir / "checkpoints/step-2.pt",
+            run_dir / f"../{other}/w.pt",
+        ]
+    ):
+        session.add(Checkpoint(job_id=job_id, step=step, epoch=0, path=str(path), size_bytes=1))
+    session.commit()
+    for checkpoint in client.get(f"/v1/jobs/{job_id}/checkpoints").json()["data"]:
+        answer = client.get(checkpoint["download_url"])
+        assert answer.status_code == 404, answer.text
+        assert "leads outside" in answer.json()["detail"]

@@ -3,6 +3,7 @@ checkpoints streamed from the bucket, resume from a stored checkpoint, and a del
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable
 from pathlib import Path
 
@@ -10,6 +11,8 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session
 
+from app.main import create_app
+from core.config import Settings
 from core.models import Checkpoint
 from core.states import JobStatus
 from core.storage import ObjectStore
@@ -107,3 +110,24 @@ def test_resume_from_a_stored_checkpoint_and_delete_the_job(
     assert client.delete(f"/v1/jobs/{job_id}").status_code == 204
     assert not s3_store.exists(log_part)
     assert not s3_store.exists(s3_store.run_key(job_id, "checkpoints/step-10.pt"))
+
+
+def test_a_corrupt_object_never_reaches_the_client_whole(
+    settings: Settings, session: Session, s3_store: ObjectStore, upload: Upload
+) -> None:
+    """Checked as it streams: the last chunk is held back until the whole has hashed, so a client that the
+    check fails gets a response cut short of its Content-Length, never all of the bad bytes."""
+    client = TestClient(create_app(), raise_server_exceptions=False)
+    job_id = submit(client)["id"]
+    blob = bytes(range(256)) * 5000  # two chunks of the stream
+    recorded = hashlib.sha256(blob).hexdigest()
+    for step, content in ((10, blob), (20, blob[:-1] + b"!")):
+        uri = upload(job_id, f"checkpoints/step-{step}.pt", content)
+        session.add(
+            Checkpoint(job_id=job_id, step=step, epoch=1, path=uri, size_bytes=len(blob), sha256=recorded)
+        )
+    session.commit()
+    sound, corrupt = client.get(f"/v1/jobs/{job_id}/checkpoints").json()["data"]
+    assert client.get(sound["download_url"]).content == blob
+    cut = client.get(corrupt["download_url"])
+    assert len(cut.content) < int(cut.headers["content-length"]) == len(blob), "a client sees it cut short"

@@ -40,7 +40,8 @@ def test_dry_run_returns_the_plan_and_stores_nothing(
     assert response.status_code == 200, response.text
     assert response.json()["job"] is None
     argv = response.json()["plan"]["argv"]
-    assert argv[0] == "python" and argv[-2:] == ["--run-dir", str(settings.runs_dir / "<job-id>")]
+    # The server's folders show as their variables, not as its absolute paths.
+    assert argv[0] == "python" and argv[-2:] == ["--run-dir", "$TRAINYARD_RUNS_DIR/<job-id>"]
     assert argv[argv.index("--nproc-per-node") + 1] == "2"
     assert session.scalar(select(func.count()).select_from(Job)) == 0
     assert enqueued(settings) == []
@@ -56,7 +57,11 @@ def test_resume_from_puts_the_checkpoint_path_in_the_plan(
     checkpoint_id = session.scalar(select(Checkpoint.id))
     response = client.post("/v1/jobs", json=job_body(checkpoint={"resume_from": checkpoint_id}))
     assert response.status_code == 201, response.text
-    assert response.json()["plan"]["resume_path"] == path
+    # The worker resumes from the stored real path; the API shows it under the runs folder's variable.
+    shown = f"$TRAINYARD_RUNS_DIR/{source['id']}/checkpoints/step4.pt"
+    assert response.json()["plan"]["resume_path"] == shown
+    assert client.get(f"/v1/jobs/{response.json()['job']['id']}").json()["plan"]["resume_path"] == shown
+    assert session.get_one(Job, response.json()["job"]["id"]).plan["resume_path"] == path
 
 
 def test_get_unknown_job_is_a_404_problem(client: TestClient) -> None:

@@ -1,11 +1,15 @@
-"""/v1/keys: admins make keys that work at once and see who holds one; no one else may, and a bad user name
-is a 422 that names `user`."""
+"""/v1/keys: admins make keys that work at once and see who holds one; anyone else sees and revokes only their
+own; a revoked key is refused once the key cache lapses; a bad user name is a 422 that names `user`."""
 
 from __future__ import annotations
 
+import time
+
+import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session
 
+from app.api import auth
 from app.main import create_app
 from app.services.keys import Caller, caller_for_token
 from core.config import Settings
@@ -41,16 +45,49 @@ def test_the_list_shows_who_holds_a_key_and_no_secret(auth_on: Settings, session
     assert data[0]["created_at"].endswith("Z")  # UTC, said so (SQLite hands back naive times)
 
 
-def test_only_admins_manage_keys(auth_on: Settings, session: Session) -> None:
+def test_only_admins_make_keys(auth_on: Settings, session: Session) -> None:
     alice = create_key(session, "alice", admin=False)
     client = TestClient(create_app())
     # A bad body too is refused as forbidden: the route's rules are none of a non-admin's business.
-    for method, body in (("POST", {"user": "mallory", "admin": True}), ("POST", {}), ("GET", None)):
-        refused = client.request(method, "/v1/keys", json=body, headers=bearer(alice))
-        assert refused.status_code == 403, (method, body, refused.text)
+    for body in ({"user": "mallory", "admin": True}, {}):
+        refused = client.post("/v1/keys", json=body, headers=bearer(alice))
+        assert refused.status_code == 403, (body, refused.text)
         assert refused.headers["content-type"] == "application/problem+json"
-        assert "only an admin may manage API keys, and 'alice' is not one" in refused.json()["detail"]
+        assert "only an admin may make API keys, and 'alice' is not one" in refused.json()["detail"]
     assert [key.user for key in list_keys(session)] == ["alice"]
+
+
+def test_a_revoked_key_is_refused_once_the_key_cache_lapses(
+    auth_on: Settings, session: Session, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root, bob = create_key(session, "root", admin=True), create_key(session, "bob", admin=False)
+    client = TestClient(create_app())
+    assert client.get("/v1/jobs", headers=bearer(bob)).status_code == 200  # now in the API's key cache
+    [bob_id] = [key.id for key in list_keys(session, "bob")]
+    revoked = client.delete(f"/v1/keys/{bob_id}", headers=bearer(root))
+    assert revoked.status_code == 204, revoked.text
+    assert list_keys(session, "bob") == []
+    now = time.monotonic()
+    monkeypatch.setattr(auth.time, "monotonic", lambda: now + auth.KEY_TTL_S)
+    refused = client.get("/v1/jobs", headers=bearer(bob))
+    assert refused.status_code == 401 and "not valid" in refused.json()["detail"]
+    assert client.get("/v1/jobs", headers=bearer(root)).status_code == 200
+    again = client.delete(f"/v1/keys/{bob_id}", headers=bearer(root))
+    assert again.status_code == 404 and "list the keys you may revoke" in again.json()["detail"]
+
+
+def test_users_see_and_revoke_only_their_own_keys(auth_on: Settings, session: Session) -> None:
+    alice, spare = create_key(session, "alice", admin=False), create_key(session, "alice", admin=False)
+    create_key(session, "bob", admin=False)
+    client = TestClient(create_app())
+    listed = client.get("/v1/keys", headers=bearer(alice)).json()["data"]
+    assert [key["user"] for key in listed] == ["alice", "alice"]
+    [bob_id] = [key.id for key in list_keys(session, "bob")]
+    # Another user's key is a 404, like a missing one, so ids cannot be probed.
+    assert client.delete(f"/v1/keys/{bob_id}", headers=bearer(alice)).status_code == 404
+    assert client.delete(f"/v1/keys/{listed[1]['id']}", headers=bearer(alice)).status_code == 204
+    assert [key.user for key in list_keys(session)] == ["alice", "bob"]
+    assert caller_for_token(session, spare) is None and caller_for_token(session, alice) is not None
 
 
 def test_with_auth_off_the_local_caller_makes_keys(client: TestClient) -> None:

@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import pytest
 from fastapi.testclient import TestClient
-from sqlalchemy import func, select
+from sqlalchemy import func, select, text
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from app.services import jobs
 from core.config import Settings
 from core.models import Checkpoint, JobEvent, Metric
+from core.rundirs import SET_ASIDE
 from core.states import JobStatus
 from core.transitions import move
 from tests.unit.conftest import enqueued, submit
@@ -100,8 +106,60 @@ def test_delete_removes_rows_and_run_directory(
     assert response.status_code == 204
     assert client.get(f"/v1/jobs/{job_id}").status_code == 404
     assert not run.exists()
+    assert list((settings.runs_dir / SET_ASIDE).iterdir()) == [], "the files are gone, not only moved"
     for table in (JobEvent, Metric, Checkpoint):
         assert session.scalar(select(func.count()).select_from(table)) == 0, table
+
+
+def test_ids_of_deleted_jobs_and_checkpoints_are_never_given_again(
+    client: TestClient, session: Session, settings: Settings
+) -> None:
+    submit(client)
+    newest = submit(client)["id"]
+    session.add(Checkpoint(job_id=newest, step=1, epoch=0, path="c.pt", size_bytes=1))
+    session.commit()
+    checkpoint_id = session.scalars(select(Checkpoint.id)).one()
+    client.post(f"/v1/jobs/{newest}/cancel")
+    assert client.delete(f"/v1/jobs/{newest}").status_code == 204
+    assert submit(client)["id"] == newest + 1
+    session.add(Checkpoint(job_id=newest + 1, step=1, epoch=0, path="c.pt", size_bytes=1))
+    session.commit()
+    assert session.scalars(select(Checkpoint.id)).one() == checkpoint_id + 1
+
+
+def failed_with_files(client: TestClient, session: Session, settings: Settings) -> tuple[int, Path]:
+    job_id = submit(client)["id"]
+    advance(session, job_id, JobStatus.STARTING, JobStatus.RUNNING, JobStatus.FAILED)
+    run = settings.runs_dir / str(job_id)
+    run.mkdir(parents=True)
+    (run / "events.jsonl").write_text("{}\n")
+    return job_id, run
+
+
+def test_a_delete_that_cannot_move_the_files_aside_keeps_the_job(
+    client: TestClient, session: Session, settings: Settings
+) -> None:
+    job_id, run = failed_with_files(client, session, settings)
+    (settings.runs_dir / SET_ASIDE).write_text("in the way")  # as root, permissions would not stop it
+    response = client.delete(f"/v1/jobs/{job_id}")
+    assert response.status_code == 500
+    assert response.headers["content-type"] == "application/problem+json"
+    assert f"job {job_id} was not deleted" in response.json()["detail"]
+    assert str(settings.runs_dir) not in response.json()["detail"]
+    assert client.get(f"/v1/jobs/{job_id}").json()["status"] == "failed"
+    assert (run / "events.jsonl").read_text() == "{}\n"
+
+
+def test_a_delete_whose_rows_stay_puts_the_files_back(
+    client: TestClient, session: Session, settings: Settings
+) -> None:
+    job_id, run = failed_with_files(client, session, settings)
+    session.execute(text("CREATE TRIGGER keep BEFORE DELETE ON jobs BEGIN SELECT RAISE(ABORT, 'kept'); END"))
+    session.commit()
+    with pytest.raises(IntegrityError, match="kept"):
+        jobs.delete_job(session, settings, jobs.get_job(session, job_id))
+    assert (run / "events.jsonl").read_text() == "{}\n"
+    assert list((settings.runs_dir / SET_ASIDE).iterdir()) == []
 
 
 def test_delete_refuses_an_active_job(client: TestClient, session: Session) -> None:

@@ -20,7 +20,7 @@ from app.services.keys import Caller, caller_for_token
 from app.services.runs import log_path
 from core.config import Settings
 from core.db import session_scope
-from core.keys import create_key
+from core.keys import create_key, list_keys
 from core.models import Job, Metric, Worker, utcnow
 from core.states import JobStatus
 from tests.unit.conftest import job_body, submit
@@ -44,7 +44,10 @@ def set_job(job_id: int, **values: object) -> None:
 
 def test_submit_ls_status_priority_queue_cancel_retry(run: CliRunnerCall, tmp_path: Path) -> None:
     dry = run("submit", spec_file(tmp_path), "--dry-run")
-    assert dry.exit_code == 0 and json.loads(dry.output)["world_size"] == 1
+    assert dry.exit_code == 0 and json.loads(dry.stdout)["world_size"] == 1
+    bf16 = run("submit", spec_file(tmp_path, precision="bf16"), "--dry-run")
+    assert json.loads(bf16.stdout)["precision"] == "bf16"
+    assert "warning: precision 'bf16' on the CPU" in bf16.stderr
     submitted = run("submit", spec_file(tmp_path, name="mnist-mlp"))
     assert submitted.exit_code == 0, submitted.output
     assert submitted.output.startswith("job 1 (mnist-mlp) queued: single x1 on cpu, fp32")
@@ -60,6 +63,12 @@ def test_submit_ls_status_priority_queue_cancel_retry(run: CliRunnerCall, tmp_pa
     assert run("cancel", 1).output.startswith("job 1 cancelled (cancelled_by_user)")
     assert run("queue").output.strip() == "the queue is empty"
     assert run("retry", 1).output.startswith("job 2 (mnist-mlp) queued: a retry of job 1")
+    assert run("retry", 1).output.startswith("job 2 (mnist-mlp) queued: job 1's retry, made before")
+    assert run("retry", 1, "--again", "--from", "scratch").output.startswith(
+        "job 3 (mnist-mlp) queued: a retry"
+    )
+    assert "parent:   job 1" in run("status", 3).output
+    assert "parent" in run("ls").output.splitlines()[1]
 
 
 def test_api_refusals_print_the_detail_without_a_traceback(run: CliRunnerCall, tmp_path: Path) -> None:
@@ -164,9 +173,21 @@ def test_keys_are_made_and_listed_through_the_api(
     alice = run("--token", grace, "keys", "create", "--user", "alice").output.strip()
     refused = run("--token", alice, "keys", "create", "--user", "mallory", "--admin")
     assert refused.exit_code == 1
-    assert "only an admin may manage API keys" in refused.output and "(HTTP 403)" in refused.output
+    assert "only an admin may make API keys" in refused.output and "(HTTP 403)" in refused.output
     bad = run("--token", root, "keys", "create", "--user", "no spaces")
     assert bad.exit_code == 1 and "user: user 'no spaces' is not a valid name" in bad.output
+
+
+def test_keys_are_revoked_through_the_api(run: CliRunnerCall, auth_on: Settings, session: Session) -> None:
+    root = create_key(session, "root", admin=True)
+    alice = create_key(session, "alice", admin=False)
+    [alice_id] = [key.id for key in list_keys(session, "alice")]
+    revoked = run("--token", root, "keys", "revoke", alice_id)
+    assert revoked.exit_code == 0, revoked.output
+    assert f"revoked key {alice_id}" in revoked.output
+    assert caller_for_token(session, alice) is None
+    missing = run("--token", root, "keys", "revoke", alice_id)
+    assert missing.exit_code == 1 and "(HTTP 404)" in missing.output
 
 
 def test_gpus_lists_every_host_with_its_address_and_status(run: CliRunnerCall) -> None:
@@ -178,3 +199,14 @@ def test_gpus_lists_every_host_with_its_address_and_status(run: CliRunnerCall) -
     lines = run("gpus").output.splitlines()
     assert any("box-a" in line and "10.0.0.1" in line and "up" in line and "free" in line for line in lines)
     assert any("box-b" in line and "10.0.0.2" in line and "down" in line for line in lines)
+
+
+def test_ls_shows_what_each_job_ran_and_why_a_failed_one_failed(run: CliRunnerCall, tmp_path: Path) -> None:
+    run("submit", spec_file(tmp_path, name="broken"))
+    set_job(1, status=JobStatus.FAILED, status_reason="exception", message="ValueError: no data", gpu_ids=[3])
+    run("submit", spec_file(tmp_path, name="fine", precision="bf16"))
+    set_job(2, status=JobStatus.SUCCEEDED, latest_metrics={"eval_accuracy": 0.9375}, gpu_ids=[0, 1])
+    listed = run("ls").output
+    assert "exception: ValueError: no data" in listed
+    assert "1 GPU [3]" in listed and "2 GPUs [0, 1]" in listed
+    assert "0.9375" in listed and "single" in listed and "bf16" in listed

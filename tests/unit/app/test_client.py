@@ -9,6 +9,7 @@ from sqlalchemy.orm import Session
 
 from app.api.routes import stream
 from app.client import ApiError, StreamEnd, TrainyardClient
+from app.schemas import RetryFrom
 from core.config import get_settings
 from core.keys import create_key
 from core.models import Job, Metric
@@ -38,8 +39,13 @@ def test_submit_get_list_cancel_retry(api: TrainyardClient) -> None:
     assert api.set_priority(job.id, 7).priority == 7
     assert [e.job_id for e in api.queue().data] == [job.id]
     assert api.cancel(job.id).status is JobStatus.CANCELLED
-    retried = api.retry(job.id).job
-    assert retried is not None and retried.id != job.id
+    retried, created = api.retry(job.id)
+    assert created and retried.job is not None and retried.job.id != job.id
+    assert retried.job.parent_id == job.id
+    repeated, created = api.retry(job.id)
+    assert not created and repeated.job == retried.job
+    again, created = api.retry(job.id, start=RetryFrom.SCRATCH, again=True)
+    assert created and again.job is not None and again.job.id not in (job.id, retried.job.id)
     assert [e.to_status for e in api.events(job.id).data] == [JobStatus.QUEUED, JobStatus.CANCELLED]
     assert api.gpus().data == []
 
@@ -64,7 +70,7 @@ def test_metrics_pages_downsampling_and_stream(api: TrainyardClient, session: Se
     assert (short[0].step, short[-1].step) == (0, 2_499)
     streamed = list(api.stream_metrics(job.id, "loss", after_step=2_490))
     assert [row.step for row in streamed if not isinstance(row, StreamEnd)] == list(range(2_491, 2_500))
-    assert streamed[-1] == StreamEnd(JobStatus.SUCCEEDED, None)
+    assert streamed[-1] == StreamEnd(status=JobStatus.SUCCEEDED, message=None)
 
 
 def test_logs_of_a_job_not_started_are_empty(api: TrainyardClient) -> None:

@@ -1,13 +1,21 @@
-"""GET /v1/jobs/{id}/profile serves the summary the trainer wrote, /profile/trace its Chrome trace."""
+"""GET /v1/jobs/{id}/profile serves the summary the trainer wrote, /profile/trace its Chrome trace, and
+/tensorboard its TensorBoard event files as a tar."""
 
 from __future__ import annotations
 
+import io
 import json
+import tarfile
+from pathlib import Path
 
 from fastapi.testclient import TestClient
+from sqlalchemy.orm import Session
 
+from app.main import create_app
 from core.config import Settings
-from tests.unit.conftest import submit
+from core.keys import create_key
+from tests.unit.conftest import job_body, submit
+from trainers.events import TENSORBOARD_DIR
 from trainers.profile_summary import PROFILE_DIR, SUMMARY_FILE, TRACE_FILE, CopyTimes, OpTime, ProfileSummary
 
 SUMMARY = ProfileSummary(
@@ -59,3 +67,60 @@ def test_a_profiled_job_says_when_its_profile_appears_then_serves_it(
 def test_an_unknown_job_is_a_404(client: TestClient) -> None:
     response = client.get("/v1/jobs/999/profile")
     assert response.status_code == 404 and "does not exist" in response.json()["detail"]
+
+
+def bearer(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+def tar_members(body: bytes) -> dict[str, bytes]:
+    with tarfile.open(fileobj=io.BytesIO(body)) as tar:
+        return {m.name: tar.extractfile(m).read() for m in tar.getmembers() if m.isfile()}  # type: ignore[union-attr]
+
+
+def test_tensorboard_events_download_as_a_tar_that_stays_in_the_run_dir(
+    client: TestClient, settings: Settings, tmp_path: Path
+) -> None:
+    job_id = submit(client, metrics={"tensorboard": True})["id"]
+    early = client.get(f"/v1/jobs/{job_id}/tensorboard")
+    assert early.status_code == 404 and "no TensorBoard events yet" in early.json()["detail"]
+
+    board = settings.runs_dir / str(job_id) / TENSORBOARD_DIR
+    (board / "restart").mkdir(parents=True)
+    (board / "events.out.tfevents.1.host").write_bytes(b"\x00scalars" * 100)
+    (board / "restart" / "events.out.tfevents.2.host").write_bytes(b"more")
+    secret = tmp_path / "secret.txt"
+    secret.write_text("not the job's")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "leak").write_text("not the job's")
+    # The job's own processes write this folder: links out of the run directory are left out.
+    (board / "events.out.tfevents.3.link").symlink_to(secret)
+    (board / "linked").symlink_to(outside, target_is_directory=True)
+
+    response = client.get(f"/v1/jobs/{job_id}/tensorboard")
+    assert response.status_code == 200 and response.headers["content-type"] == "application/x-tar"
+    assert f"job{job_id}-tensorboard.tar" in response.headers["content-disposition"]
+    assert tar_members(response.content) == {
+        f"job{job_id}/events.out.tfevents.1.host": b"\x00scalars" * 100,
+        f"job{job_id}/restart/events.out.tfevents.2.host": b"more",
+    }
+
+
+def test_tensorboard_of_a_job_without_it_says_how_to_ask_and_another_users_is_hidden(
+    auth_on: Settings, session: Session
+) -> None:
+    alice, bob = (create_key(session, user, admin=False) for user in ("alice", "bob"))
+    client = TestClient(create_app())
+    plain = client.post("/v1/jobs", json=job_body(), headers=bearer(alice)).json()["job"]["id"]
+    refused = client.get(f"/v1/jobs/{plain}/tensorboard", headers=bearer(alice))
+    assert refused.status_code == 404 and '"metrics": {"tensorboard": true}' in refused.json()["detail"]
+
+    body = job_body(metrics={"tensorboard": True})
+    job_id = client.post("/v1/jobs", json=body, headers=bearer(alice)).json()["job"]["id"]
+    board = auth_on.runs_dir / str(job_id) / TENSORBOARD_DIR
+    board.mkdir(parents=True)
+    (board / "events.out.tfevents.1.host").write_bytes(b"alice's")
+    assert client.get(f"/v1/jobs/{job_id}/tensorboard", headers=bearer(alice)).status_code == 200
+    hidden = client.get(f"/v1/jobs/{job_id}/tensorboard", headers=bearer(bob))
+    assert hidden.status_code == 404 and "does not exist" in hidden.json()["detail"]

@@ -31,7 +31,7 @@ BAD_SPECS: list[tuple[str, dict[str, Any], str, str]] = [
         "parallel.strategy",
         "use strategy ddp",
     ),
-    ("fp16 on CPU", job_body(precision="fp16"), "precision", "use bf16 or fp32"),
+    ("fp16 on CPU", job_body(precision="fp16"), "precision", "needs a GPU; on CPU use fp32 (or bf16)"),
     (
         "SyncBatchNorm on CPU",
         job_body(parallel={"strategy": "ddp", "nproc_per_node": 2, "sync_batchnorm": True}),
@@ -105,6 +105,28 @@ def test_gpu_on_a_cpu_only_cluster_is_refused(
     register(session, "laptop", [])
     response = client.post("/v1/jobs", json=job_body(parallel={"gpus": [0]}))
     assert_problem(response, "parallel.gpus", "GPU 0 does not exist on this host (it has no GPUs)")
+    assert_nothing_stored(session, settings)
+
+
+def test_a_dry_run_of_a_gpu_spec_on_a_cpu_only_cluster_plans_it_as_not_runnable(
+    client: TestClient, session: Session, settings: Settings
+) -> None:
+    register(session, "laptop", [])
+    body = job_body(parallel={"strategy": "ddp", "gpus": [0, 1]}, train={"batch_size": 8})
+    response = client.post("/v1/jobs", json=body, params={"dry_run": True})
+    assert response.status_code == 200, response.text
+    plan = response.json()["plan"]
+    assert plan["strategy"] == "ddp" and plan["device"] == "cuda" and plan["world_size"] == 2
+    assert plan["runnable"] is False
+    assert plan["not_runnable_because"] == [
+        "parallel.gpus: GPU 0 does not exist on this host (it has no GPUs) "
+        "(leave parallel.gpus out to train on CPU)"
+    ]
+    # A spec with a fault of its own is still refused, and a submission of an unplaceable one too.
+    bad = job_body(parallel={"gpus": [0]}, train={"batch_size": 8, "lr": -1})
+    assert client.post("/v1/jobs", json=bad, params={"dry_run": True}).status_code == 422
+    assert_problem(client.post("/v1/jobs", json=body), "parallel.gpus", "GPU 0 does not exist")
+    assert client.post("/v1/jobs", json=job_body(), params={"dry_run": True}).json()["plan"]["runnable"]
     assert_nothing_stored(session, settings)
 
 

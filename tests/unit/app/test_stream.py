@@ -9,7 +9,7 @@ import time
 
 import pytest
 from fastapi.testclient import TestClient
-from sqlalchemy import update
+from sqlalchemy import delete, update
 
 from app.api.routes import stream
 from core.db import session_scope
@@ -59,7 +59,8 @@ def test_finished_job_streams_every_row_then_ends(client: TestClient) -> None:
     events = read_events(client, f"/v1/jobs/{job_id}/metrics/stream")
     metrics = [(i, json.loads(d)["name"], json.loads(d)["step"]) for i, e, d in events if e == "metric"]
     assert metrics == [("5", "loss", 5), ("5", "lr", 5), ("10", "eval_accuracy", 10), ("10", "loss", 10)]
-    assert events[-1][1:] == ("end", json.dumps({"status": "succeeded", "message": "done"}))
+    assert events[-1][1] == "end"
+    assert json.loads(events[-1][2]) == {"status": "succeeded", "message": "done"}
 
 
 def test_resumes_after_a_step_and_filters_by_name(client: TestClient) -> None:
@@ -116,6 +117,34 @@ def test_stream_stops_when_the_client_disconnects(client: TestClient) -> None:
     chunks = asyncio.run(collect())
     assert len(chunks) == 1 and chunks[0].startswith("id: 5\nevent: metric\n")
     assert polls == 3
+
+
+def test_a_job_deleted_while_streaming_ends_the_stream_with_a_deleted_end_event(client: TestClient) -> None:
+    job_id = submit(client)["id"]
+    set_status(job_id, JobStatus.RUNNING)
+    add_metrics(job_id, [("loss", 5, 0.9)])
+    polls = 0
+
+    async def deleted_after_the_first_poll() -> bool:
+        # The job ends and is deleted between two polls: the stream never sees it finished.
+        nonlocal polls
+        polls += 1
+        if polls == 2:
+            with session_scope() as session:
+                session.execute(delete(Job).where(Job.id == job_id))
+        return False
+
+    async def collect() -> list[str]:
+        return [chunk async for chunk in stream.metric_events(job_id, None, -1, deleted_after_the_first_poll)]
+
+    metric, end = asyncio.run(collect())
+    assert metric.startswith("id: 5\nevent: metric\n")
+    event, data = end.strip().split("\n")
+    assert event == "event: end"
+    assert json.loads(data.removeprefix("data: ")) == {
+        "status": "deleted",
+        "message": f"job {job_id} was deleted",
+    }
 
 
 def test_missing_job_is_a_404_before_streaming(client: TestClient) -> None:

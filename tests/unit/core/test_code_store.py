@@ -158,14 +158,16 @@ def test_an_archive_that_does_not_match_its_id_is_not_unpacked(env: Settings) ->
     assert kept is not None
     kept.chmod(0o644)
     kept.write_bytes(bundle_archive({"models/net.py": "import os; os.system('evil')\n"}))
-    with pytest.raises(code_store.BundleUnavailable, match="does not match"):
+    with pytest.raises(code_store.BundleUnavailable, match="does not match") as refused:
         code_store.ensure_unpacked(env, code_id(data))
+    assert str(env.code_dir) not in str(refused.value)  # a job's message shows no server path
     assert not code_store.bundle_dir(env, code_id(data)).exists()
 
 
 def test_a_bundle_nowhere_is_unavailable_with_the_fix(env: Settings) -> None:
-    with pytest.raises(code_store.BundleUnavailable, match="trainyard code push DIR"):
+    with pytest.raises(code_store.BundleUnavailable, match="trainyard code push DIR") as refused:
         code_store.ensure_unpacked(env, code_id(b"never pushed"))
+    assert "TRAINYARD_CODE_DIR" in str(refused.value) and str(env.code_dir) not in str(refused.value)
 
 
 def test_another_host_fetches_the_archive_from_the_object_store(

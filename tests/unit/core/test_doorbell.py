@@ -5,7 +5,7 @@ from __future__ import annotations
 from kombu import Connection
 
 from core.config import Settings
-from core.doorbell import RUN_JOB_TASK, SHARED_QUEUE, enqueue_job
+from core.doorbell import RUN_JOB_TASK, SHARED_QUEUE, enqueue_job, pending_rings, ring_unless_pending
 from tests.unit.conftest import enqueued
 
 
@@ -21,3 +21,13 @@ def test_rings_are_task_messages_delivered_in_order(settings: Settings) -> None:
         assert message.headers["task"] == RUN_JOB_TASK
         args, kwargs, _embed = message.decode()
         assert (args, kwargs) == ([job_id], {})
+
+
+def test_a_ring_is_not_sent_while_one_waits(settings: Settings) -> None:
+    assert ring_unless_pending(7)
+    assert not ring_unless_pending(8)
+    with Connection(settings.broker_url) as stock:
+        stock.default_channel.basic_get(SHARED_QUEUE, no_ack=True)  # a worker takes it
+    assert pending_rings() == 0
+    assert ring_unless_pending(9)
+    assert enqueued(settings) == [7, 9]  # the embedded broker keeps the one taken, marked delivered

@@ -4,6 +4,7 @@ and nothing outside it is read, at load or at submit."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -101,3 +102,66 @@ def test_submit_refuses_a_missing_or_escaping_root(
     assert response.status_code == 422, response.text
     problem = response.json()
     assert problem["errors"][0]["field"] == "data.root" and message in problem["detail"]
+    assert str(data_dir) not in problem["detail"]  # the variable's name, not the server's path
+
+
+def _mnist_files(root: Path) -> None:
+    root.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(0)
+    write_idx(root / "train-images-idx3-ubyte", rng.integers(0, 256, (2, 28, 28)), compress=False)
+    write_idx(root / "train-labels-idx1-ubyte", np.array([0, 1]), compress=False)
+    write_idx(root / "t10k-images-idx3-ubyte", rng.integers(0, 256, (1, 28, 28)), compress=False)
+    write_idx(root / "t10k-labels-idx1-ubyte", np.array([2]), compress=False)
+
+
+def _cifar_files(root: Path) -> None:
+    write_cifar_batch(root / "data_batch_1.bin", [0, 1], seed=0)
+    write_cifar_batch(root / "test_batch.bin", [2], seed=1)
+
+
+def _image_files(root: Path) -> None:
+    for name in ("cat", "dog"):
+        (root / name).mkdir(parents=True)
+        Image.new("RGB", (8, 8)).save(root / name / "0.png")
+
+
+# One file of each dataset, under an accepted data.root, is a link to a file outside the data dir.
+LINKED = [
+    ("mnist", _mnist_files, "train-labels-idx1-ubyte"),
+    ("cifar10", _cifar_files, "test_batch.bin"),
+    ("image_folder", _image_files, "dog/0.png"),
+]
+
+
+@pytest.mark.parametrize("dataset, write, linked", LINKED)
+def test_a_file_linked_outside_the_data_dir_is_refused(
+    data_dir: Path, tmp_path: Path, dataset: str, write: Any, linked: str
+) -> None:
+    write(tmp_path / "outside")
+    write(data_dir / "set")
+    (data_dir / "set" / linked).unlink()
+    (data_dir / "set" / linked).symlink_to(tmp_path / "outside" / linked)
+    with pytest.raises(ValueError, match="leading outside TRAINYARD_DATA_DIR") as refused:
+        load_dataset(DataSpec(dataset=dataset, root="set", loader_workers=0), seed=0)
+    assert f"$TRAINYARD_DATA_DIR/set/{linked}" in str(refused.value)
+    assert str(tmp_path) not in str(refused.value)  # no server path in what the job's message shows
+
+
+@pytest.mark.parametrize("dataset, write, linked", LINKED)
+def test_a_file_linked_inside_the_data_dir_is_read(
+    data_dir: Path, dataset: str, write: Any, linked: str
+) -> None:
+    write(data_dir / "elsewhere")
+    write(data_dir / "set")
+    (data_dir / "set" / linked).unlink()
+    (data_dir / "set" / linked).symlink_to(data_dir / "elsewhere" / linked)
+    data = load_dataset(DataSpec(dataset=dataset, root="set", loader_workers=0), seed=0)
+    assert len(data.train[1]) + len(data.val[1]) > 0
+
+
+def test_messages_show_the_data_dir_as_its_variable(data_dir: Path) -> None:
+    (data_dir / "empty").mkdir()
+    with pytest.raises(ValueError) as refused:
+        load_dataset(DataSpec(dataset="mnist", root="empty"), seed=0)
+    assert "looked in $TRAINYARD_DATA_DIR/empty" in str(refused.value)
+    assert str(data_dir) not in str(refused.value)

@@ -1,8 +1,10 @@
-"""Checkpoints: bare keys, an atomic write that loads with weights_only=True, exact restore, keep_last, and
-a background write that neither sees later updates nor announces a file before it is durable."""
+"""Checkpoints: bare keys, an atomic write that loads with weights_only=True, exact restore, keep_last, a
+background write that neither sees later updates nor announces a file before it is durable, and a sha256
+beside each file that a load checks."""
 
 from __future__ import annotations
 
+import hashlib
 import threading
 from pathlib import Path
 from typing import Any, cast
@@ -12,7 +14,15 @@ import torch
 from torch import nn
 
 from trainers import checkpoint
-from trainers.checkpoint import Checkpointer, bare_keys, checkpoint_name, load_checkpoint, restore
+from trainers.checkpoint import (
+    Checkpointer,
+    CorruptCheckpoint,
+    bare_keys,
+    checkpoint_name,
+    load_checkpoint,
+    restore,
+    write_atomically,
+)
 from trainers.dist_env import DistEnv
 from trainers.events import CheckpointEvent, CheckpointRemovedEvent, parse_event
 from trainers.metrics import EventLog
@@ -94,7 +104,13 @@ def test_save_announces_the_file_relative_to_the_run_dir(tmp_path: Path) -> None
     assert isinstance(event, CheckpointEvent)
     assert (event.step, event.epoch, event.path) == (5, 1, "checkpoints/step-00000005.pt")
     assert event.size_bytes == path.stat().st_size > 0
-    assert [p.name for p in (tmp_path / "checkpoints").iterdir()] == ["step-00000005.pt"]
+    assert event.sha256 == hashlib.sha256(path.read_bytes()).hexdigest()
+    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == [
+        "step-00000005.pt",
+        "step-00000005.pt.sha256",
+    ]
+    # As `sha256sum` writes it, so `sha256sum -c step-00000005.pt.sha256` checks a copy.
+    assert path.with_name("step-00000005.pt.sha256").read_text() == f"{event.sha256}  step-00000005.pt\n"
 
 
 def test_keep_last_deletes_the_oldest_and_says_so(tmp_path: Path) -> None:
@@ -105,7 +121,9 @@ def test_keep_last_deletes_the_oldest_and_says_so(tmp_path: Path) -> None:
     saver.wait()
     assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == [
         "step-00000030.pt",
+        "step-00000030.pt.sha256",
         "step-00000040.pt",
+        "step-00000040.pt.sha256",
     ]
     removed = [e.path for e in events(tmp_path) if isinstance(e, CheckpointRemovedEvent)]
     assert removed == ["checkpoints/step-00000010.pt", "checkpoints/step-00000020.pt"]
@@ -121,9 +139,9 @@ def held_writes(monkeypatch: pytest.MonkeyPatch) -> threading.Event:
     release = threading.Event()
     write = checkpoint.write_atomically
 
-    def held(state: dict[str, Any], path: Path) -> None:
+    def held(state: dict[str, Any], path: Path) -> str:
         release.wait(timeout=30)
-        write(state, path)
+        return write(state, path)
 
     monkeypatch.setattr(checkpoint, "write_atomically", held)
     return release
@@ -151,7 +169,7 @@ def test_training_on_while_the_write_is_pending_changes_nothing_saved(
 def test_a_failed_write_is_raised_by_wait_and_announces_nothing(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    def disk_full(state: dict[str, Any], path: Path) -> None:
+    def disk_full(state: dict[str, Any], path: Path) -> str:
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(checkpoint, "write_atomically", disk_full)
@@ -163,3 +181,19 @@ def test_a_failed_write_is_raised_by_wait_and_announces_nothing(
     assert isinstance(raised.value.__cause__, OSError)
     assert not (tmp_path / "events.jsonl").exists()
     saver.wait()  # reported once
+
+
+def test_a_load_refuses_bytes_changed_since_the_write(tmp_path: Path) -> None:
+    state = {"step": 3, "w": torch.arange(300_000, dtype=torch.float32)}
+    path = tmp_path / "step-00000003.pt"
+    write_atomically(state, path)
+    with path.open("r+b") as f:  # 64 KiB overwritten inside the tensor's bytes; the size unchanged
+        f.seek(200_000)
+        f.write(bytes(65_536))
+    assert torch.load(path, weights_only=True)["step"] == 3, "torch alone loads it without a word"
+    with pytest.raises(
+        CorruptCheckpoint, match=r"step-00000003.pt is corrupt: its sha256 is [0-9a-f]{64}, not"
+    ):
+        load_checkpoint(path, CPU)
+    path.with_name("step-00000003.pt.sha256").unlink()
+    assert load_checkpoint(path, CPU)["step"] == 3, "a checkpoint from before checksums loads as it is"

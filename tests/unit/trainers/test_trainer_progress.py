@@ -16,6 +16,7 @@ from trainers.events import (
     PhaseEvent,
     parse_event,
 )
+from trainers.metrics import Report
 from trainers.precision import MixedPrecision
 from trainers.progress import Position, RunOutput, checkpoint_due, evaluation_due, report_due, total_steps
 from trainers.spec import CheckpointSpec, JobSpec, MetricsSpec, Precision, TrainSpec
@@ -67,24 +68,24 @@ def test_rank0_writes_metrics_events_and_a_line_per_training_report(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     output = RunOutput(tmp_path, SPEC, total=12, is_main=True)
-    output.running()
-    output.report_training(Position.of(10, 5, 12), {"loss": 0.25})
-    output.report(Position.of(10, 5, 12), {"eval_loss": 0.5})
+    output.running(Position.of(0, 5, 12))
+    output.report_training(Position.of(8, 5, 12), Report({"loss": 0.25}, []))
+    output.report(Position.of(8, 5, 12), {"eval_loss": 0.5})
     written = events(tmp_path)
     assert isinstance(written[0], PhaseEvent)
     assert [
         (e.step, e.total_steps, e.epoch, e.values) for e in written[1:] if isinstance(e, MetricsEvent)
     ] == [
-        (10, 12, 2, {"loss": 0.25}),
-        (10, 12, 2, {"eval_loss": 0.5}),
+        (8, 12, 2, {"loss": 0.25}),
+        (8, 12, 2, {"eval_loss": 0.5}),
     ]
-    assert capsys.readouterr().out == "step 10/12 loss=0.25\n"
+    assert capsys.readouterr().out == "step 8/12 loss=0.25\n"
 
 
 def test_other_ranks_write_and_print_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     output = RunOutput(tmp_path, SPEC, total=12, is_main=False)
-    output.running()
-    output.report_training(Position.of(12, 5, 12), {"loss": 0.25})
+    output.running(Position.of(0, 5, 12))
+    output.report_training(Position.of(12, 5, 12), Report({"loss": 0.25}, []))
     output.checkpoint({"w": torch.ones(1)}, {}, FP32, Position.of(12, 5, 12))
     output.close(finished=True)
     assert events(tmp_path) == [] and capsys.readouterr().out == ""
@@ -101,3 +102,27 @@ def test_done_follows_the_durable_last_checkpoint_only_when_training_finished(
     written = events(tmp_path)
     assert isinstance(written[0], CheckpointEvent) and (tmp_path / written[0].path).exists()
     assert written[1:] == ([DoneEvent(time=written[-1].time, step=12)] if finished else [])
+
+
+def epoch_times(run_dir: Path) -> list[tuple[int, float]]:
+    return [
+        (e.step, e.values["epoch_time_s"])
+        for e in events(run_dir)
+        if isinstance(e, MetricsEvent) and "epoch_time_s" in e.values
+    ]
+
+
+@pytest.mark.parametrize(("done", "timed"), [(0, [5, 10, 15]), (5, [10, 15]), (7, [15])])
+def test_each_epoch_seen_from_its_start_reports_its_time_once(
+    tmp_path: Path, done: int, timed: list[int]
+) -> None:
+    output = RunOutput(tmp_path, SPEC, total=15, is_main=True)
+    # Resumed after step 7, this process saw only part of the second epoch.
+    output.running(Position.of(done, 5, 15))
+    for step in range(done + 1, 16):
+        at = Position.of(step, 5, 15)
+        if at.epoch_end:
+            output.epoch_ended(at)
+            output.epoch_ended(at)  # hogwild's main process sees an epoch's end twice: one time is reported
+    times = epoch_times(tmp_path)
+    assert [step for step, _ in times] == timed and all(t >= 0 for _, t in times)

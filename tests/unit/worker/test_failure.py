@@ -76,3 +76,46 @@ def test_a_job_whose_code_fails_fails_at_once_with_restarts_left(
         "UserCodeError: user_code_error: model.factory 'models:build' raised KeyError: 1\n"
         "  models.py, line 3, in build"
     )
+
+
+def torchrun_report(run_dir: Path, *failures: tuple[str, int, int]) -> Path:
+    """The launcher log's failure report as torchrun prints it: (time, rank, exit code) per failed rank."""
+    blocks = [
+        f"[{i}]:\n  time      : 2026-11-26_{at}\n  host      : box\n"
+        f"  rank      : {rank} (local_rank: {rank})\n  exitcode  : {code} (pid: {100 + rank})\n"
+        for i, (at, rank, code) in enumerate(failures)
+    ]
+    (run_dir / "logs").mkdir(parents=True, exist_ok=True)
+    (run_dir / "logs" / "launcher.log").write_text("ChildFailedError:\nFailures:\n" + "".join(blocks))
+    return run_dir
+
+
+GLOO = "torch.distributed.DistBackendError: [gloo/transport/tcp/pair.cc:534] Connection reset by peer"
+
+
+def test_a_rank_killed_by_a_signal_is_the_cause_not_its_peers_connection_error(tmp_path: Path) -> None:
+    """Rank 1 SIGKILLed: rank 0's gloo error reached the error file first, in the same second."""
+    run_dir = torchrun_report(record(tmp_path / "kill", GLOO), ("07:18:42", 0, 1), ("07:18:43", 1, -9))
+    assert classify_failure(run_dir, 1) is FailureKind.CRASH
+    cause = root_cause(run_dir, 1)
+    assert cause.startswith("rank 1 was killed by signal SIGKILL; the other ranks then failed talking to it")
+    assert "Connection reset by peer" in cause
+    # No error file at all (torchrun stopped the survivor with SIGTERM before it raised).
+    quiet = torchrun_report(tmp_path / "quiet", ("07:18:42", 0, -15), ("07:18:42", 1, -9))
+    assert root_cause(quiet, 1) == "rank 1 was killed by signal SIGKILL"
+
+
+def test_a_rank_torchrun_killed_after_its_grace_is_not_the_cause(tmp_path: Path) -> None:
+    """Rank 1 stopped (SIGSTOP): rank 0 timed out first; torchrun SIGKILLed rank 1 30 s later."""
+    run_dir = torchrun_report(record(tmp_path, GLOO), ("07:18:12", 0, 1), ("07:18:42", 1, -9))
+    assert classify_failure(run_dir, 1) is FailureKind.COMMUNICATION
+    # An earlier attempt's report, earlier in the same launcher log, speaks of that attempt alone.
+    log = run_dir / "logs" / "launcher.log"
+    latest = log.read_text()
+    earlier = torchrun_report(tmp_path / "earlier", ("07:10:00", 1, -9))
+    log.write_text((earlier / "logs" / "launcher.log").read_text() + latest)
+    assert classify_failure(run_dir, 1) is FailureKind.COMMUNICATION
+    assert root_cause(run_dir, 1) == GLOO
+    # An error of the job's own (not a peer's death) stays the cause, whatever else was killed.
+    own = torchrun_report(record(tmp_path / "own", "KeyError: 'x'"), ("07:18:42", 0, 1), ("07:18:42", 1, -9))
+    assert root_cause(own, 1) == "KeyError: 'x'"

@@ -79,3 +79,6 @@ def test_classification(tmp_path: Path) -> None:
     oom = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"
     assert classify_failure(_error_file(tmp_path / "c", oom), 1) is FailureKind.EXCEPTION
     assert classify_failure(_error_file(tmp_path / "d", "KeyError: 'x'"), 1) is FailureKind.EXCEPTION
+    diverged = "NonFiniteLoss: the training loss was not finite (NaN or inf) at step 7; lower train.lr"
+    assert classify_failure(_error_file(tmp_path / "e", diverged), 1) is FailureKind.NONFINITE_LOSS
+    assert not FailureKind.NONFINITE_LOSS.retryable

@@ -18,7 +18,7 @@ from tests.unit.worker_fixtures import Doorbell, WorkerDb, claim_at_once
 from trainers.plan import resolve_plan
 from trainers.spec import JobSpec
 from worker.leases import ClaimOutcome, claim_job
-from worker.reaper import reap
+from worker.reaper import Rings, reap
 from worker.runner import run_job
 
 pytest_plugins = ["tests.unit.worker_fixtures"]
@@ -149,7 +149,7 @@ def test_a_quiet_node_requeues_the_whole_job(database: WorkerDb, doorbell: Doorb
             if node.host == database.host:
                 node.heartbeat_at = now
 
-    report = reap({}, now=now)
+    report = reap(Rings(), now=now)
 
     assert report.requeued == [job_id]
     job = database.job(job_id)

@@ -7,9 +7,9 @@ from typing import TYPE_CHECKING
 from sqlalchemy import select
 
 from core.db import session_scope
-from core.models import GpuLease, JobEvent
+from core.models import GpuLease, Job, JobEvent
 from core.states import JobStatus
-from worker.leases import WAITING_FOR_GPUS, ClaimOutcome, claim_job, ring_waiting_jobs
+from worker.leases import WAITING_FOR_GPUS, ClaimOutcome, claim_job, claim_next, ring_waiting_jobs
 
 if TYPE_CHECKING:
     from tests.unit.worker_fixtures import Doorbell, WorkerDb
@@ -87,14 +87,24 @@ def test_racing_claims_never_share_a_gpu(database: WorkerDb) -> None:
     race_sixteen_jobs_for_four_gpus(database)
 
 
-def test_ring_waiting_jobs_highest_priority_first(database: WorkerDb, doorbell: Doorbell) -> None:
+def test_ring_waiting_jobs_rings_once_for_the_queue(database: WorkerDb, doorbell: Doorbell) -> None:
     holder = database.add_job(database.spec(gpus=[0]))
-    # Claimed before the others exist: a queued job of higher priority keeps its GPUs from lower ones.
     claim_job(holder)
     low = database.add_job(database.spec(gpus=[0]), priority=0)
     high = database.add_job(database.spec(gpus=[0]), priority=5)
-    for job_id in (low, high):
-        claim_job(job_id)
-    database.add_job()  # queued but not waiting for GPUs: its own message is still in the broker
-    assert ring_waiting_jobs() == [high, low]
-    assert doorbell.rung == [high, low]
+    assert ring_waiting_jobs() == high  # for the job that starts first; the worker it wakes claims in order
+    assert ring_waiting_jobs() is None  # a ring already waits in the shared queue
+    doorbell.rung.clear()  # a worker took it
+    assert ring_waiting_jobs(Job.priority == 0) == low
+    assert doorbell.rung == [low]
+
+
+def test_claim_next_takes_the_queue_in_start_order(database: WorkerDb) -> None:
+    """Issue 22 #3: CPU jobs need no GPU, so nothing but the order of claims can keep priority."""
+    low = database.add_job(priority=0)
+    high = database.add_job(priority=100)
+    pinned = database.add_job(database.spec(gpus=[0]), priority=100)
+    blocked = database.add_job(database.spec(gpus=[0]), priority=100)
+    claimed = [claim.job_id for claim in iter(claim_next, None)]
+    assert claimed == [high, pinned, low]
+    assert database.job(blocked).status_reason == WAITING_FOR_GPUS

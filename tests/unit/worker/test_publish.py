@@ -3,6 +3,7 @@ pruned, logs sent in appended parts, and a stored checkpoint brought back to res
 
 from __future__ import annotations
 
+import hashlib
 import shutil
 import threading
 from dataclasses import dataclass, field
@@ -17,7 +18,7 @@ from core.models import Checkpoint
 from core.storage import ObjectStore
 from trainers.events import CheckpointEvent, CheckpointRemovedEvent
 from worker import publish
-from worker.publish import RESUME_DIR, LogParts, checkpoint_exists, local_resume_path
+from worker.publish import RESUME_DIR, LogParts, UnusableCheckpoint, resume_file
 from worker.tail import apply_events
 from worker.uploads import Uploads
 
@@ -25,6 +26,8 @@ if TYPE_CHECKING:
     from tests.unit.worker_fixtures import WorkerDb
 
 pytest_plugins = ["tests.unit.worker_fixtures", "tests.unit.s3_fixtures"]
+
+SHA256_OF_WEIGHTS = hashlib.sha256(b"weights").hexdigest()
 
 
 def recorded_paths() -> list[str]:
@@ -79,8 +82,7 @@ def test_shared_runs_dir_records_the_file_and_uploads_nothing(database: WorkerDb
     run_dir = database.runs_dir / str(job_id)
     apply(job_id, run_dir, saved(run_dir, 10, b"ten"))
     assert recorded_paths() == [str(run_dir / "checkpoints/step-10.pt")]
-    assert checkpoint_exists(recorded_paths()[0])
-    assert local_resume_path(recorded_paths()[0], run_dir) == recorded_paths()[0]
+    assert resume_file(recorded_paths()[0], None, run_dir) == recorded_paths()[0]
 
 
 @dataclass(frozen=True)
@@ -144,20 +146,24 @@ def test_resume_uses_this_hosts_file_or_downloads_the_object(
     run_dir = database.runs_dir / str(job_id)
     apply(job_id, run_dir, saved(run_dir, 10, b"weights"))
     uri = recorded_paths()[0]
-    assert checkpoint_exists(uri)
-    assert local_resume_path(uri, run_dir) == str(run_dir / "checkpoints/step-10.pt"), (
+    assert resume_file(uri, SHA256_OF_WEIGHTS, run_dir) == str(run_dir / "checkpoints/step-10.pt"), (
         "the host that wrote it"
+    )
+    (run_dir / "checkpoints/step-10.pt").write_bytes(b"wEights")
+    assert resume_file(uri, SHA256_OF_WEIGHTS, run_dir) == str(run_dir / RESUME_DIR / "step-10.pt"), (
+        "this host's copy changed on disk since: the object still holds the bytes recorded"
     )
 
     shutil.rmtree(run_dir)  # another host: only the object is left
     fresh = database.runs_dir / "99"
-    assert checkpoint_exists(uri)
-    local = local_resume_path(uri, fresh)
+    local = resume_file(uri, SHA256_OF_WEIGHTS, fresh)
     assert local == str(fresh / RESUME_DIR / "step-10.pt")
     assert Path(local).read_bytes() == b"weights"
+    with pytest.raises(UnusableCheckpoint, match="its sha256 is"):
+        resume_file(uri, "0" * 64, database.runs_dir / "98")
 
     s3_store.delete(s3_store.run_key(job_id, "checkpoints/step-10.pt"))
-    assert not checkpoint_exists(uri), "a requeued attempt skips it for an older checkpoint"
-    assert local_resume_path(None, fresh) is None
-    with pytest.raises(ValueError, match="TRAINYARD_S3_BUCKET"):
-        local_resume_path(f"s3://elsewhere/{s3_store.run_key(job_id, 'checkpoints/step-10.pt')}", fresh)
+    with pytest.raises(UnusableCheckpoint, match="its object is gone"):
+        resume_file(uri, SHA256_OF_WEIGHTS, database.runs_dir / "97")
+    with pytest.raises(UnusableCheckpoint, match="TRAINYARD_S3_BUCKET"):
+        resume_file(f"s3://elsewhere/{s3_store.run_key(job_id, 'checkpoints/step-10.pt')}", None, fresh)

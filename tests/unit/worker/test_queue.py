@@ -2,19 +2,22 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from fastapi.testclient import TestClient
-from sqlalchemy import update
+from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
-from core.models import Job
+from core.db import session_scope
+from core.models import Job, JobEvent
 from core.states import JobStatus
 from tests.unit.conftest import submit
 from worker.leases import ClaimOutcome, claim_job
+from worker.runner import run_job
 
 if TYPE_CHECKING:
-    from tests.unit.worker_fixtures import WorkerDb
+    from tests.unit.worker_fixtures import Doorbell, WorkerDb
 
 pytest_plugins = ["tests.unit.worker_fixtures"]
 
@@ -104,3 +107,17 @@ def test_what_a_multi_host_job_waits_for_names_its_hosts() -> None:
         wanted_devices({"nnodes": 3, "nproc_per_node": 2, "world_size": 6}) == "3 hosts x 2 processes on CPU"
     )
     assert wanted_devices({"num_gpus": 1, "world_size": 1}) == "1 GPU"
+
+
+def test_a_doorbell_runs_the_queue_in_start_order(
+    database: WorkerDb, doorbell: Doorbell, fake_trainer: Callable[[str], None]
+) -> None:
+    """Issue 22 #3: whichever job rang, the task starts the first job in start order, and its slot takes the
+    next one as each ends, until the queue is empty."""
+    fake_trainer("ok")
+    first, second, urgent = (database.add_job(priority=priority) for priority in (0, 0, 100))
+    run_job(first)
+    with session_scope() as session:
+        starts = select(JobEvent.job_id).where(JobEvent.to_status == JobStatus.STARTING).order_by(JobEvent.id)
+        assert list(session.scalars(starts)) == [urgent, first, second]
+    assert {database.job(job_id).status for job_id in (first, second, urgent)} == {JobStatus.SUCCEEDED}

@@ -22,7 +22,7 @@ from core.models import Checkpoint, utcnow
 from core.states import JobStatus
 from core.storage import ObjectStore
 from worker import uploads
-from worker.reaper import reap
+from worker.reaper import Rings, reap
 from worker.runner import run_job
 from worker.supervise import as_utc
 
@@ -92,7 +92,7 @@ def test_an_upload_longer_than_the_lease_does_not_get_the_job_reaped(
 
     blocked_until = time.monotonic() + 3 * LEASE_S
     while time.monotonic() < blocked_until:
-        assert reap({}).requeued == [], "reaped while its upload was in flight"
+        assert reap(Rings()).requeued == [], "reaped while its upload was in flight"
         assert recorded_paths() == [], "listed before its object was stored"
         time.sleep(0.1)
     job = database.job(job_id)

@@ -1,0 +1,297 @@
+"""Streamed image data (issue 16): ResNet-50 at 224 px, bf16, channels_last, random resized crop + flip, on
+an ImageNet-like JPEG folder this script writes to the machine's disk.
+
+    python -m bench.streaming [--images N] [--classes C] [--dir DIR] [--steps N] [--budget-s S] [--smoke]
+
+The folder (--images JPEGs of about 400 x 350, default 50,000, in --classes folders, default 100, written
+by every core at once and kept for the next run) is read by, one after another on GPU 0:
+  - the Trainyard trainer streaming it (data.placement=stream), decoded by cores-2 loader workers;
+  - the same, decoded on the GPU (data.decode=gpu);
+  - the same job with the folder decoded once onto the GPU before step 1 (data.placement=gpu);
+  - bench/folder_loop.py: torchvision ImageFolder + PIL transforms + DataLoader(num_workers=cores-2).
+The trainer runs under torchrun as the worker starts it (tests/integration/trainer_helpers.py), without the
+service: "start→first step" runs from the launch to the trainer's first step. Its img/s is the median of its
+samples_per_s reports after warm-up. GPU utilisation (nvidia-smi) and the CPU cores busy machine-wide
+(/proc/stat: the loader workers and the training process) are sampled twice a second and averaged over the
+timed steps. Rows and the targets' ratios are printed and, unless --smoke, appended to bench/RESULTS.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from bench.budget import Budget
+from bench.folder_loop import WINDOW_PREFIX, default_workers
+from bench.report import record, section
+from bench.result import SKIPPED, Result, exit_code, failed, parse
+from bench.run import CHILD_TIMEOUT_S, child_argv
+from bench.service import Finished, job_result
+from bench.table import markdown, name, number, ratio, times
+from bench.workload import LR, MOMENTUM, Workload, preset
+from tests.integration.trainer_helpers import TrainerRun, launch, write_config
+from tests.unit.trainers.image_sets import Pictures, write_folder
+from trainers.datadir import DATA_DIR_ENV
+from trainers.events import MetricsEvent
+
+BUDGET_S = 560
+IMAGES, CLASSES, SMOKE_IMAGES, SMOKE_CLASSES = 50_000, 100, 64, 4
+FOLDER = "imagenet-like"
+COLUMNS = (
+    "variant",
+    "img/s",
+    "x resident",
+    "x hand-written",
+    "GPU util",
+    "CPU cores busy",
+    "start→first step s",
+)
+STREAMED, GPU_DECODE, RESIDENT = (
+    "streamed (loader workers)",
+    "streamed (data.decode=gpu)",
+    "decoded once, resident",
+)
+
+
+@dataclass
+class Monitor:
+    """Machine-wide CPU cores busy and GPU 0's utilisation, sampled in a thread: (time, cores, gpu %)."""
+
+    gpu: bool
+    samples: list[tuple[float, float, float | None]] = field(default_factory=list)
+    stop: threading.Event = field(default_factory=threading.Event)
+
+    def __post_init__(self) -> None:
+        threading.Thread(target=self._sample, daemon=True).start()
+
+    def _sample(self) -> None:
+        busy, total = _cpu_jiffies()
+        while not self.stop.wait(0.5):
+            now_busy, now_total = _cpu_jiffies()
+            cores = (now_busy - busy) / max(now_total - total, 1) * (os.cpu_count() or 1)
+            self.samples.append((time.time(), cores, _gpu_percent() if self.gpu else None))
+            busy, total = now_busy, now_total
+
+    def mean(self, window: tuple[float, float] | None) -> tuple[float | None, float | None]:
+        inside = [s for s in self.samples if window and window[0] <= s[0] <= window[1]]
+        if not inside:
+            return None, None
+        gpu = [g for _, _, g in inside if g is not None]
+        return sum(c for _, c, _ in inside) / len(inside), (sum(gpu) / len(gpu) if gpu else None)
+
+
+def _cpu_jiffies() -> tuple[int, int]:
+    fields = [int(value) for value in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
+    return sum(fields) - fields[3] - fields[4], sum(fields)  # busy: all but idle and iowait
+
+
+def _gpu_percent() -> float | None:
+    query = ["nvidia-smi", "--query-gpu=utilization.gpu", "--format=csv,noheader,nounits", "-i", "0"]
+    try:
+        return float(subprocess.run(query, capture_output=True, text=True, timeout=5).stdout.strip())
+    except (OSError, ValueError, subprocess.TimeoutExpired):
+        return None
+
+
+@dataclass(frozen=True)
+class Row:
+    result: Result
+    cores: float | None = None
+    gpu_percent: float | None = None
+
+
+def pictures(images: int, classes: int, smoke: bool) -> Pictures:
+    if smoke:
+        return Pictures(count=images, classes=classes, width=(40, 56), height=(36, 48))
+    return Pictures(count=images, classes=classes, width=(300, 500), height=(250, 450))
+
+
+def ensure_folder(data_dir: Path, wanted: Pictures) -> Path:
+    """The folder under data_dir, written unless a run with the same pictures left it there."""
+    root, marker = data_dir / FOLDER, data_dir / f"{FOLDER}.json"
+    description = json.dumps(wanted.__dict__)
+    if not (marker.exists() and marker.read_text() == description):
+        started = time.monotonic()
+        write_folder(root, wanted, processes=os.cpu_count() or 1)
+        marker.write_text(description)
+        print(f"wrote {wanted.count} JPEGs in {time.monotonic() - started:.0f}s", file=sys.stderr, flush=True)
+    return root
+
+
+def job_spec(workload: Workload, placement: str, decode: str, workers: int) -> dict[str, Any]:
+    on_gpu = workload.device == "cuda"
+    return {
+        "name": f"bench-streaming-{placement}-{decode}",
+        "model": {"arch": workload.arch},
+        "data": {
+            "dataset": "image_folder",
+            "root": FOLDER,
+            "image_size": workload.image_size,
+            "load_size": round(workload.image_size * 8 / 7),  # 256 for 224: ImageNet's usual resize
+            "placement": placement,
+            "decode": decode,
+            "loader_workers": workers,
+            "val_fraction": 0.0,
+            "augment": {"random_resized_crop": {}, "hflip": 0.5},
+        },
+        "train": {
+            "max_steps": workload.warmup + workload.steps,
+            "batch_size": workload.batch_per_rank,
+            "lr": LR,
+            "momentum": MOMENTUM,
+            "eval_every_epochs": 0,
+        },
+        "parallel": {"strategy": "single", **({"gpus": [0]} if on_gpu else {"nproc_per_node": 1})},
+        "precision": "bf16",
+        "performance": {"channels_last": True},
+        "checkpoint": {"every_n_epochs": 0, "every_n_steps": 0, "save_final": False},
+        "metrics": {"every_n_steps": 10 if on_gpu else 1},
+    }
+
+
+def timed_window(events: list[Any], warmup: int) -> tuple[float, float] | None:
+    times_ = [(e.step, e.time) for e in events if isinstance(e, MetricsEvent)]
+    after = [t for step, t in times_ if step >= warmup]
+    return (after[0], after[-1]) if len(after) > 1 else None
+
+
+def trainer_row(variant: str, spec: dict[str, Any], workload: Workload, run_dir: Path, budget: Budget) -> Row:
+    timeout = budget.timeout(CHILD_TIMEOUT_S)
+    if timeout is None:
+        return Row(failed(variant, f"{SKIPPED}: out of time"))
+    print(f"\n>>> {variant}", file=sys.stderr, flush=True)
+    on_gpu = workload.device == "cuda"
+    write_config(run_dir, spec)
+    monitor = Monitor(on_gpu)
+    started = time.time()
+    done = launch(run_dir, nproc=1, timeout=timeout, cuda_devices="0" if on_gpu else "")
+    monitor.stop.set()
+    run = TrainerRun(run_dir, 1)
+    if done.returncode:
+        print(done.stdout[-2000:], done.stderr[-2000:], run.log(0)[-4000:], file=sys.stderr)
+        return Row(failed(variant, f"exit {done.returncode}"))
+    events = run.events()
+    losses = run.metric("loss")
+    job = {"created_at": datetime.fromtimestamp(started, UTC).isoformat(), "latest_metrics": {}}
+    job["latest_metrics"] = {"loss": losses[-1][1]} if losses else {}
+    result = job_result(variant, Finished(job, events), workload.warmup, on_gpu, world_size=1)
+    cores, gpu = monitor.mean(timed_window(events, workload.warmup))
+    return Row(result, cores, gpu)
+
+
+def folder_loop_row(root: Path, workload: Workload, workers: int, budget: Budget) -> Row:
+    variant = f"hand-written ImageFolder loop ({workers} workers)"
+    timeout = budget.timeout(CHILD_TIMEOUT_S)
+    if timeout is None:
+        return Row(failed(variant, f"{SKIPPED}: out of time"))
+    argv = child_argv("bench.folder_loop", workload, 1, ["--root", str(root), "--workers", str(workers)])
+    print(f"\n>>> {variant}", file=sys.stderr, flush=True)
+    monitor = Monitor(workload.device == "cuda")
+    try:
+        done = subprocess.run(argv, stdout=subprocess.PIPE, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return Row(failed(variant, f"over {timeout:.0f}s"))
+    finally:
+        monitor.stop.set()
+    found = parse(done.stdout)
+    if done.returncode or found is None:
+        return Row(failed(variant, f"exit {done.returncode}"))
+    lines = [line for line in done.stdout.splitlines() if line.startswith(WINDOW_PREFIX)]
+    start, end = json.loads(lines[-1][len(WINDOW_PREFIX) :])
+    cores, gpu = monitor.mean((start, end))
+    return Row(replace(found, variant=variant), cores, gpu)
+
+
+def percent(value: float | None) -> str:
+    return "—" if value is None else f"{value:.0f} %"
+
+
+def tables(rows: list[Row]) -> str:
+    """The rows, x the resident job's and the hand-written loop's img/s; then the issue's targets."""
+    streamed, _, resident, hand = (row.result for row in rows)
+    body = [
+        [
+            name(row.result),
+            number(row.result.images_per_s, 0),
+            times(ratio(row.result.images_per_s, resident.images_per_s)),
+            times(ratio(row.result.images_per_s, hand.images_per_s)),
+            percent(row.gpu_percent),
+            number(row.cores, 1),
+            number(row.result.latency_s, 1),
+        ]
+        for row in rows
+    ]
+    late = None
+    if streamed.latency_s is not None and resident.latency_s is not None:
+        late = streamed.latency_s - resident.latency_s
+    targets = markdown(
+        ("streamed (loader workers) against", "value", "target"),
+        [
+            ["resident img/s", times(ratio(streamed.images_per_s, resident.images_per_s)), "≥ 0.90x"],
+            ["hand-written loop img/s", times(ratio(streamed.images_per_s, hand.images_per_s)), "≥ 1.20x"],
+            ["resident start→first step", number(late, 1) + " s later", "≤ 5 s later"],
+        ],
+    )
+    return markdown(COLUMNS, body) + "\n\n" + targets
+
+
+def measure(args: argparse.Namespace) -> tuple[str, list[Row]]:
+    workload = preset("resnet50", smoke=args.smoke, steps=args.steps)
+    budget = Budget(args.budget_s)
+    data_dir = Path(args.dir)
+    images, classes = (SMOKE_IMAGES, SMOKE_CLASSES) if args.smoke else (IMAGES, CLASSES)
+    root = ensure_folder(data_dir, pictures(args.images or images, args.classes or classes, args.smoke))
+    os.environ[DATA_DIR_ENV] = str(data_dir)
+    workers = args.workers
+    on_gpu = workload.device == "cuda"
+    variants = [
+        (STREAMED, job_spec(workload, "stream", "cpu", workers)),
+        (GPU_DECODE, job_spec(workload, "stream", "gpu", workers) if on_gpu else None),
+        (RESIDENT, job_spec(workload, "gpu" if on_gpu else "cpu", "cpu", workers)),
+    ]
+    # Fresh run directories each time: the folder is kept between runs, and a trainer must never read an
+    # earlier run's events as its own.
+    runs = Path(tempfile.mkdtemp(prefix="runs-", dir=data_dir))
+    rows = [
+        trainer_row(variant, spec, workload, runs / str(i), budget)
+        if spec
+        else Row(failed(variant, f"{SKIPPED}: needs a GPU"))
+        for i, (variant, spec) in enumerate(variants)
+    ]
+    rows.append(folder_loop_row(root, workload, workers, budget))
+    device = "cpu" if not on_gpu else next((r.result.device for r in rows if r.result.device), "GPU")
+    return device, rows
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--images", type=int, help=f"JPEGs to write (default {IMAGES:,}; --smoke: {SMOKE_IMAGES})"
+    )
+    parser.add_argument(
+        "--classes", type=int, help=f"class folders (default {CLASSES}; --smoke: {SMOKE_CLASSES})"
+    )
+    parser.add_argument("--dir", default="/tmp/trainyard-bench-images", help="where the folder is written")
+    parser.add_argument("--workers", type=int, default=default_workers(), help="loader workers (cores-2)")
+    parser.add_argument("--steps", type=int, help="timed steps (after warm-up) per variant")
+    parser.add_argument("--budget-s", type=float, default=BUDGET_S, help="skip variants past this")
+    parser.add_argument("--smoke", action="store_true", help="tiny sizes on the CPU; prints only")
+    args = parser.parse_args()
+    device, rows = measure(args)
+    heading, body = section(device, 1, tables(rows)).split("\n", 1)
+    record(f"{heading} (issue 16: streamed image data)\n{body}", args.smoke)
+    return exit_code([row.result for row in rows])
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,89 @@
+"""`python -m app.serve`, as `make run`, the Dockerfile and docker-compose.yml start the API: uvicorn with the
+connection limits of the settings (the keep-alive timeout is checked in the config alone: uvicorn closes
+idle connections with or without it), and a banner that says the auth mode in force."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from app.serve import banner, uvicorn_config
+from core.config import AuthMode, HttpParser, Settings
+from tests.integration.servers import ROOT, free_port, stop, wait_for
+
+HEAD = b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+
+
+def test_the_banner_says_the_auth_mode_in_force() -> None:
+    assert "(auth on: requests need an API key" in banner(Settings(auth=AuthMode.ON, port=9000))
+    assert "http://127.0.0.1:9000" in banner(Settings(auth=AuthMode.ON, port=9000))
+    assert "(auth off:" in banner(Settings(auth=AuthMode.OFF))
+
+
+def test_uvicorn_takes_its_limits_from_the_settings() -> None:
+    settings = Settings(host="0.0.0.0", port=9001, keep_alive_s=7, max_connections=9, max_header_bytes=8192)
+    config = uvicorn_config(settings.model_copy(update={"log_level": "warning"}))
+    assert (config.app, config.host, config.port) == ("app.main:app", "0.0.0.0", 9001)
+    assert (config.timeout_keep_alive, config.limit_concurrency, config.log_level) == (7, 9, "warning")
+    assert (config.http, config.h11_max_incomplete_event_size) == ("h11", 8192)
+    assert uvicorn_config(Settings(http_parser=HttpParser.HTTPTOOLS)).http == "httptools"
+
+
+def _status(connection: socket.socket) -> bytes:
+    """The status line of the answer, or b"" when the server closed the connection without one."""
+    answer = b""
+    while b"\r\n" not in answer and (chunk := connection.recv(4096)):
+        answer += chunk
+    return answer.partition(b"\r\n")[0]
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[tuple[int, str]]:
+    """A real server with tiny limits, and the first line it printed."""
+    port = free_port()
+    env = {
+        **os.environ,
+        "TRAINYARD_PORT": str(port),
+        "TRAINYARD_DATABASE_URL": f"sqlite:///{tmp_path}/trainyard.db",
+        "TRAINYARD_BROKER_URL": f"sqla+sqlite:///{tmp_path}/broker.db",
+        "TRAINYARD_MAX_CONNECTIONS": "2",
+        "TRAINYARD_MAX_HEADER_BYTES": "4096",
+        "TRAINYARD_AUTH": "on",
+        "TRAINYARD_LOG_LEVEL": "critical",
+    }
+    argv = [sys.executable, "-m", "app.serve"]
+    proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.PIPE)
+    try:
+        assert proc.stdout is not None
+        printed = proc.stdout.readline().decode()
+        wait_for(lambda: socket.create_connection(("127.0.0.1", port)).close() is None, 60, "api")
+        yield port, printed
+    finally:
+        stop(proc)
+
+
+def _connect(port: int) -> socket.socket:
+    return socket.create_connection(("127.0.0.1", port), timeout=30)
+
+
+def test_the_server_holds_its_limits(server: tuple[int, str]) -> None:
+    port, printed = server
+    assert "(auth on:" in printed
+
+    # A head past TRAINYARD_MAX_HEADER_BYTES is refused before it ends: it can no longer grow without bound.
+    with _connect(port) as big:
+        big.sendall(HEAD + b"X-Filler: " + b"a" * 8192)
+        assert _status(big) == b"HTTP/1.1 400 Bad Request"
+
+    # Connections that never finish their heads take the slots of TRAINYARD_MAX_CONNECTIONS; a request past
+    # them is answered 503 at once instead of waiting with them.
+    with _connect(port) as slow, _connect(port) as late:
+        slow.sendall(HEAD)
+        late.sendall(HEAD + b"\r\n")
+        assert _status(late) == b"HTTP/1.1 503 Service Unavailable"
