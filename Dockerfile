@@ -21,7 +21,11 @@ RUN python -c "import torch, torchvision; print(f'torch=={torch.__version__}'); 
     && pip install --no-cache-dir -c /opt/torch-pins.txt -r /tmp/requirements.txt
 
 # bubblewrap: the sandbox of user code (docs/security.md); setpriv, prlimit and env come with the base.
-RUN apt-get update && apt-get install -y --no-install-recommends bubblewrap && rm -rf /var/lib/apt/lists/*
+# gcc and libc6-dev: performance.compile's Inductor/Triton build small C launchers on first use, and the
+# runtime base has no C compiler (the conda Python brings its own headers).
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends bubblewrap gcc libc6-dev \
+    && rm -rf /var/lib/apt/lists/*
 
 COPY . .
 RUN pip install --no-cache-dir --no-deps . \

@@ -181,3 +181,14 @@ def test_dockerfile_runs_the_api_and_ships_what_compose_runs() -> None:
         assert not any(fnmatch.fnmatch(needed, p) or needed.startswith(f"{p}/") for p in ignored), needed
     for unwanted in (".venv", ".git", "var"):
         assert unwanted in ignored
+
+
+def test_the_image_has_the_c_compiler_that_performance_compile_needs() -> None:
+    """Inductor and Triton compile C launchers at a compiled job's first step; the runtime base has none."""
+    installs = [
+        rest.split()
+        for kind, rest in dockerfile_instructions()
+        if kind == "RUN" and "apt-get install" in rest
+    ]
+    packages = {word for words in installs for word in words if not word.startswith("-")}
+    assert {"gcc", "libc6-dev"} <= packages, packages
