@@ -19,7 +19,7 @@ def server_folders(settings: Settings) -> dict[str, Path]:
 
 
 def shown_plan(plan: dict[str, Any], settings: Settings) -> dict[str, Any]:
-    """The plan with every string in it (argv, resume_path) shown so."""
+    """The plan with every string in it (argv, resume_path) shown so, and the interpreter by its name."""
     folders = server_folders(settings)
 
     def shown(value: Any) -> Any:
@@ -32,4 +32,9 @@ def shown_plan(plan: dict[str, Any], settings: Settings) -> dict[str, Any]:
         return value
 
     result: dict[str, Any] = shown(plan)
+    argv = result.get("argv")
+    if argv and Path(argv[0]).is_absolute():
+        # The interpreter the worker ran (its virtualenv's, or an environment's) by its name alone: where
+        # the server keeps it is nothing a user needs.
+        result["argv"] = [Path(argv[0]).name, *argv[1:]]
     return result

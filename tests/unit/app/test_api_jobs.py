@@ -176,3 +176,18 @@ def test_idempotency_key_race_answers_as_a_replay(
     assert again.status_code == 200, again.text
     assert again.json()["job"]["id"] == first["id"]
     assert session.scalar(select(func.count()).select_from(Job)) == 1
+
+
+def test_the_argv_a_worker_ran_is_shown_without_the_server_s_paths(
+    client: TestClient, session: Session, settings: Settings
+) -> None:
+    job_id = submit(client)["id"]
+    ran = ["/srv/trainyard/.venv/bin/python3.12", "-m", "torch.distributed.run", "--run-dir"]
+    job = session.get(Job, job_id)
+    assert job is not None
+    job.plan = {**job.plan, "argv": [*ran, str(settings.runs_dir / str(job_id))]}
+    session.commit()
+    shown = client.get(f"/v1/jobs/{job_id}").json()["plan"]["argv"]
+    assert shown == ["python3.12", *ran[1:], f"$TRAINYARD_RUNS_DIR/{job_id}"]
+    session.refresh(job)
+    assert job.plan["argv"][0] == ran[0], "the stored plan keeps what the worker ran"
