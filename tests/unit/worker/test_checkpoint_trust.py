@@ -9,6 +9,7 @@ import json
 import sys
 import textwrap
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -83,6 +84,13 @@ def saved() -> dict[int, int]:
         return dict(session.execute(select(Checkpoint.step, Checkpoint.id)).tuples().all())
 
 
+def record_events(job_id: int, run_dir: Path) -> None:
+    """What the worker's tail records of the run directory's events.jsonl, read from its start."""
+    with session_scope() as session:
+        events = EventTail(run_dir / "events.jsonl").drain()
+        apply_events(session, job_id, events, Uploads(job_id, run_dir, launcher_log=True))
+
+
 def test_a_restart_passes_over_a_corrupt_newest_checkpoint_and_says_so(
     database: WorkerDb, doorbell: Doorbell, trainer_script: Callable[[str], None]
 ) -> None:
@@ -124,13 +132,7 @@ def test_checkpoint_paths_that_lead_out_of_the_run_directory_are_not_recorded(da
         + raw_event(step=2, path="checkpoints/step-00000002.pt")
         + raw_event(step=3, path="checkpoints/step-00000003.pt", sha256=sha256)
     )
-    with session_scope() as session:
-        apply_events(
-            session,
-            job_id,
-            EventTail(run_dir / "events.jsonl").drain(),
-            Uploads(job_id, run_dir, launcher_log=True),
-        )
+    record_events(job_id, run_dir)
     with session_scope() as session:
         rows = session.execute(select(Checkpoint.step, Checkpoint.path, Checkpoint.sha256)).all()
     assert rows == [(3, str(run_dir / "checkpoints/step-00000003.pt"), sha256)]
@@ -146,13 +148,7 @@ def test_a_warning_is_one_job_event_per_attempt(database: WorkerDb) -> None:
     lines += [{**warning, "step": step, "message": f"not finite at step {step}"} for step in (7, 9)]
     (run_dir / "events.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
     for _ in range(2):  # the file read again from its start, as after a worker's restart
-        with session_scope() as session:
-            apply_events(
-                session,
-                job_id,
-                EventTail(run_dir / "events.jsonl").drain(),
-                Uploads(job_id, run_dir, launcher_log=True),
-            )
+        record_events(job_id, run_dir)
     with session_scope() as session:
         notes = session.execute(
             select(JobEvent.from_status, JobEvent.to_status, JobEvent.message).where(
