@@ -57,5 +57,14 @@ lint: install
 	$(VENV)/bin/lint-imports
 
 # Wheels of the web/queue/db stack for the GPU machine's Python 3.12 (see bench/README.md).
-gpu-wheels:
+LM_WHEELS := transformers|peft|accelerate|tokenizers|safetensors|huggingface[-_]hub|hf-xet|regex|fsspec|filelock|PyYAML|requests|charset-normalizer
+gpu-wheels: install
 	../shared/tools/gpu-wheels.sh nvidia-ml-py psutil prometheus_client boto3
+	# Language models' stack, at the versions this venv resolved, without their dependencies: pip would
+	# otherwise fetch a torch of its own, far beyond what a device call carries; the image's torch, numpy
+	# and tqdm serve.
+	$(PY) -m pip freeze | grep -i -E '^($(LM_WHEELS))==' > .whl/lm-requirements.txt
+	$(PY) -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+	  --abi cp312 --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform any -d .whl \
+	  -r .whl/lm-requirements.txt
+	du -sh .whl

@@ -22,6 +22,7 @@ from app.api.routes import (
     profile,
     queue,
     stream,
+    usage,
     web,
 )
 from app.api.routes.prometheus import install_prometheus
@@ -41,7 +42,20 @@ def create_app() -> FastAPI:
     # The one body that is not a JSON spec: a code bundle's archive, capped by TRAINYARD_CODE_MAX_BYTES.
     raw_bodies = [("POST", f"{API_PREFIX}{code.router.prefix}")]
     install_error_handlers(app, streamed=raw_bodies)
-    for module in (jobs, metrics, stream, checkpoints, logs, gpus, queue, profile, keys, code, compare):
+    for module in (
+        jobs,
+        metrics,
+        stream,
+        checkpoints,
+        logs,
+        gpus,
+        queue,
+        usage,
+        profile,
+        keys,
+        code,
+        compare,
+    ):
         # Auth once for every /v1 route, those added later included; a route that needs to know who is
         # asking takes CallerDep, which FastAPI resolves once per request.
         app.include_router(

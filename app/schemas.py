@@ -2,21 +2,16 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import datetime
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
+from core.clock import as_utc
 from core.states import JobStatus
 from core.users import USER_PATTERN, check_user
 from trainers.plan import Plan
-
-
-def as_utc(value: datetime) -> datetime:
-    """SQLite hands back naive datetimes; every time stored here is UTC, so say so on the way out."""
-    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
-
 
 UtcDatetime = Annotated[datetime, AfterValidator(as_utc)]
 
@@ -223,6 +218,20 @@ class QueueEntry(BaseModel):
 
 class QueuePublic(BaseModel):
     data: list[QueueEntry] = Field(description="queued jobs in the order workers start them")
+    fair_share: str | None = Field(
+        None, description="how recent use orders users' jobs of equal priority, when it orders any"
+    )
+
+
+class UsagePublic(BaseModel):
+    user: str
+    gpu_hours: float = Field(description="GPU-hours, each counting half per fair_share_half_life_s since")
+    cpu_core_hours: float = Field(description="the same for CPU cores of jobs that run on CPU")
+
+
+class UsagesPublic(BaseModel):
+    data: list[UsagePublic] = Field(description="least used first: the order fair share starts them in")
+    half_life_h: float
 
 
 # The rule is documented as a pattern and checked by check_user, whose message says what a valid name is.

@@ -10,7 +10,7 @@ from __future__ import annotations
 import types
 from collections.abc import Iterator
 from enum import Enum
-from typing import Annotated, Any, Union, get_args, get_origin
+from typing import Annotated, Any, TypeGuard, Union, get_args, get_origin
 
 import annotated_types as at
 from pydantic import BaseModel, JsonValue
@@ -25,7 +25,8 @@ HEADER = """# Job spec reference
 
 Generated from `trainers/spec.py` by `python -m app.specdoc > docs/spec.md`; do not edit by hand.
 
-A job spec is the JSON body of `POST /v1/jobs`. Every section is optional except `model` and `data`. Unknown
+A job spec is the JSON body of `POST /v1/jobs`. Every section is optional except `model` and `data`, or
+`program` in their place: a training script of your own (README, "Bring your own script"). Unknown
 fields are refused (422, naming the field and the fields allowed there), and every number is bounded.
 `POST /v1/jobs?dry_run=true` shows the plan a spec resolves to without storing anything.
 """
@@ -33,7 +34,9 @@ fields are refused (422, naming the field and the fields allowed there), and eve
 ARCHS_NOTE = (
     "Architectures, the constructor arguments each accepts, and the module names `parallel.split_at` and "
     "`parallel.placement` may use (mlp's grow with its depth; shown at the defaults); a default split into "
-    "stages starts them at the last column's modules:"
+    "stages starts them at the last column's modules. gpt's `block_size` defaults to `data.block_size`, "
+    "and it trains with next-token cross entropy (targets of -100 left out; evaluation reports "
+    "`eval_perplexity`):"
 )
 
 USER_CODE = """## User code
@@ -165,11 +168,15 @@ def default_text(field: FieldInfo) -> str:
     return "`null`" if value is None else f"`{str(value).lower() if isinstance(value, bool) else value}`"
 
 
+def _is_section(annotation: Any) -> TypeGuard[type[BaseModel]]:
+    return isinstance(annotation, type) and issubclass(annotation, BaseModel)
+
+
 def subsections(model: type[BaseModel], path: str = "") -> Iterator[tuple[str, type[BaseModel]]]:
     """Every section inside `model`, depth first, with its dotted path (`data.augment`)."""
     for name, field in model.model_fields.items():
         for inner in (field.annotation, *get_args(field.annotation)):
-            if isinstance(inner, type) and issubclass(inner, BaseModel):
+            if _is_section(inner):
                 yield f"{path}{name}", inner
                 yield from subsections(inner, f"{path}{name}.")
 
@@ -235,8 +242,9 @@ def render() -> str:
     aliases = ", ".join(f"`{level}` → `{precision.value}`" for level, precision in APEX_LEVELS.items())
     out += [f"`precision` also accepts apex opt levels: {aliases}.", ""]
     for name, field in JobSpec.model_fields.items():
-        model = field.annotation
-        if isinstance(model, type) and issubclass(model, BaseModel):
+        # A section may be optional (`model: ModelSpec | None`): its model is then one of the union's members.
+        model = next((t for t in (field.annotation, *get_args(field.annotation)) if _is_section(t)), None)
+        if model is not None:
             out += section(f"## {name}", model)
             for path, inner in subsections(model, f"{name}."):
                 out += section(f"### {path}", inner)

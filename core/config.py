@@ -141,12 +141,40 @@ class Settings(BaseSettings):
     lease_timeout_s: float = Field(30.0, gt=0, le=3600, description="older heartbeat: reaped")
     requeue_after_s: float = Field(10.0, gt=0, le=3600, description="re-ring the doorbell for queued jobs")
     cancel_grace_s: float = Field(10.0, ge=0, le=300, description="SIGTERM to SIGKILL")
+    preempt_grace_s: float = Field(
+        120.0,
+        ge=0,
+        le=3600,
+        description="a preempted job's SIGTERM to SIGKILL: time to reach its next report step and checkpoint",
+    )
+    preempt_min_runtime_s: float = Field(
+        600.0, ge=0, le=30 * 86400, description="an attempt runs this long before it can be preempted"
+    )
+    admin_priority_above: int = Field(
+        50, ge=-100, le=100, description="priorities above this are for admins: they preempt everyone else"
+    )
+    cpu_overcommit: float = Field(
+        1.0, gt=0, le=64, description="a host runs CPU jobs up to this many processes per core it has"
+    )
     auth: AuthMode = Field(
         AuthMode.OFF, description="on: every route but /healthz needs a bearer API key (docker-compose)"
     )
     quota_max_jobs: int = Field(32, ge=1, le=100_000, description="a user's queued and active jobs")
     quota_max_gpus: int = Field(64, ge=0, le=100_000, description="GPUs a user's unfinished jobs ask for")
     quota_retry_after_s: int = Field(30, ge=1, le=86400, description="Retry-After of a 429 over quota")
+    fair_share_half_life_s: float = Field(
+        86400.0, gt=0, le=10**8, description="a user's GPU and CPU use counts half after this long"
+    )
+    fair_share_cpu_weight: float = Field(
+        0.1, ge=0, le=1000, description="a CPU core-second's weight in fair share, where a GPU-second is 1"
+    )
+    telemetry_every_beats: int = Field(
+        5, ge=1, le=10_000, description="sample a job's GPUs (NVML) every this many heartbeats"
+    )
+    gpu_idle_pct: float = Field(5.0, ge=0, le=100, description="a job's GPU below this utilisation idles")
+    gpu_idle_after_s: float = Field(
+        600.0, gt=0, le=10**7, description="a job's GPU idle on average this long: a warning event"
+    )
     artifact_store: ArtifactStore = Field(
         ArtifactStore.SHARED, description="how checkpoints and logs reach the API; s3: hosts share no disk"
     )

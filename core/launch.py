@@ -122,6 +122,10 @@ def launch_env(
         "TORCHELASTIC_ERROR_FILE": str(run_dir / "error.json"),
         "OMP_NUM_THREADS": str(max(1, cpu_count // plan.nproc_per_node)),
         "PYTHONUNBUFFERED": "1",
+        # Hugging Face libraries read model.path and nothing else: no hub, no download, whatever the
+        # worker's environment says.
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
     }
 
 

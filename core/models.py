@@ -20,6 +20,9 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
+# as_utc sits beside utcnow for the code that reads these tables' times; core.clock has no SQLAlchemy, for the
+# CLI's schemas.
+from core.clock import as_utc as as_utc
 from core.states import JobStatus
 
 
@@ -164,8 +167,24 @@ class Worker(Base):
     host: Mapped[str] = mapped_column(String(255), index=True)
     address: Mapped[str] = mapped_column(String(255), default="127.0.0.1")
     gpus: Mapped[list[dict[str, Any]]] = mapped_column(JSON, default=list)
+    cpus: Mapped[int | None] = mapped_column(Integer)  # the cores it may use; None: a worker from before 0008
     heartbeat_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     started_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class UserUsage(Base):
+    """A user's recent use of the cluster for fair share (core/usage.py): GPU-seconds and CPU-core-seconds,
+    each halved every fair_share_half_life_s, as they stood at `as_of`."""
+
+    __tablename__ = "user_usage"
+
+    owner: Mapped[str] = mapped_column(String(128), primary_key=True)
+    gpu_seconds: Mapped[float] = mapped_column(Float)
+    cpu_core_seconds: Mapped[float] = mapped_column(Float)
+    as_of: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    # log2 of the weighted use plus as_of in half-lives: all users decay alike, so this orders them as their
+    # use does now, at any later time, without the queue's ORDER BY computing a decay.
+    share_key: Mapped[float] = mapped_column(Float)
 
 
 class ApiKey(Base):

@@ -15,6 +15,7 @@ class JobStatus(StrEnum):
     CANCELLING = "cancelling"
     CANCELLED = "cancelled"
     RESTARTING = "restarting"
+    PREEMPTING = "preempting"  # asked to stop for a higher priority; requeued once it has
 
     @property
     def is_terminal(self) -> bool:
@@ -38,6 +39,17 @@ ALLOWED: dict[JobStatus, frozenset[JobStatus]] = {
             JobStatus.CANCELLING,
             JobStatus.RESTARTING,
             JobStatus.QUEUED,
+            JobStatus.PREEMPTING,
+        }
+    ),
+    # Ending on its own before it stopped (done, failed, out of time) still counts as that end.
+    JobStatus.PREEMPTING: frozenset(
+        {
+            JobStatus.QUEUED,
+            JobStatus.SUCCEEDED,
+            JobStatus.FAILED,
+            JobStatus.TIMED_OUT,
+            JobStatus.CANCELLING,
         }
     ),
     JobStatus.RESTARTING: frozenset({JobStatus.STARTING, JobStatus.FAILED, JobStatus.CANCELLING}),
@@ -48,4 +60,12 @@ ALLOWED: dict[JobStatus, frozenset[JobStatus]] = {
     JobStatus.CANCELLED: frozenset(),
 }
 
-ACTIVE = frozenset({JobStatus.STARTING, JobStatus.RUNNING, JobStatus.RESTARTING, JobStatus.CANCELLING})
+ACTIVE = frozenset(
+    {
+        JobStatus.STARTING,
+        JobStatus.RUNNING,
+        JobStatus.RESTARTING,
+        JobStatus.CANCELLING,
+        JobStatus.PREEMPTING,
+    }
+)

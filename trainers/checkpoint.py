@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -79,12 +80,16 @@ def _sync(f: BinaryIO) -> None:
 
 
 def write_atomically(state: dict[str, Any], path: Path) -> str:
-    """A crash leaves either the old file or the new one, never a torn checkpoint under the final name.
+    return write_file_atomically(path, lambda f: torch.save(state, f))
+
+
+def write_file_atomically(path: Path, write: Callable[[BinaryIO], None]) -> str:
+    """A crash leaves either the old file or the new one, never a torn one under the final name.
     Returns the file's sha256, which its sidecar holds from before the file takes its name: a crash between
     the two renames leaves a sidecar that the older file fails, so that file is skipped, never trusted."""
     tmp = path.with_name(path.name + ".tmp")
     with tmp.open("wb") as f:
-        torch.save(state, f)
+        write(f)
         _sync(f)
     digest = file_sha256(tmp)  # read back from the page cache, on the writer thread
     side = sidecar(path)
@@ -104,9 +109,9 @@ def remove_temp_files(directory: Path) -> None:
         stale.unlink(missing_ok=True)
 
 
-def prune(directory: Path, keep_last: int) -> list[Path]:
+def prune(directory: Path, keep_last: int, pattern: str = "step-*.pt") -> list[Path]:
     """Delete all but the newest keep_last checkpoints (names sort by step); returns what was deleted."""
-    stale = sorted(directory.glob("step-*.pt"))[:-keep_last]
+    stale = sorted(directory.glob(pattern))[:-keep_last]
     for path in stale:
         path.unlink()
         sidecar(path).unlink(missing_ok=True)

@@ -80,7 +80,7 @@ def _device_options(spec: JobSpec, device: str) -> Iterator[Problem]:
             "no GPU, so it would change nothing",
             "drop parallel.placement, or ask for parallel.gpus",
         )
-    if device == "cpu" and spec.data.placement is DataPlacement.GPU:
+    if device == "cpu" and spec.data is not None and spec.data.placement is DataPlacement.GPU:
         yield Problem(
             "data.placement",
             "data.placement=gpu needs a GPU, and this job runs on the CPU",

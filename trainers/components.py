@@ -18,6 +18,7 @@ from typing import Protocol
 import torch
 from torch import nn
 
+from trainers.catalog.archs import Arch
 from trainers.catalog.datasets import DATASETS, InputKind
 from trainers.data import (
     AsStored,
@@ -36,7 +37,9 @@ from trainers.data.streamed import StreamedImages, load_images, streamed_feeds
 from trainers.data.tokens import load_tokens
 from trainers.data.user import UserData, load_user_data
 from trainers.dist_env import DistEnv
+from trainers.lm import LanguageModel, Throughput, peak_flops
 from trainers.models import build_model, get_arch
+from trainers.models.hf import Export, build_hf, exporter, own_blocks
 from trainers.objectives import Objective, build_objective
 from trainers.performance import checkpoint_activations, convolutional, set_cudnn_benchmark
 from trainers.plan import Plan, RunConfig
@@ -74,6 +77,9 @@ class Components:
     batches: TrainSource
     held_out: HeldOut
     counts: Counts = no_counts  # the data reader's running counts, reported with the training metrics
+    throughput: Throughput | None = None  # a language model's tokens/s and MFU
+    export: Export | None = None  # writes a finished job's merged weights (hf_causal_lm)
+    trainable_only: bool = False  # checkpoints leave out the frozen model (LoRA)
 
 
 def build_device(parallel: ParallelSpec, strategy: Strategy, device: torch.device) -> torch.device:
@@ -95,22 +101,23 @@ def with_stages(spec: JobSpec, plan: Plan, model: nn.Module) -> ParallelSpec:
     if plan.stages == 1:
         return spec.parallel
     names = [name for name, _ in model.named_children()]
-    split_at = spec.parallel.split_at or default_split_at(spec.model.arch, names, plan.stages)
+    split_at = spec.parallel.split_at or default_split_at(spec.inputs.model.arch, names, plan.stages)
     return spec.parallel.model_copy(update={"split_at": split_at, "microbatches": plan.microbatches})
 
 
 def resident_shape(spec: JobSpec, data: LoadedData | StreamedImages) -> BatchShape:
     """How a built-in dataset's batches are shaped for the model: a built-in model's size and channels, or
     for a factory's model the data's own (channels_last is decided once the model exists)."""
-    if spec.model.arch is None:
-        return BatchShape(spec.data.image_size or data.native_size, data.channels, channels_last=False)
-    arch = get_arch(spec.model.arch)
+    model, wanted = spec.inputs
+    if model.arch is None:
+        return BatchShape(wanted.image_size or data.native_size, data.channels, channels_last=False)
+    arch = get_arch(model.arch)
     if arch.tokens != data.tokens:
         raise ValueError(
-            f"model.arch {spec.model.arch} does not fit data.dataset {spec.data.dataset}: embedding_bag "
+            f"model.arch {model.arch} does not fit data.dataset {wanted.dataset}: embedding_bag "
             "takes bags of token ids (synthetic_bags), every other model takes images"
         )
-    size = arch.image_size(spec.data.image_size, data.native_size)
+    size = arch.image_size(wanted.image_size, data.native_size)
     return BatchShape(size, arch.in_channels(data.channels), channels_last=False)
 
 
@@ -124,30 +131,53 @@ def needed(bundle: Bundle | None, field: str) -> Bundle:
 def load_data(spec: JobSpec, plan: Plan, bundle: Bundle | None, device: torch.device) -> Data:
     """A factory's datasets and the token datasets are read through DataLoaders; image_folder and shards
     are held whole or streamed (trainers/data_plan.py); the others are resident."""
-    if spec.data.factory is not None:
-        return load_user_data(needed(bundle, "data.factory"), spec.data)
-    if spec.data.dataset is not None and DATASETS[spec.data.dataset].input is InputKind.TOKENS:
-        return load_tokens(spec.data)
-    if spec.data.dataset is not None and DATASETS[spec.data.dataset].streams:
+    if spec.inputs.data.factory is not None:
+        return load_user_data(needed(bundle, "data.factory"), spec.inputs.data)
+    if spec.inputs.data.dataset is not None and DATASETS[spec.inputs.data.dataset].input is InputKind.TOKENS:
+        return load_tokens(spec.inputs.data, spec.train.seed)
+    if spec.inputs.data.dataset is not None and DATASETS[spec.inputs.data.dataset].streams:
         return load_images(spec, device, plan.nproc_per_node)
-    return load_dataset(spec.data, spec.train.seed)
+    return load_dataset(spec.inputs.data, spec.train.seed)
 
 
 def make_model(spec: JobSpec, data: Data, bundle: Bundle | None) -> nn.Module:
-    """The bare model: model.factory(**kwargs), or a built-in architecture sized by its dataset."""
-    if spec.model.factory is not None:
-        return build_user_model(needed(bundle, "model.factory"), spec.model.factory, spec.model.kwargs)
-    if isinstance(data, UserData) or spec.model.arch is None:
+    """The bare model: model.factory(**kwargs), or a built-in architecture sized by its dataset: a language
+    model by the vocabulary and windows of its token dataset."""
+    model, data_spec = spec.inputs
+    if model.factory is not None:
+        return build_user_model(needed(bundle, "model.factory"), model.factory, model.kwargs)
+    if model.arch is Arch.HF_CAUSAL_LM:
+        return build_hf(model, data_spec)
+    if model.arch is not None and get_arch(model.arch).language_model:
+        kwargs = get_arch(model.arch).with_context(model.arch_kwargs, data_spec.block_size)
+        vocab = data_spec.vocab_size
+        return build_model(model.arch, kwargs, 0, vocab, 0, vocab_size=vocab)
+    if isinstance(data, UserData) or model.arch is None:
         raise ValueError("a built-in model.arch is sized by a built-in data.dataset")
     shape = resident_shape(spec, data)
     return build_model(
-        spec.model.arch,
-        spec.model.arch_kwargs,
+        model.arch,
+        model.arch_kwargs,
         shape.channels,
         data.num_classes,
         shape.image_size,
-        vocab_size=spec.data.vocab_size,
+        vocab_size=data_spec.vocab_size,
     )
+
+
+def language_model(spec: JobSpec) -> bool:
+    arch = spec.inputs.model.arch
+    return arch is not None and get_arch(arch).language_model
+
+
+def throughput(spec: JobSpec, plan: Plan, model: nn.Module, device: torch.device) -> Throughput | None:
+    """A language model's tokens/s and MFU, against the peak of every GPU the job holds (by this rank's
+    GPU's name: a job's GPUs are alike)."""
+    if not isinstance(model, LanguageModel) or spec.inputs.data.block_size is None:
+        return None
+    per_gpu = peak_flops(torch.cuda.get_device_name(device)) if device.type == "cuda" else None
+    peak = None if per_gpu is None else per_gpu * plan.total_gpus
+    return Throughput(spec.inputs.data.block_size, model.flops_per_token(), peak)
 
 
 def feeds(
@@ -156,7 +186,7 @@ def feeds(
     """Training batches and the held-out split, delivered where the strategy's first module lives, and
     what the reader counts."""
     device, seed, env = strategy.input_device, spec.train.seed, strategy.data_env
-    workers = spec.data.loader_workers
+    workers = spec.inputs.data.loader_workers
     batching = Batching(plan.per_rank_batch, plan.micro_batch, seed, workers, device)
     if isinstance(data, UserData):
         steps = loader_steps(data, env, batching, spec.train.max_steps)
@@ -165,14 +195,14 @@ def feeds(
     train_view, held_out_view = views(spec, shape, data.num_classes, env.rank, device)
     if isinstance(data, StreamedImages):
         return streamed_feeds(data, spec, env, batching, (train_view, held_out_view))
-    storage = storage_device(spec.data.placement, device)
+    storage = storage_device(spec.inputs.data.placement, device)
     # Augmented batches leave the feeder as stored, to be augmented with their step's randomness.
-    stored = shape if spec.data.augment is None else AsStored()
+    stored = shape if spec.inputs.data.augment is None else AsStored()
     batches = TrainBatches(
         DeviceFeeder(data.train, stored, device, storage), env, plan.per_rank_batch, plan.micro_batch, seed
     )
     held_out = ResidentHeldOut(DeviceFeeder(data.val, held_out_view, device, storage))
-    train = batches if spec.data.augment is None else Transformed(batches, train_view)
+    train = batches if spec.inputs.data.augment is None else Transformed(batches, train_view)
     return train, held_out, no_counts
 
 
@@ -185,15 +215,17 @@ def build(config: RunConfig, env: DistEnv) -> Components:
     data = load_data(spec, plan, bundle, env.device)
     with torch.device(build_device(spec.parallel, plan.strategy, env.device)):
         model = make_model(spec, data, bundle)
+    rate = throughput(spec, plan, model, env.device)  # of the whole model, before a strategy shards it
+    parallel = own_blocks(with_stages(spec, plan, model), model)
     if spec.performance.activation_checkpointing:
-        model = checkpoint_activations(model, spec.parallel.wrap)
+        model = checkpoint_activations(model, parallel.wrap)
     set_cudnn_benchmark(spec.performance, env.device, replicas_in_threads=plan.strategy is Strategy.DP)
     channels_last = spec.performance.channels_last and convolutional(model)
     if channels_last:
         model.to(memory_format=torch.channels_last)
 
     group = GroupOptions(plan.backend, timedelta(seconds=spec.limits.collective_timeout_s))
-    strategy = build_strategy(plan.strategy, with_stages(spec, plan, model), env, group)
+    strategy = build_strategy(plan.strategy, parallel, env, group)
     strategy.setup_environment()
     # The strategy puts the model on its device(s); batches then go where its first module lives.
     forward: Forward = strategy.setup_module(model)
@@ -205,8 +237,11 @@ def build(config: RunConfig, env: DistEnv) -> Components:
         forward=forward,
         optimizer=strategy.setup_optimizer(spec.train, plan.lr),
         precision=MixedPrecision(plan.precision, env.device),
-        objective=build_objective(spec.train.loss, bundle),
+        objective=build_objective(spec.train.loss, bundle, language_model=language_model(spec)),
         batches=batches,
         held_out=held_out,
         counts=counts,
+        throughput=rate,
+        export=exporter(spec.inputs.model, model),
+        trainable_only=spec.inputs.model.lora is not None,
     )

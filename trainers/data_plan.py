@@ -58,7 +58,7 @@ def fits(files: int, side: int, free_bytes: int) -> tuple[bool, str]:
 
 def plan_data(spec: JobSpec, device: str) -> tuple[DataPath, str]:
     """How the job's data is read, and why."""
-    data = spec.data
+    data = spec.inputs.data
     if data.dataset is None:
         return DataPath.LOADER, "data.factory's datasets go through DataLoaders"
     if DATASETS[data.dataset].input is InputKind.TOKENS:
@@ -79,7 +79,7 @@ def plan_data(spec: JobSpec, device: str) -> tuple[DataPath, str]:
 
 
 def _stream_problems(spec: JobSpec, strategy: Strategy, device: str) -> Iterator[Problem]:
-    data = spec.data
+    data = spec.inputs.data
     path, _ = plan_data(spec, device)
     streams = data.dataset is not None and DATASETS[data.dataset].streams
     if data.placement is DataPlacement.STREAM and path is DataPath.RESIDENT:
@@ -101,7 +101,7 @@ def _stream_problems(spec: JobSpec, strategy: Strategy, device: str) -> Iterator
 
 
 def _augment_problems(spec: JobSpec, strategy: Strategy) -> Iterator[Problem]:
-    augment, dataset = spec.data.augment, spec.data.dataset
+    augment, dataset = spec.inputs.data.augment, spec.inputs.data.dataset
     if augment is None:
         return
     info = None if dataset is None else DATASETS[dataset]

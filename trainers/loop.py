@@ -18,6 +18,7 @@ from trainers.checkpoint import load_checkpoint, restore
 from trainers.components import Components, build
 from trainers.data.batches import Batch, batch_size
 from trainers.dist_env import DistEnv
+from trainers.lora import trainable_state
 from trainers.metrics import TrainMetrics
 from trainers.objectives import LossValues
 from trainers.plan import Plan, RunConfig
@@ -114,7 +115,12 @@ def train(config: RunConfig, run_dir: Path, env: DistEnv) -> bool:
     schedule = LrSchedule.from_spec(spec.train, plan.lr, total, per_epoch)
     output = RunOutput(run_dir, spec, total, env.is_main)
     metrics = TrainMetrics(
-        c.strategy, env.device, start_step=done, window=spec.metrics.every_n_steps, counts=c.counts
+        c.strategy,
+        env.device,
+        start_step=done,
+        window=spec.metrics.every_n_steps,
+        counts=c.counts,
+        throughput=c.throughput,
     )
 
     profiler = StepProfiler(spec.profile, run_dir, env, output.events, done)
@@ -138,12 +144,19 @@ def train(config: RunConfig, run_dir: Path, env: DistEnv) -> bool:
         if checkpoint_due(spec.checkpoint, at) or stopping:
             # Every rank takes part: a sharded strategy gathers the full state here.
             model_state, optimizer_state = c.strategy.full_state(c.optimizer)
+            if c.trainable_only:  # resume reads the frozen model from model.path again
+                model_state = trainable_state(c.strategy.unwrap(), model_state)
             output.checkpoint(model_state, optimizer_state, c.precision, at)
         if at.epoch_end:
             output.epoch_ended(at)
         if stopping:
             break
     profiler.close()
+    if c.export is not None and not stopping:
+        # A collective: every rank gathers, rank 0 writes the merged weights before the run reports done.
+        model_state, _ = c.strategy.full_state(c.optimizer)
+        if env.is_main:
+            c.export(model_state, run_dir)
     # Before teardown: its barrier holds the other ranks until rank 0's last checkpoint is durable.
     output.close(finished=not stopping)
     c.strategy.teardown()

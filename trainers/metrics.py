@@ -14,6 +14,7 @@ from pydantic import BaseModel
 
 from trainers.data.batches import Counts
 from trainers.events import EVENTS_FILE, append_event
+from trainers.lm import Throughput
 from trainers.objectives import LossValues
 from trainers.strategies.base import ParallelStrategy
 
@@ -52,7 +53,8 @@ class TrainMetrics:
     """Sums of loss, the loss function's own metrics and samples since the last report, as device tensors:
     adding to them never waits. Metrics are weighted by samples, as the loss is. `window` is the most steps
     between two reports (metrics.every_n_steps). `counts` gives running counts of this rank (the data's bad
-    samples), reported summed over the ranks."""
+    samples), reported summed over the ranks. A language model's `throughput` adds tokens_per_s and mfu,
+    from the same window's samples and wall time: no extra host sync."""
 
     def __init__(
         self,
@@ -61,11 +63,13 @@ class TrainMetrics:
         start_step: int,
         window: int,
         counts: Counts | None = None,
+        throughput: Throughput | None = None,
     ) -> None:
         self.strategy = strategy
         self.device = device
         self.window = window
         self.counts = counts
+        self.throughput = throughput
         self._reset(start_step)
 
     def _reset(self, step: int) -> None:
@@ -121,6 +125,7 @@ class TrainMetrics:
             "peak_mem_mb": peak_memory_mb(self.device),
             **{name: mean(total) for name, total in zip(names, metric_sums, strict=True)},
             **count_totals,
+            **(self.throughput.values(samples / elapsed) if self.throughput else {}),
         }
         nonfinite = [self.since_step + 1 + i for i, flag in enumerate(flags[:steps]) if flag]
         self._reset(step)

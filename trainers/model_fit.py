@@ -11,16 +11,17 @@ from collections.abc import Iterator
 
 from trainers.catalog.archs import ARCHS, Arch, ArchInfo, archs_of
 from trainers.catalog.datasets import DATASETS, DatasetName, InputKind, datasets_of
+from trainers.hf_files import NO_PATH
 from trainers.problems import Problem
-from trainers.spec import JobSpec, Optimizer, Schedule, Strategy
+from trainers.spec import JobSpec, ModelSpec, Optimizer, Schedule, Strategy
 from trainers.stages import split_at_problem
 
 
 def _module_names(arch: Arch, spec: JobSpec, info: ArchInfo) -> tuple[str, ...] | None:
     """The model's top-level modules; None while its kwargs are refused (mlp's depth sets their count)."""
-    if info.kwarg_problems(arch, spec.model.arch_kwargs):
+    if info.kwarg_problems(arch, spec.inputs.model.arch_kwargs):
         return None
-    return info.module_names(spec.model.arch_kwargs)
+    return info.module_names(spec.inputs.model.arch_kwargs)
 
 
 def _modules(arch: Arch, spec: JobSpec, names: tuple[str, ...]) -> Iterator[Problem]:
@@ -55,7 +56,7 @@ def _reads_data(arch: Arch, dataset: DatasetName, spec: JobSpec, info: ArchInfo)
                 if readers
                 else f"bring a model of {holds.noun} (model.factory), or use a dataset of {info.input.noun}",
             )
-    if info.input is not InputKind.IMAGES and spec.data.image_size is not None:
+    if info.input is not InputKind.IMAGES and spec.inputs.data.image_size is not None:
         yield Problem(
             "data.image_size", f"data.image_size sizes images, and {arch} reads {info.input.noun}", "drop it"
         )
@@ -82,8 +83,37 @@ def _sparse_table(arch: Arch, spec: JobSpec, info: ArchInfo, strategy: Strategy)
         )
 
 
+def _language_model(arch: Arch, spec: JobSpec, info: ArchInfo, strategy: Strategy) -> Iterator[Problem]:
+    """A language model's shape against its data, and the strategies its tied embeddings allow."""
+    model, data = spec.inputs
+    if not info.language_model or info.kwarg_problems(arch, model.arch_kwargs):
+        return  # kwargs out of range are refused on their own
+    kwargs = info.complete(info.with_context(model.arch_kwargs, data.block_size))
+    if "n_head" in kwargs and kwargs["n_embd"] % kwargs["n_head"]:
+        yield Problem(
+            "model.kwargs.n_embd",
+            f"model.kwargs.n_embd={kwargs['n_embd']:g} does not split into n_head={kwargs['n_head']:g} heads",
+            "use an n_embd that is a multiple of n_head, like 64 per head",
+        )
+    if data.block_size is not None and "block_size" in kwargs and data.block_size > kwargs["block_size"]:
+        yield Problem(
+            "model.kwargs.block_size",
+            f"data.block_size={data.block_size} windows do not fit {arch}'s context of "
+            f"model.kwargs.block_size={kwargs['block_size']:g} tokens",
+            "raise model.kwargs.block_size to data.block_size, or leave it out (it defaults to that)",
+        )
+    spread = strategy in (Strategy.MODEL_PARALLEL, Strategy.PIPELINE) or spec.parallel.placement
+    if info.tied and spread:
+        yield Problem(
+            "parallel.strategy",
+            f"{arch}'s output head shares the token embedding's weight, which one device must hold, so "
+            f"its modules cannot be spread over devices (parallel.strategy={strategy}, parallel.placement)",
+            "use strategy fsdp to spread its memory over GPUs, with performance.activation_checkpointing",
+        )
+
+
 def _data_options(dataset: DatasetName, spec: JobSpec, strategy: Strategy) -> Iterator[Problem]:
-    data, info = spec.data, DATASETS[dataset]
+    data, info = spec.inputs.data, DATASETS[dataset]
     if info.on_disk and not data.root:
         yield Problem(
             "data.root",
@@ -112,19 +142,37 @@ def _data_options(dataset: DatasetName, spec: JobSpec, strategy: Strategy) -> It
         )
 
 
+def _hf_options(model: ModelSpec) -> Iterator[Problem]:
+    """model.path, config_only, lora and export belong to hf_causal_lm; it needs model.path."""
+    if model.arch is Arch.HF_CAUSAL_LM:
+        if model.path is None:
+            yield NO_PATH
+        return
+    used = {"path": model.path is not None, "config_only": model.config_only, "lora": model.lora is not None}
+    chosen = f"model.arch {model.arch}" if model.arch is not None else "model.factory"
+    for name in (name for name, given in used.items() if given):
+        yield Problem(
+            f"model.{name}",
+            f"model.{name} applies to model.arch hf_causal_lm, and the job uses {chosen}",
+            f"drop model.{name}, or use model.arch hf_causal_lm",
+        )
+
+
 def model_problems(spec: JobSpec, strategy: Strategy) -> Iterator[Problem]:
     """Everything about a built-in model and dataset that does not fit the rest of the spec."""
-    arch, dataset = spec.model.arch, spec.data.dataset
+    arch, dataset = spec.inputs.model.arch, spec.inputs.data.dataset
+    yield from _hf_options(spec.inputs.model)
     if arch is not None:
         info = ARCHS[arch]
         names = _module_names(arch, spec, info)
         if names is None:
-            yield from info.kwarg_problems(arch, spec.model.arch_kwargs)
+            yield from info.kwarg_problems(arch, spec.inputs.model.arch_kwargs)
         else:
             yield from _modules(arch, spec, names)
         if dataset is not None:
             yield from _reads_data(arch, dataset, spec, info)
         yield from _sparse_table(arch, spec, info, strategy)
+        yield from _language_model(arch, spec, info, strategy)
     if dataset is not None:
         yield from _data_options(dataset, spec, strategy)
 
@@ -132,7 +180,7 @@ def model_problems(spec: JobSpec, strategy: Strategy) -> Iterator[Problem]:
 def stage_problems(spec: JobSpec, strategy: Strategy, stages: int) -> Iterator[Problem]:
     """A default split must find a place for every stage the layout asks for. A factory's model is split
     once built (trainers/stages.py), where its module names are known."""
-    arch = spec.model.arch
+    arch = spec.inputs.model.arch
     if stages == 1 or spec.parallel.split_at or arch is None:
         return
     info = ARCHS[arch]

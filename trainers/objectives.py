@@ -1,13 +1,15 @@
 """What a micro-batch costs: the loss to backpropagate, and the metrics reported next to it.
 
-Built in, on (input, target) batches: cross_entropy (classification; evaluation reports accuracy too) and
-mse. Or the user's own `loss(model, batch) -> loss | (loss, {name: metric})`, which calls the model itself;
-its metrics are reduced over the ranks like the loss and reported next to it. Evaluation runs the same
-function under torch.no_grad() on the bare model.
+Built in, on (input, target) batches: cross_entropy (classification; evaluation reports accuracy too; for a
+language model next-token cross entropy, evaluation reporting perplexity) and mse. Or the user's own
+`loss(model, batch) -> loss | (loss, {name: metric})`, which calls the model itself; its metrics are reduced
+over the ranks like the loss and reported next to it. Evaluation runs the same function under
+torch.no_grad() on the bare model.
 """
 
 from __future__ import annotations
 
+import math
 import re
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
@@ -25,7 +27,9 @@ from trainers.user_errors import UserCodeError
 Model = Callable[..., Any]  # the module as the strategy runs it: wrapped, compiled, placed
 LossOutput = tuple[torch.Tensor, dict[str, torch.Tensor]]
 # What the loop reports itself; a loss's own metrics take other names.
-RESERVED = frozenset({"loss", "lr", "samples_per_s", "step_time_s", "peak_mem_mb"})
+RESERVED = frozenset({"loss", "lr", "samples_per_s", "step_time_s", "peak_mem_mb", "tokens_per_s", "mfu"})
+# Targets of this value count in no loss: padding, and whatever a language model's data masks out.
+IGNORE_INDEX = -100
 METRIC_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_.]{0,63}")
 
 
@@ -104,6 +108,31 @@ class CrossEntropy(Criterion):
     def eval_values(self, totals: Sequence[float]) -> dict[str, float]:
         count, loss, correct = totals
         return {"eval_loss": loss / count, "eval_accuracy": correct / count}
+
+
+class NextTokenCrossEntropy(Criterion):
+    """train.loss=cross_entropy for a language model: (batch, seq, vocab) logits against (batch, seq) next
+    token ids, averaged over the tokens whose target is not IGNORE_INDEX."""
+
+    name, width = Loss.CROSS_ENTROPY, 2
+
+    def loss(self, output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        return F.cross_entropy(output.flatten(0, -2), target.flatten(), ignore_index=IGNORE_INDEX)
+
+    def sums(self, output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        # Summed over tokens, not samples: a held-out split's windows may hold unequal counts of real tokens.
+        flat = target.flatten()
+        loss = F.cross_entropy(
+            output.flatten(0, -2).float(), flat, ignore_index=IGNORE_INDEX, reduction="sum"
+        )
+        tokens = (flat != IGNORE_INDEX).sum()
+        return torch.stack([tokens.double(), loss.double()])
+
+    def eval_values(self, totals: Sequence[float]) -> dict[str, float]:
+        tokens, loss = totals
+        mean = loss / tokens if tokens else math.nan
+        # exp overflows a float above ~709: such a model predicts nothing, and inf says so.
+        return {"eval_loss": mean, "eval_perplexity": math.exp(mean) if mean < 700 else math.inf}
 
 
 class MeanSquaredError(Criterion):
@@ -186,10 +215,11 @@ class UserLoss(Objective):
         return {"eval_loss": loss / count, **named}
 
 
-def build_objective(loss: str, bundle: Bundle | None) -> Objective:
-    """train.loss: a built-in, or a function of the job's code bundle (the planner made sure it has one)."""
+def build_objective(loss: str, bundle: Bundle | None, language_model: bool = False) -> Objective:
+    """train.loss: a built-in, or a function of the job's code bundle (the planner made sure it has one).
+    language_model: the model predicts every next token of its input (ArchInfo.language_model)."""
     if loss == Loss.CROSS_ENTROPY:
-        return CrossEntropy()
+        return NextTokenCrossEntropy() if language_model else CrossEntropy()
     if loss == Loss.MSE:
         return MeanSquaredError()
     if bundle is None:

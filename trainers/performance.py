@@ -69,13 +69,18 @@ def checkpoint_forward(module: nn.Module) -> None:
     """Recompute this module's activations in backward. Its forward is replaced on the instance, so the
     module, its class and its state_dict keys stay as they were: strategies and checkpoints see no wrapper."""
     forward = module.forward
+    keeps_stats = any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in module.modules())
 
     def contexts() -> tuple[AbstractContextManager[None], AbstractContextManager[None]]:
         return recompute_contexts(module)
 
     def recomputed(*args: Any, **kwargs: Any) -> Any:
-        # Non-reentrant checkpointing also restores the RNG, so dropout recomputes the same mask.
-        return checkpoint(forward, *args, use_reentrant=False, context_fn=contexts, **kwargs)
+        # Non-reentrant checkpointing also restores the RNG, so dropout recomputes the same mask. Under
+        # torch.compile a context_fn must be a pair of TorchDispatchModes, so a compiled BatchNorm block
+        # updates its running statistics again as it recomputes (their momentum sees each batch twice).
+        if keeps_stats and not torch.compiler.is_compiling():
+            return checkpoint(forward, *args, use_reentrant=False, context_fn=contexts, **kwargs)
+        return checkpoint(forward, *args, use_reentrant=False, **kwargs)
 
     module.forward = recomputed
 

@@ -9,7 +9,7 @@ import math
 from collections.abc import Iterator
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_validator
 
 from trainers.catalog.archs import ARCHS
 from trainers.cluster import Inventory, cluster_problems
@@ -46,6 +46,7 @@ class Plan(BaseModel):
     micro_batch: int  # samples per rank per forward/backward
     precision: Precision
     lr: float  # after the lr scaling rule
+    max_steps: int | None = None  # train.max_tokens as optimizer steps; the trainer runs that many
     argv: list[str] = Field(default_factory=list)
     warnings: list[str] = Field(default_factory=list)  # runs as asked, but likely not as hoped
     # A dry run plans a spec no registered host can run (as the cluster would run it) and says why here.
@@ -90,12 +91,16 @@ def _pick_strategy(spec: JobSpec, gpus: int) -> tuple[Strategy, str]:
     processes = (gpus or parallel.nproc_per_node or 1) * parallel.nnodes
     if processes == 1:
         return Strategy.SINGLE, "one process: no parallel wrapper needed"
-    if spec.model.arch is None:
+    if spec.program is not None:
+        return Strategy.DDP, f"{processes} processes of the program: ty.prepare keeps a replica each"
+    if spec.inputs.model.arch is None:
         return Strategy.DDP, (
             f"{processes} processes: DDP keeps a replica of model.factory's model each (its size is known "
             "only once built; ask for fsdp to shard it)"
         )
-    params = ARCHS[spec.model.arch].approx_params(spec.model.arch_kwargs, spec.data.vocab_size)
+    params = ARCHS[spec.inputs.model.arch].approx_params(
+        spec.inputs.model.arch_kwargs, spec.inputs.data.vocab_size
+    )
     if params * 16 > REPLICA_BYTES_LIMIT:
         return Strategy.FSDP, f"~{params / 1e6:.0f}M parameters are too many to replicate: FSDP shards them"
     return Strategy.DDP, f"{processes} processes, ~{params / 1e6:.0f}M parameters: DDP keeps a replica each"
@@ -129,6 +134,21 @@ def _batches(train: TrainSpec, layout: Layout) -> tuple[int, int]:
     return per_rank, micro
 
 
+def _token_steps(spec: JobSpec) -> int | None:
+    """train.max_tokens in optimizer steps of train.batch_size windows of data.block_size, rounded up."""
+    train = spec.train
+    if train.max_tokens is None:
+        return None
+    block_size = spec.inputs.data.block_size
+    if block_size is None:
+        raise refuse(
+            "train.max_tokens",
+            "train.max_tokens counts the tokens of data.block_size windows, and data.block_size is not set",
+            "use train.max_steps, or a token dataset with data.block_size",
+        )
+    return math.ceil(train.max_tokens / (train.batch_size * block_size))
+
+
 def _processes_match_gpus(parallel: ParallelSpec, gpus: int) -> Iterator[Problem]:
     if gpus and parallel.nproc_per_node not in (None, gpus) and parallel.strategy is not Strategy.DP:
         yield Problem(
@@ -150,24 +170,28 @@ def resolve_plan(spec: JobSpec, inventory: Inventory = NO_HOSTS) -> Plan:
     gpus = _gpu_count(parallel)
     device = "cuda" if gpus else "cpu"
     strategy, reason = _pick_strategy(spec, gpus)
+    program = spec.program is not None
     problems = [
         *cluster_problems(parallel, inventory),
         *_processes_match_gpus(parallel, gpus),
         *combination_problems(spec, strategy, device),
-        *data_problems(spec, strategy, device),
-        *model_problems(spec, strategy),
         *user_code_problems(spec, strategy),
     ]
+    if not program:  # a program builds its own model and reads its own data
+        problems += [*data_problems(spec, strategy, device), *model_problems(spec, strategy)]
     try:
         per_host = LAYOUTS[strategy](parallel, gpus)
         layout = spanning(per_host, strategy, parallel.nnodes)
-        per_rank, micro = _batches(spec.train, layout)
+        # A program's script picks its own batches (ty.data_loader's batch_size): none to split here.
+        per_rank, micro = (0, 0) if program else _batches(spec.train, layout)
+        max_steps = None if program else _token_steps(spec)
     except SpecError as error:
         raise SpecError([*problems, *error.problems]) from None
-    problems += stage_problems(spec, strategy, layout.stages)
+    if not program:
+        problems += stage_problems(spec, strategy, layout.stages)
     if problems:
         raise SpecError(problems)
-    data_path, data_reason = plan_data(spec, device)
+    data_path, data_reason = (None, "") if program else plan_data(spec, device)
     return Plan(
         strategy=strategy,
         strategy_reason=reason,
@@ -189,6 +213,7 @@ def resolve_plan(spec: JobSpec, inventory: Inventory = NO_HOSTS) -> Plan:
         micro_batch=micro,
         precision=spec.precision,
         lr=scaled_lr(spec.train),
+        max_steps=max_steps,
         warnings=plan_warnings(spec, device),
     )
 
@@ -201,3 +226,11 @@ class RunConfig(BaseModel):
     spec: JobSpec
     plan: Plan
     code_dir: str | None = None  # the job's code bundle, unpacked and read-only, when spec.code names one
+
+    @model_validator(mode="after")
+    def steps_of_tokens(self) -> RunConfig:
+        """The trainer reads its length from train.max_steps, which train.max_tokens sets once planned."""
+        if self.plan.max_steps is not None and self.spec.train.max_tokens is not None:
+            train = self.spec.train.model_copy(update={"max_steps": self.plan.max_steps, "max_tokens": None})
+            self.spec = self.spec.model_copy(update={"train": train})
+        return self

@@ -41,20 +41,25 @@ def read_config(run_dir: Path) -> RunConfig:
     return RunConfig.model_validate_json((run_dir / SPEC_FILE).read_text(encoding="utf-8"))
 
 
-def train_rank(run_dir: Path) -> bool:
-    """True when training ran to its end, False when a SIGTERM stopped it after a final checkpoint."""
+def train_rank(run_dir: Path) -> int:
+    """The rank's exit status: 0 when training ran to its end, STOPPED_EXIT when a SIGTERM stopped it after
+    a final checkpoint, or a program's own."""
     from trainers.dist_env import rank_env
     from trainers.loop import train
     from trainers.user_errors import blaming
 
     config = read_config(run_dir)
+    if config.spec.program is not None:
+        from trainers.program import run_program
+
+        return run_program(config, run_dir, STOPPED_EXIT)
     if config.plan.strategy is Strategy.HOGWILD:
         # The one alternative loop: one torchrun rank that drives its own worker processes.
         from trainers.hogwild import train_hogwild as train
     # The strategy joins the ranks' process group, if it has one, and leaves it after a clean finish. An
     # exception from inside the code bundle leaves as a UserCodeError, which the worker does not retry.
     with blaming(config.code_dir):
-        return train(config, run_dir, rank_env(config.plan))
+        return 0 if train(config, run_dir, rank_env(config.plan)) else STOPPED_EXIT
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -67,7 +72,7 @@ def main(argv: list[str] | None = None) -> None:
 
     # record writes any exception to TORCHELASTIC_ERROR_FILE, where torchrun and the worker find it.
     try:
-        finished = record(train_rank)(args.run_dir)
+        status = record(train_rank)(args.run_dir)
     except BaseException:
         # record has written the error file; a normal exit would run NCCL's destructors, which can block
         # while a peer waits in a collective, so torchrun would never learn that this rank failed.
@@ -79,7 +84,7 @@ def main(argv: list[str] | None = None) -> None:
     # (pytorch/pytorch#179291), which would turn a finished job into a failed one.
     sys.stdout.flush()
     sys.stderr.flush()
-    os._exit(0 if finished else STOPPED_EXIT)
+    os._exit(status or 0)  # record's wrapper is typed to return None too
 
 
 if __name__ == "__main__":

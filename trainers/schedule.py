@@ -7,6 +7,7 @@ import math
 import sys
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
+from typing import Any
 
 import torch
 
@@ -23,6 +24,7 @@ class LrSchedule:
     step_size_epochs: int
     gamma: float
     onecycle_pct_start: float = 0.3  # TrainSpec's default
+    min_lr: float = 0.0  # where cosine ends
 
     @classmethod
     def from_spec(
@@ -37,6 +39,7 @@ class LrSchedule:
             step_size_epochs=train.step_size_epochs,
             gamma=train.gamma,
             onecycle_pct_start=train.onecycle_pct_start,
+            min_lr=train.min_lr,
         )
 
 
@@ -67,7 +70,7 @@ def lr_at(step: int, s: LrSchedule, plateau_factor: float = 1.0) -> float:
         return s.base_lr * (step + 1) / s.warmup_steps
     after_warmup, remaining = step - s.warmup_steps, max(1, s.total_steps - s.warmup_steps)
     if s.schedule is Schedule.COSINE:
-        return s.base_lr * 0.5 * (1.0 + math.cos(math.pi * min(1.0, after_warmup / remaining)))
+        return _cosine_between(s.base_lr, s.min_lr, min(1.0, after_warmup / remaining))
     if s.schedule is Schedule.STEP:
         epoch = step // s.steps_per_epoch
         return s.base_lr * s.gamma ** (epoch // s.step_size_epochs)
@@ -171,5 +174,22 @@ def build_optimizer(
             params, lr=lr, momentum=train.momentum, weight_decay=train.weight_decay, fused=fused
         )
     if train.optimizer is Optimizer.ADAM:
-        return torch.optim.Adam(params, lr=lr, weight_decay=train.weight_decay, fused=fused)
-    return torch.optim.AdamW(params, lr=lr, weight_decay=train.weight_decay, fused=fused)
+        return torch.optim.Adam(
+            params,
+            lr=lr,
+            betas=(train.betas[0], train.betas[1]),
+            weight_decay=train.weight_decay,
+            fused=fused,
+        )
+    return torch.optim.AdamW(
+        decay_groups(params, train.weight_decay), lr=lr, betas=(train.betas[0], train.betas[1]), fused=fused
+    )
+
+
+def decay_groups(params: list[torch.nn.Parameter], weight_decay: float) -> list[dict[str, Any]]:
+    """Decoupled weight decay on weight matrices (and embeddings) only: decaying a bias or a norm's scale
+    pulls it toward 0, which regularises nothing and hurts (nanoGPT's and GPT-2's practice)."""
+    return [
+        {"params": [p for p in params if p.dim() >= 2], "weight_decay": weight_decay},
+        {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
+    ]

@@ -8,7 +8,7 @@ loads it.
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Annotated
+from typing import Annotated, NamedTuple
 
 from pydantic import Field, PrivateAttr, ValidatorFunctionWrapHandler, field_validator, model_validator
 
@@ -16,6 +16,7 @@ from trainers.spec_fields import Choice, Section
 from trainers.spec_inputs import DataPlacement as DataPlacement
 from trainers.spec_inputs import DataSpec as DataSpec
 from trainers.spec_inputs import ModelSpec as ModelSpec
+from trainers.spec_program import ProgramSpec, check_program_or_inputs
 from trainers.spec_train import Loss as Loss
 from trainers.spec_train import LrScaling as LrScaling
 from trainers.spec_train import OnNonFinite as OnNonFinite
@@ -148,9 +149,17 @@ class LimitsSpec(Section):
     max_disk_gb: float | None = Field(
         None, gt=0, le=2**30, description="the run directory's size (checkpoints, logs); past it: disk_limit"
     )
+    preemptible: bool = Field(
+        True, description="a job of higher priority may stop it, to resume later from its checkpoint"
+    )
 
 
 CODE_ID_PATTERN = r"^sha256:[0-9a-f]{64}$"
+
+
+class Inputs(NamedTuple):
+    model: ModelSpec
+    data: DataSpec
 
 
 class JobSpec(Section):
@@ -165,10 +174,12 @@ class JobSpec(Section):
         None,
         pattern=CODE_ID_PATTERN,
         description="a code bundle's id from POST /v1/code (`trainyard code push DIR`); its modules are "
-        "what model.factory, data.factory and train.loss name",
+        "what model.factory, data.factory and train.loss name, and program's script",
     )
-    model: ModelSpec
-    data: DataSpec
+    # Either model and data (the trainer's loop), or program (the user's own script): never both.
+    model: ModelSpec | None = None
+    data: DataSpec | None = None
+    program: ProgramSpec | None = None
     train: TrainSpec = Field(default_factory=TrainSpec)
     parallel: ParallelSpec = Field(default_factory=ParallelSpec)
     precision: Choice[Precision] = Field(
@@ -191,6 +202,12 @@ class JobSpec(Section):
             return APEX_LEVELS[value.upper()]
         return value
 
+    @model_validator(mode="before")
+    @classmethod
+    def program_or_inputs(cls, data: object) -> object:
+        check_program_or_inputs(data)
+        return data
+
     @model_validator(mode="wrap")
     @classmethod
     def remember_precision_written(cls, data: object, handler: ValidatorFunctionWrapHandler) -> JobSpec:
@@ -198,6 +215,13 @@ class JobSpec(Section):
         written = data.get("precision") if isinstance(data, dict) else None
         spec._precision_written = written if isinstance(written, str) else spec.precision.value
         return spec
+
+    @property
+    def inputs(self) -> Inputs:
+        """model and data, which every job but a program has (program_or_inputs sees to it)."""
+        if self.model is None or self.data is None:
+            raise ValueError("a program job has no model or data section: its script builds its own")
+        return Inputs(self.model, self.data)
 
     @property
     def precision_written(self) -> str:

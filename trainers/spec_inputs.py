@@ -6,7 +6,7 @@ factory fits the rest of the spec is the planner's question. No torch.
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import cast
+from typing import Annotated, cast
 
 from pydantic import Field, JsonValue, TypeAdapter, ValidationInfo, field_validator, model_validator
 
@@ -16,6 +16,20 @@ from trainers.spec_augment import AugmentSpec, Decode, OnBadSample
 from trainers.spec_fields import Choice, EntryPoint, KwargValue, Section, known
 
 _ARCH_KWARGS: TypeAdapter[dict[str, float]] = TypeAdapter(dict[str, KwargValue])
+ModuleName = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.]+$")]
+
+
+def relative_path(field: str, path: str | None) -> str | None:
+    """A directory named relative to TRAINYARD_DATA_DIR: never absolute, never climbing out with '..'."""
+    if path is None:
+        return None
+    parts = path.replace("\\", "/").split("/")
+    if path.startswith(("/", "~")) or ".." in parts or "\x00" in path:
+        raise ValueError(
+            f"{field} {path!r} must be a path inside TRAINYARD_DATA_DIR, like 'cifar10'; "
+            "no absolute paths or '..'"
+        )
+    return path
 
 
 def exactly_one(section: str, builtin: str, given: tuple[object, object], registry: str) -> None:
@@ -33,6 +47,21 @@ def exactly_one(section: str, builtin: str, given: tuple[object, object], regist
         )
 
 
+class LoraSpec(Section):
+    """Low-rank adapters (peft's LoRA) on a Hugging Face model: only they train, the model stays frozen."""
+
+    r: int = Field(8, ge=1, le=1024, description="the adapters' rank")
+    alpha: int = Field(16, ge=1, le=65536, description="scaling: updates are multiplied by alpha / r")
+    dropout: float = Field(0.05, ge=0.0, le=0.9, description="dropout on the adapters' input")
+    target_modules: list[ModuleName] | None = Field(
+        None,
+        min_length=1,
+        max_length=64,
+        description="names (or name endings) of the Linear layers that get adapters, like ['q_proj', "
+        "'v_proj']; default: peft's choice for the model type",
+    )
+
+
 class ModelSpec(Section):
     """A built-in architecture (`arch`) or your own (`factory`, a function of the code bundle: see
     [User code](#user-code)); exactly one of them."""
@@ -46,6 +75,26 @@ class ModelSpec(Section):
         description="arch: the constructor args it allows (table below); factory: any JSON object, "
         "passed as keyword arguments",
     )
+    path: str | None = Field(
+        None,
+        max_length=1024,
+        description="hf_causal_lm: a directory relative to TRAINYARD_DATA_DIR holding config.json, the "
+        "weights as *.safetensors and optionally the tokenizer; nothing is downloaded",
+    )
+    config_only: bool = Field(
+        False, description="hf_causal_lm: random weights from model.path's config.json; no weights read"
+    )
+    lora: LoraSpec | None = Field(None, description="hf_causal_lm: train low-rank adapters only; see below")
+    export: bool = Field(
+        True,
+        description="hf_causal_lm: at the job's end, write the (merged) weights that GET "
+        "/v1/jobs/{id}/export serves",
+    )
+
+    @field_validator("path")
+    @classmethod
+    def relative_model_path(cls, path: str | None) -> str | None:
+        return relative_path("model.path", path)
 
     @field_validator("arch", mode="before")
     @classmethod
@@ -110,7 +159,9 @@ class DataSpec(Section):
         "TRAINYARD_DATA_DIR "
         "(a factory gets it resolved, as root=)",
     )
-    num_samples: int = Field(4096, ge=16, le=10_000_000, description="synthetic only: training samples")
+    num_samples: int = Field(
+        4096, ge=16, le=10_000_000, description="synthetic: training samples; synthetic_tokens: windows"
+    )
     num_classes: int = Field(10, ge=2, le=1000, description="synthetic only: classes")
     channels: int = Field(3, ge=1, le=4, description="synthetic only: image channels")
     image_size: int | None = Field(
@@ -133,15 +184,16 @@ class DataSpec(Section):
         10_000,
         ge=2,
         le=20_000_000,
-        description="synthetic_bags: distinct token ids; tokens: every id must be below it (GPT-2's: 50257)",
+        description="synthetic_bags, synthetic_tokens: distinct token ids; tokens: every id must be below it "
+        "(GPT-2's: 50257); gpt: its vocabulary",
     )
     bag_size: int = Field(16, ge=1, le=1024, description="synthetic_bags: tokens per sample")
     block_size: int | None = Field(
         None,
         ge=1,
         le=1_048_576,
-        description="tokens, text: token ids a sample's input holds; its target is the same window one "
-        "token later",
+        description="tokens, text, synthetic_tokens: token ids a sample's input holds; its target is the "
+        "same window one token later",
     )
     token_dtype: Choice[TokenDtype] = Field(TokenDtype.UINT16, description="tokens: the width of the ids")
     tokenizer: str | None = Field(
@@ -188,15 +240,7 @@ class DataSpec(Section):
     @field_validator("root", "tokenizer")
     @classmethod
     def relative_root(cls, root: str | None, info: ValidationInfo) -> str | None:
-        if root is None:
-            return None
-        parts = root.replace("\\", "/").split("/")
-        if root.startswith(("/", "~")) or ".." in parts or "\x00" in root:
-            raise ValueError(
-                f"data.{info.field_name} {root!r} must be a path inside TRAINYARD_DATA_DIR, like 'cifar10'; "
-                "no absolute paths or '..'"
-            )
-        return root
+        return relative_path(f"data.{info.field_name}", root)
 
     @model_validator(mode="after")
     def one_source(self) -> DataSpec:

@@ -60,19 +60,39 @@ class OnNonFinite(StrEnum):
 class TrainSpec(Section):
     epochs: int | None = Field(None, ge=1, le=100_000)
     max_steps: int | None = Field(None, ge=1, le=10_000_000, description="optimizer steps; wins over epochs")
+    max_tokens: int | None = Field(
+        None,
+        ge=1,
+        le=10**15,
+        description="token datasets, instead of max_steps: steps of train.batch_size x data.block_size "
+        "tokens, rounded up",
+    )
     batch_size: int = Field(64, ge=1, le=1_048_576, description="global batch: summed over all ranks")
     optimizer: Choice[Optimizer] = Field(
         Optimizer.SGD, description="embedding_bag: sgd, unless strategy fsdp (sparse gradients)"
     )
     lr: PositiveFloat = 0.05
     momentum: float = Field(0.9, ge=0.0, lt=1.0, description="sgd only; not on an embedding_bag table")
-    weight_decay: float = Field(0.0, ge=0.0, le=1.0)
+    weight_decay: float = Field(
+        0.0,
+        ge=0.0,
+        le=1.0,
+        description="sgd, adam: on every parameter; adamw: on weight matrices and embeddings, not on biases "
+        "and norms (1-D)",
+    )
+    betas: list[float] = Field(
+        [0.9, 0.999],
+        min_length=2,
+        max_length=2,
+        description="adam, adamw: the moments' decay rates, like [0.9, 0.95] for a language model",
+    )
     schedule: Choice[Schedule] = Schedule.CONSTANT
     step_size_epochs: int = Field(30, ge=1, le=100_000, description="schedule=step: decay period")
     gamma: float = Field(0.1, gt=0.0, le=1.0, description="schedule=step and plateau: decay factor")
     plateau_patience: int = Field(2, ge=0, le=1000, description="schedule=plateau: evaluations without gain")
     onecycle_pct_start: float = Field(0.3, gt=0.0, lt=1.0, description="schedule=onecycle: share rising")
     warmup_steps: int = Field(0, ge=0, le=1_000_000)
+    min_lr: float = Field(0.0, ge=0.0, le=1e4, description="schedule=cosine: the lr it decays to")
     lr_scaling: Choice[LrScaling] = Field(
         LrScaling.NONE, description="scale lr by global batch / base_batch_size"
     )
@@ -114,8 +134,17 @@ class TrainSpec(Section):
     def finite_lr(cls, lr: float) -> float:
         return _finite(lr, "train.lr")
 
+    @field_validator("betas")
+    @classmethod
+    def betas_below_one(cls, betas: list[float]) -> list[float]:
+        if not all(0.0 <= beta < 1.0 for beta in betas):
+            raise ValueError(f"train.betas {betas} must each be at least 0 and below 1, like [0.9, 0.95]")
+        return betas
+
     @model_validator(mode="after")
     def has_length(self) -> TrainSpec:
-        if self.epochs is None and self.max_steps is None:
+        if self.max_steps is not None and self.max_tokens is not None:
+            raise ValueError("set train.max_steps or train.max_tokens, not both")
+        if self.epochs is None and self.max_steps is None and self.max_tokens is None:
             self.epochs = 1
         return self

@@ -210,7 +210,7 @@ def text_sources(data: DataSpec, data_dir: Path) -> tuple[list[Path], Path]:
 
 def check_token_data(spec: JobSpec, data_dir: Path) -> None:
     """What the API can tell of a token dataset's files at submit; raises SpecError naming each problem."""
-    data, batch_size = spec.data, spec.train.batch_size
+    data, batch_size = spec.inputs.data, spec.train.batch_size
     if data.root is None:
         return  # the planner names it
     if data.dataset is DatasetName.TEXT:

@@ -37,6 +37,10 @@ class UserCodeError(Exception):
 
 def inside_bundle(file: str, root: Path) -> str | None:
     """`file` relative to the bundle, or None when it lies outside."""
+    if file.startswith("<"):
+        # Code without a file (<frozen runpy>, <string>): its name, taken as a path, would resolve against
+        # the working directory, which is the bundle for a program job.
+        return None
     for path in {os.path.abspath(file), os.path.realpath(file)}:
         for base in {str(root), os.path.realpath(root)}:
             if path.startswith(base + os.sep):

@@ -32,8 +32,8 @@ BUILTIN_DATA_FIELDS = frozenset(
 def entry_points(spec: JobSpec) -> dict[str, str]:
     """The fields that name a function of the code bundle, and the `module:function` each names."""
     named = {
-        "model.factory": spec.model.factory,
-        "data.factory": spec.data.factory,
+        "model.factory": spec.inputs.model.factory,
+        "data.factory": spec.inputs.data.factory,
         "train.loss": spec.train.loss_function,
     }
     return {field: entry for field, entry in named.items() if entry is not None}
@@ -69,12 +69,13 @@ def _strategy(spec: JobSpec, strategy: Strategy, entries: dict[str, str]) -> Ite
 
 
 def _data(spec: JobSpec) -> Iterator[Problem]:
-    data = spec.data
-    if data.factory is not None and spec.model.arch is not None:
+    data = spec.inputs.data
+    arch = spec.inputs.model.arch
+    if data.factory is not None and arch is not None:
         yield Problem(
             "data.factory",
-            f"model.arch {spec.model.arch} is shaped by a built-in dataset's channels, classes and image "
-            "size, which a data.factory does not declare",
+            f"model.arch {arch} is shaped by a built-in dataset's channels, classes and image size, which a "
+            "data.factory does not declare",
             "use model.factory for your data, or a built-in data.dataset",
         )
     if data.factory is not None:
@@ -93,8 +94,33 @@ def _data(spec: JobSpec) -> Iterator[Problem]:
         )
 
 
+# A program runs as its own loop under torchrun: one process per GPU (or nproc_per_node on CPU), each either
+# a replica (ddp) or a shard (fsdp) of its model, which ty.prepare wraps.
+PROGRAM_STRATEGIES = (Strategy.SINGLE, Strategy.DDP, Strategy.FSDP)
+
+
+def _program(spec: JobSpec, strategy: Strategy) -> Iterator[Problem]:
+    if spec.code is None:
+        yield Problem(
+            "code",
+            "program runs a script of a code bundle, and the spec names no bundle in code",
+            "push the folder holding the script with `trainyard code push DIR` and set code to the id it "
+            "prints",
+        )
+    if strategy not in PROGRAM_STRATEGIES:
+        yield Problem(
+            "parallel.strategy",
+            f"a program runs under parallel.strategy single, ddp or fsdp (ty.prepare wraps its model), not "
+            f"{strategy}",
+            "use strategy ddp (or auto), fsdp to shard the model, or single for one process",
+        )
+
+
 def user_code_problems(spec: JobSpec, strategy: Strategy) -> Iterator[Problem]:
     """Everything about the spec's user code that the spec alone can tell."""
+    if spec.program is not None:
+        yield from _program(spec, strategy)
+        return
     entries = entry_points(spec)
     yield from _bundle(spec, entries)
     yield from _strategy(spec, strategy, entries)

@@ -9,6 +9,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from core.config import Settings
+from core.gpu_series import GpuQuantity
 from core.sandbox import GpuDevice
 
 log = logging.getLogger(__name__)
@@ -62,6 +63,37 @@ def nvml_gpus() -> list[GpuInfo]:
     except pynvml.NVMLError as exc:
         log.warning("NVML failed while listing GPUs, reporting none: %s", exc)
         return []
+    finally:
+        pynvml.nvmlShutdown()
+
+
+def sample_gpus(indices: list[int]) -> dict[int, dict[GpuQuantity, float]]:
+    """Each of these physical GPUs' telemetry now; {} where NVML cannot say (no driver, or it failed), since
+    a missed sample must not cost the heartbeat that takes it."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+    except Exception as exc:  # as in nvml_gpus: no NVML on this box
+        log.debug("no NVML, so no GPU telemetry: %s", exc)
+        return {}
+    try:
+        samples = {}
+        for index in indices:
+            handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+            samples[index] = {
+                GpuQuantity.UTIL: float(pynvml.nvmlDeviceGetUtilizationRates(handle).gpu),
+                GpuQuantity.MEMORY: float(int(pynvml.nvmlDeviceGetMemoryInfo(handle).used) // _MIB),
+                GpuQuantity.POWER: pynvml.nvmlDeviceGetPowerUsage(handle) / 1000,  # milliwatts
+                GpuQuantity.TEMPERATURE: float(
+                    pynvml.nvmlDeviceGetTemperature(handle, pynvml.NVML_TEMPERATURE_GPU)
+                ),
+                GpuQuantity.SM_CLOCK: float(pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM)),
+            }
+        return samples
+    except pynvml.NVMLError as exc:
+        log.warning("NVML failed while sampling GPUs %s, skipping this sample: %s", indices, exc)
+        return {}
     finally:
         pynvml.nvmlShutdown()
 

@@ -1,4 +1,5 @@
-"""The lease of one node of one attempt, renewed on a thread that does nothing else.
+"""The lease of one node of one attempt, renewed on a thread that does nothing else but meter the job after
+each renewal (worker/telemetry.py: its owner's fair-share use and its GPUs' telemetry).
 
 The reaper requeues a job whose heartbeat is older than lease_timeout_s. The supervisor's loop tails events
 into SQL and waits for uploads at a job's end, either of which may take longer than that; the heartbeat runs
@@ -14,15 +15,17 @@ from types import TracebackType
 from sqlalchemy import update
 from sqlalchemy.orm import Session
 
+from core.config import get_settings
 from core.db import session_scope
 from core.models import Job, utcnow
 from core.states import JobStatus
 from worker.nodes import NodeTask, beat_node
+from worker.telemetry import JobMeter
 
 log = logging.getLogger(__name__)
 
 # The states in which a job's current attempt belongs to the worker that claimed it.
-OWNED = (JobStatus.STARTING, JobStatus.RUNNING, JobStatus.CANCELLING)
+OWNED = (JobStatus.STARTING, JobStatus.RUNNING, JobStatus.CANCELLING, JobStatus.PREEMPTING)
 
 
 def own(session: Session, job_id: int, attempt: int, node: NodeTask | None = None) -> bool:
@@ -59,10 +62,13 @@ class Heartbeat:
         self.thread.join()  # at most one write in flight, which the database's lock timeout bounds
 
     def _run(self) -> None:
+        meter = JobMeter(self.node, get_settings())
         while True:
             try:
                 with session_scope() as session:  # blocks only on the database's own lock
-                    own(session, self.node.job_id, self.node.attempt, self.node)
+                    owned = own(session, self.node.job_id, self.node.attempt, self.node)
+                if owned:
+                    meter.beat(utcnow())
             except Exception:  # a locked or unreachable database: one failed beat must not end them all
                 log.exception("job %s: heartbeat failed", self.node.job_id)
             if self.halt.wait(self.every_s):

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import os
+from collections import Counter
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from sqlalchemy import ColumnElement, Select, delete, func, select, update
+from sqlalchemy import ColumnElement, Select, delete, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -19,9 +20,11 @@ from core.queue_order import START_ORDER
 from core.states import ACTIVE, JobStatus
 from core.transitions import move
 from trainers.plan import Plan
-from worker.placement import HostView, NodeChoice, choose_nodes, never_fits, reserve
+from worker.placement import HostView, NodeChoice, choose_nodes, cpu_cores, never_fits, reserve, wants_gpus
+from worker.preempt import PreemptRaced, preempt_for
 
 WAITING_FOR_GPUS = "waiting_for_gpus"
+WAITING_FOR_CORES = "waiting_for_cores"
 CLAIM_TRIES = 3
 
 
@@ -58,12 +61,16 @@ def host_views(session: Session) -> list[HostView]:
     for host, gpu, job in session.execute(select(GpuLease.host, GpuLease.gpu_index, GpuLease.job_id)):
         held.setdefault(host, {})[gpu] = job
     active_nodes = session.execute(
-        select(JobNode.host, func.count())
+        select(JobNode.host, Job.id, Job.plan)
         .join(Job, Job.id == JobNode.job_id)
         .where(Job.status.in_(ACTIVE), JobNode.attempt == Job.attempt)
-        .group_by(JobNode.host)
     )
-    active = {host: count for host, count in active_nodes}
+    active: Counter[str] = Counter()
+    cores: dict[str, dict[int, int]] = {}
+    for host, job_id, plan in active_nodes:
+        active[host] += 1
+        if taken := cpu_cores(Plan.model_validate(plan)):
+            cores.setdefault(host, {})[job_id] = taken
     return [
         HostView(
             name=host,
@@ -71,7 +78,9 @@ def host_views(session: Session) -> list[HostView]:
             gpu_ids=gpu_indices(worker),
             live=host in live,
             held=held.get(host, {}),
-            active_jobs=active.get(host, 0),
+            active_jobs=active[host],
+            cpus=None if worker.cpus is None else max(1, int(worker.cpus * settings.cpu_overcommit)),
+            cpu_held=cores.get(host, {}),
         )
         for host, worker in sorted(known.items())
     ]
@@ -88,13 +97,13 @@ def _reserved_ahead(session: Session, job: Job, hosts: list[HostView]) -> list[H
     return hosts
 
 
-def _set_waiting(job_id: int, message: str) -> None:
+def _set_waiting(job_id: int, message: str, reason: str = WAITING_FOR_GPUS) -> None:
     # Not a transition, so no job_events row; guarded so it never overwrites a job that moved on.
     with session_scope() as session:
         session.execute(
             update(Job)
             .where(Job.id == job_id, Job.status == JobStatus.QUEUED)
-            .values(status_reason=WAITING_FOR_GPUS, message=message)
+            .values(status_reason=reason, message=message)
         )
 
 
@@ -116,9 +125,9 @@ def claim_job(job_id: int) -> Claim:
     for _ in range(CLAIM_TRIES):
         try:
             return _try_claim(job_id)
-        except IntegrityError:
-            # Another job leased one of our GPUs between our look and our insert: look again, since
-            # num_gpus jobs may still fit on the GPUs that are left.
+        except (IntegrityError, PreemptRaced):
+            # Another job leased one of our GPUs between our look and our insert, or a victim moved on
+            # before we stopped it: look again, since num_gpus jobs may still fit on the GPUs that are left.
             continue
     _set_waiting(job_id, f"waiting for GPUs: other jobs took them first {CLAIM_TRIES} times in a row")
     return Claim(job_id, ClaimOutcome.WAITING)
@@ -142,8 +151,13 @@ def _try_claim(job_id: int) -> Claim:
         ahead = _reservers(hosts, reserved)
         if wait is not None and ahead:
             wait += f" (queued jobs {', '.join(map(str, ahead))} have a higher priority and start first)"
+        if wait is not None:
+            # Decided here rather than in the reaper: this is the moment a job fails to place, with its plan,
+            # the hosts and the GPUs reserved for higher priorities already read, in a transaction whose
+            # compare-and-sets make two claims at once stop each victim once.
+            wait = preempt_for(session, job, plan, reserved) or wait
     if wait is not None:
-        _set_waiting(job_id, wait)
+        _set_waiting(job_id, wait, WAITING_FOR_GPUS if wants_gpus(plan) else WAITING_FOR_CORES)
         return Claim(job_id, ClaimOutcome.WAITING)
     with session_scope() as session:
         now = utcnow()

@@ -20,10 +20,25 @@ class HostView:
     live: bool  # its worker heartbeats
     held: dict[int, int] = field(default_factory=dict)  # GPU -> the job holding or reserving it
     active_jobs: int = 0
+    cpus: int | None = None  # the processes its CPU jobs may run (cores x overcommit); None: not counted
+    cpu_held: dict[int, int] = field(default_factory=dict)  # CPU job -> the processes it runs here
 
     @property
     def free(self) -> int:
         return sum(gpu not in self.held for gpu in self.gpu_ids)
+
+
+def wants_gpus(plan: Plan) -> bool:
+    return bool(plan.gpus or plan.num_gpus)
+
+
+def cpu_cores(plan: Plan) -> int:
+    """The cores one node of a CPU job takes, one per process; a GPU job's processes drive its GPUs."""
+    return 0 if wants_gpus(plan) else plan.nproc_per_node
+
+
+def _cores(count: int) -> str:
+    return f"{count} CPU core{'s' if count != 1 else ''}"
 
 
 @dataclass(frozen=True)
@@ -38,16 +53,33 @@ def _format_ids(ids: Iterable[int]) -> str:
     return ", ".join(str(i) for i in ids) or "none"
 
 
-def infeasibility(plan: Plan, host_gpu_ids: list[int], host: str) -> str | None:
-    """Why this host can never run one node of the plan, or None when it could once its GPUs are free."""
-    have = f"host {host} has GPUs [{_format_ids(host_gpu_ids)}]"
+def infeasibility(plan: Plan, host: HostView) -> str | None:
+    """Why this host can never run one node of the plan, or None when it could once its GPUs (or cores) are
+    free."""
+    have = f"host {host.name} has GPUs [{_format_ids(host.gpu_ids)}]"
     if plan.gpus is not None:
-        missing = sorted(set(plan.gpus) - set(host_gpu_ids))
+        missing = sorted(set(plan.gpus) - set(host.gpu_ids))
         if missing:
             return f"asked for GPUs [{_format_ids(plan.gpus)}] but {have} (no GPU {_format_ids(missing)})"
-    elif plan.num_gpus > len(host_gpu_ids):
+    elif plan.num_gpus > len(host.gpu_ids):
         return f"asked for {plan.num_gpus} GPUs but {have}"
+    if host.cpus is not None and cpu_cores(plan) > host.cpus:
+        return (
+            f"asked for {_cores(cpu_cores(plan))} (parallel.nproc_per_node) but host {host.name} runs CPU "
+            f"jobs on {_cores(host.cpus)} (TRAINYARD_CPU_OVERCOMMIT raises that)"
+        )
     return None
+
+
+def wait_for_cores(plan: Plan, host: HostView) -> str | None:
+    """Why a CPU job waits for this host's cores ("waiting for 2 CPU cores on vm; job 21 holds 2 of 2"), or
+    None when they are free."""
+    used = sum(host.cpu_held.values())
+    if host.cpus is None or used + cpu_cores(plan) <= host.cpus:
+        return None
+    holders = sorted(host.cpu_held)
+    who = f"job {holders[0]} holds" if len(holders) == 1 else f"jobs {_format_ids(holders)} hold"
+    return f"waiting for {_cores(cpu_cores(plan))} on {host.name}; {who} {used} of {host.cpus}"
 
 
 def pick_gpus(plan: Plan, host_gpu_ids: list[int], held: dict[int, int]) -> tuple[list[int], str | None]:
@@ -64,16 +96,16 @@ def pick_gpus(plan: Plan, host_gpu_ids: list[int], held: dict[int, int]) -> tupl
     return free[: plan.num_gpus], None
 
 
-def _candidates(plan: Plan, hosts: list[HostView]) -> list[HostView]:
+def candidates(plan: Plan, hosts: list[HostView]) -> list[HostView]:
     return [host for host in hosts if plan.host is None or host.name == plan.host]
 
 
 def never_fits(plan: Plan, hosts: list[HostView]) -> str | None:
     """Why no set of the known hosts, up or down, can ever run the plan; None when some can."""
-    if plan.host is not None and not _candidates(plan, hosts):
+    if plan.host is not None and not candidates(plan, hosts):
         known = ", ".join(sorted(host.name for host in hosts)) or "none"
         return f"parallel.host={plan.host} is not a host any worker registered (hosts: {known})"
-    reasons = [infeasibility(plan, host.gpu_ids, host.name) for host in _candidates(plan, hosts)]
+    reasons = [infeasibility(plan, host) for host in candidates(plan, hosts)]
     able = sum(reason is None for reason in reasons)
     if able >= plan.nnodes:
         return None
@@ -89,13 +121,14 @@ def choose_nodes(plan: Plan, hosts: list[HostView]) -> tuple[list[NodeChoice], s
     The hosts with the most free GPUs (for a GPU job) and then the fewest jobs go first, so jobs spread."""
     fits: list[tuple[HostView, list[int]]] = []
     waits: list[str] = []
-    for host in _candidates(plan, hosts):
-        if infeasibility(plan, host.gpu_ids, host.name) is not None:
+    for host in candidates(plan, hosts):
+        if infeasibility(plan, host) is not None:
             continue
         if not host.live:
             waits.append(f"host {host.name} is down")
             continue
         gpus, wait = pick_gpus(plan, host.gpu_ids, host.held)
+        wait = wait or wait_for_cores(plan, host)
         if wait is None:
             fits.append((host, gpus))
         else:
@@ -104,8 +137,7 @@ def choose_nodes(plan: Plan, hosts: list[HostView]) -> tuple[list[NodeChoice], s
         if plan.nnodes > 1:
             waits.insert(0, f"waiting for {plan.nnodes} hosts with room, {len(fits)} have it")
         return [], "; ".join(waits) or "waiting for a worker to register its host"
-    wants_gpus = bool(plan.gpus or plan.num_gpus)
-    fits.sort(key=lambda fit: (-fit[0].free if wants_gpus else 0, fit[0].active_jobs, fit[0].name))
+    fits.sort(key=lambda fit: (-fit[0].free if wants_gpus(plan) else 0, fit[0].active_jobs, fit[0].name))
     nodes = [
         NodeChoice(rank, host.name, host.address, gpus)
         for rank, (host, gpus) in enumerate(fits[: plan.nnodes])
@@ -116,15 +148,13 @@ def choose_nodes(plan: Plan, hosts: list[HostView]) -> tuple[list[NodeChoice], s
 def reserve(hosts: list[HostView], job_id: int, plan: Plan) -> list[HostView]:
     """The hosts with `plan`'s GPUs marked as held by `job_id`: where it would start now, or, while it waits,
     the free GPUs of the live host that can run it with most free, so no lower priority takes them."""
-    if not (plan.gpus or plan.num_gpus) or never_fits(plan, hosts) is not None:
+    if not wants_gpus(plan) or never_fits(plan, hosts) is not None:
         return hosts
     nodes, _ = choose_nodes(plan, hosts)
     if nodes:
         wanted = {node.host: node.gpu_ids for node in nodes}
     else:
-        able = [
-            h for h in _candidates(plan, hosts) if h.live and infeasibility(plan, h.gpu_ids, h.name) is None
-        ]
+        able = [h for h in candidates(plan, hosts) if h.live and infeasibility(plan, h) is None]
         if not able:
             return hosts
         best = max(able, key=lambda host: (host.free, host.name))

@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -52,6 +53,7 @@ def beat() -> None:
                 host=settings.hostname,
                 address=settings.advertise_address,
                 gpus=gpus,
+                cpus=len(os.sched_getaffinity(0)),  # the cores this worker may run on, not the machine's
                 heartbeat_at=utcnow(),
             )
         )
@@ -109,7 +111,7 @@ def _recover(job_id: int, cutoff: datetime) -> JobStatus | None:
             move_from_any(
                 session,
                 job_id,
-                [JobStatus.RUNNING, JobStatus.STARTING],
+                [JobStatus.RUNNING, JobStatus.STARTING, JobStatus.PREEMPTING],
                 JobStatus.QUEUED,
                 reason="worker_lost",
                 message=f"{lost}; requeued to resume from its latest checkpoint",

@@ -78,8 +78,13 @@ def sandbox_for(
     read_only = [] if bundle is None else [bundle]
     if spec.environment is not None:  # a registered venv may live in the worker's home, which is hidden
         read_only.append(Path(settings.environment_pythons[spec.environment]).parent.parent)
-    # The data folders the spec names, and no other: data.root, and data.dataset text's tokenizer.
-    for field, folder in (("data.root", spec.data.root), ("data.tokenizer", spec.data.tokenizer)):
+    # The data folders the spec names, and no other: data.root, data.dataset text's tokenizer, and
+    # hf_causal_lm's model.path.
+    data, model = spec.data, spec.model
+    named = () if data is None else (("data.root", data.root), ("data.tokenizer", data.tokenizer))
+    if model is not None:
+        named = (*named, ("model.path", model.path))
+    for field, folder in named:
         if folder is not None:
             read_only.append(resolve_data_root(settings.data_dir, folder, field))
     # Fake GPUs (tests) have no device files; a real GPU job gets exactly its own.

@@ -28,6 +28,7 @@ from worker.heartbeat import OWNED, own
 from worker.kill import JobMark, kill_job
 from worker.leases import release_leases, ring_waiting_jobs
 from worker.nodes import NodeTask, next_attempt_of_nodes, unfinished_after
+from worker.preempt import PREEMPTED_REASON
 from worker.tail import EventTail, apply_events
 from worker.uploads import Uploads
 
@@ -46,6 +47,11 @@ class Outcome:
 
 CANCELLED = Outcome(JobStatus.CANCELLED, "cancelled", "cancelled on request; its processes were stopped")
 REQUEUED = Outcome(JobStatus.QUEUED, "worker_shutdown", "its worker shut down; requeued to resume elsewhere")
+PREEMPTED = Outcome(
+    JobStatus.QUEUED,
+    PREEMPTED_REASON,
+    "stopped for a higher priority; requeued to resume from its checkpoint",
+)
 
 
 @dataclass
@@ -94,7 +100,7 @@ def finish(job_id: int, attempt: int, outcome: Outcome) -> bool:
         moved = outcome.status is not JobStatus.CANCELLED and None is not move_from_any(
             session,
             job_id,
-            [JobStatus.RUNNING, JobStatus.STARTING],
+            [JobStatus.RUNNING, JobStatus.STARTING, JobStatus.PREEMPTING],
             outcome.status,
             reason=outcome.reason,
             message=outcome.message,
@@ -186,7 +192,7 @@ class Supervisor:
             return self.next_attempt
         except BaseException:
             # Never leave training running unsupervised; the reaper requeues the job once its heartbeat ages.
-            self._stop_processes()
+            self._stop_processes(self.settings.cancel_grace_s)
             raise
 
     def _tick(self) -> bool:
@@ -197,12 +203,16 @@ class Supervisor:
             status = self._status()
             if status is None:
                 log.warning("job %s attempt %s is no longer ours; stopping it", job.job_id, job.attempt)
-                self._stop_processes()
+                self._stop_processes(self.settings.cancel_grace_s)
                 return True
             if self.stop.is_set():
                 return self._end(REQUEUED)
             if status is JobStatus.CANCELLING:
                 return self._end(CANCELLED)
+            if status is JobStatus.PREEMPTING:
+                # One that finished meanwhile keeps its success rather than running again.
+                done = job.process.poll() == 0
+                return self._end(exit_outcome(job.mark.run_dir, 0) if done else PREEMPTED)
             if job.deadline is not None and utcnow() >= job.deadline:
                 limit = f"ran past limits.max_runtime_s={job.max_runtime_s}"
                 return self._end(Outcome(JobStatus.TIMED_OUT, "max_runtime", limit))
@@ -239,14 +249,17 @@ class Supervisor:
             return None
         return JobStatus(row.status)
 
-    def _stop_processes(self) -> None:
-        kill_job(self.job.mark, self.settings.cancel_grace_s, group=self.job.process.pid)
+    def _stop_processes(self, grace_s: float) -> None:
+        kill_job(self.job.mark, grace_s, group=self.job.process.pid)
         self.job.process.wait()
 
     def _end(self, outcome: Outcome) -> bool:
         """Stop what is left, catch the last events, record the outcome; retried next tick if the DB fails."""
         job = self.job
-        self._stop_processes()
+        # A preempted job's ranks need the time to reach their next report step and checkpoint there; one
+        # still short of it then is killed and resumes from its checkpoint before.
+        preempted = outcome is PREEMPTED
+        self._stop_processes(self.settings.preempt_grace_s if preempted else self.settings.cancel_grace_s)
         self._pump(drain=True)  # the checkpoints written up to the end, which a restart resumes from
         # Stored before the job is seen to end: a restart resumes from the newest checkpoint, and a reader's
         # eof means the full log. The heartbeat goes on meanwhile.

@@ -12,6 +12,7 @@ from rich.table import Table
 from app.cli.render import between, console, devices, duration, number
 from app.client import TrainyardClient
 from app.schemas import JobPublic, MetricPublic, SpecDiff
+from core.gpu_series import GpuQuantity, split_series
 
 
 @dataclass(frozen=True)
@@ -27,10 +28,18 @@ class Summary:
     final_loss: float | None
     final_eval_accuracy: float | None
     peak_mem_mb: float | None
+    gpu_util_pct: float | None  # the mean over every GPU and sample the worker took
+    tokens_per_s: float | None  # language models only, like the two below
+    mfu: float | None
+    final_eval_perplexity: float | None
 
 
 def _series(rows: list[MetricPublic], name: str) -> list[float]:
     return [row.value for row in sorted(rows, key=lambda row: row.step) if row.name == name]
+
+
+def _utilisation(rows: list[MetricPublic]) -> list[float]:
+    return [row.value for row in rows if (series := split_series(row.name)) and series[0] is GpuQuantity.UTIL]
 
 
 def summarize(job: JobPublic, rows: list[MetricPublic]) -> Summary:
@@ -38,6 +47,8 @@ def summarize(job: JobPublic, rows: list[MetricPublic]) -> Summary:
     loss = _series(rows, "loss")
     accuracy = _series(rows, "eval_accuracy")
     memory = _series(rows, "peak_mem_mb")
+    utilisation = _utilisation(rows)
+    tokens, mfu, perplexity = (_series(rows, name) for name in ("tokens_per_s", "mfu", "eval_perplexity"))
     return Summary(
         job_id=job.id,
         name=job.name,
@@ -50,11 +61,17 @@ def summarize(job: JobPublic, rows: list[MetricPublic]) -> Summary:
         final_loss=loss[-1] if loss else None,
         final_eval_accuracy=accuracy[-1] if accuracy else None,
         peak_mem_mb=max(memory) if memory else None,
+        gpu_util_pct=statistics.fmean(utilisation) if utilisation else None,
+        tokens_per_s=statistics.median(tokens) if tokens else None,
+        mfu=statistics.median(mfu) if mfu else None,
+        final_eval_perplexity=perplexity[-1] if perplexity else None,
     )
 
 
 def summary_table(summaries: list[Summary], diff: SpecDiff | None = None) -> Table:
-    """With `diff`, a last column holds each job's values of the fields that differ."""
+    """With `diff`, a last column holds each job's values of the fields that differ. The language-model
+    columns appear when a job has their metrics."""
+    language = any(s.tokens_per_s is not None for s in summaries)
     table = Table(
         "job",
         "name",
@@ -67,6 +84,8 @@ def summary_table(summaries: list[Summary], diff: SpecDiff | None = None) -> Tab
         "final loss",
         "eval acc",
         "peak MB",
+        "GPU util %",
+        *(["tokens/s", "MFU", "eval ppl"] if language else []),
         *(["differs"] if diff else []),
     )
     for i, s in enumerate(summaries):
@@ -82,6 +101,8 @@ def summary_table(summaries: list[Summary], diff: SpecDiff | None = None) -> Tab
             number(s.final_loss),
             number(s.final_eval_accuracy),
             number(s.peak_mem_mb),
+            number(s.gpu_util_pct),
+            *([number(s.tokens_per_s), number(s.mfu), number(s.final_eval_perplexity)] if language else []),
             *([diff.jobs[i].differs] if diff else []),
         )
     return table
@@ -92,7 +113,8 @@ def summary_table(summaries: list[Summary], diff: SpecDiff | None = None) -> Tab
 @click.option("--diff", is_flag=True, help="add how the specs differ: a column per job and a line under it")
 @click.pass_obj
 def compare(client: TrainyardClient, job_ids: tuple[int, ...], diff: bool) -> None:
-    """Compare jobs: strategy, precision, devices, wall time, throughput, final loss and accuracy, memory."""
+    """Compare jobs: strategy, precision, devices, wall time, throughput, final loss and accuracy, memory,
+    mean GPU utilisation; for language models tokens/s, MFU and eval perplexity."""
     summaries = [summarize(client.get_job(job_id), client.all_metrics(job_id)) for job_id in job_ids]
     differences = client.compare(list(job_ids)) if diff else None
     console.print(summary_table(summaries, differences))

@@ -17,6 +17,7 @@ from app.cli.render import (
     duration,
     local_time,
     number,
+    program_text,
     progress_text,
     ran_for,
     resumed_text,
@@ -139,6 +140,8 @@ def status(client: TrainyardClient, job_id: int, follow: bool) -> None:
     )
     if job.spec.get("code"):
         console.print(f"  code:     {job.spec['code']}")
+    if program := job.spec.get("program"):
+        console.print(f"  program:  {program_text(program)}")
     console.print(f"  progress: {progress_text(job)}, ETA {duration(job.progress.eta_s)}")
     latest = ", ".join(f"{name} {number(value)}" for name, value in sorted(job.latest_metrics.items()))
     console.print(f"  latest:   {latest or '-'}")

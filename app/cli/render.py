@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import Any
 
 from rich.console import Console
 
@@ -60,6 +61,12 @@ def waiting_or_message(job: JobPublic) -> str:
     if job.queue_position is not None:
         return f"#{job.queue_position} in queue" + (f": {job.message}" if job.message else "")
     return job.message or ""
+
+
+def program_text(program: dict[str, Any]) -> str:
+    """A program's argv and its hyperparameters: "python train.py --lr 3e-4 (lr 0.0003, warmup 100)"."""
+    hyperparameters = ", ".join(f"{name} {value}" for name, value in program["hyperparameters"].items())
+    return " ".join(program["entrypoint"]) + (f" ({hyperparameters})" if hyperparameters else "")
 
 
 def resumed_text(job: JobPublic) -> str:

@@ -1,7 +1,9 @@
-"""What a job produced, as the worker tailed it into SQL: metric series and checkpoints.
+"""What a job produced, as the worker tailed it into SQL: metric series and checkpoints; and the export an
+hf_causal_lm job leaves in its run directory when it finishes.
 
 A checkpoint is served only from inside its own job's run directory (or objects), and only while its bytes
-hash to the sha256 recorded when it was written: a corrupt one is refused (409) rather than handed over.
+hash to the sha256 recorded when it was written: a corrupt one is refused (409) rather than handed over. An
+export is served the same way, checked against the sha256 its rank wrote beside it.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from core.config import Settings
 from core.models import Checkpoint, Metric
 from core.storage import StoredObject, is_object_uri, locate
 from trainers.files import corruption, inside, mismatch
+from trainers.hf_files import EXPORT_FILE
 
 
 def list_metrics(
@@ -123,3 +126,24 @@ def checkpoint_content(
         return checkpoint, content
     chunks = _verified(content.chunks, expected, checkpoint_id, checkpoint.job_id)
     return checkpoint, replace(content, chunks=chunks)
+
+
+def export_file(settings: Settings, job_id: int) -> Path:
+    """The job's export.tar, confined to its run directory, refused when its bytes are not the ones whose
+    sha256 was written beside it (the rank writes that sidecar before the file takes its name)."""
+    directory = run_dir(settings, job_id)
+    real = inside(directory / EXPORT_FILE, directory)
+    if real is None or not real.is_file():
+        raise CheckpointNotFound(
+            f"job {job_id} has no export: a model.arch hf_causal_lm job with model.export writes one when it "
+            "finishes; wait for it to succeed"
+        )
+    sums = f"{EXPORT_FILE}.sha256"
+    side = inside(directory / sums, directory)
+    if side is None or not side.is_file():
+        why: str | None = f"the {sums} written beside it is missing"
+    else:
+        why = corruption(real, side.read_text(encoding="utf-8").partition(" ")[0])
+    if why is not None:
+        raise CheckpointCorrupt(f"job {job_id}'s export is corrupt: {why}; run the job again to write it")
+    return real

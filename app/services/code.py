@@ -17,6 +17,7 @@ from core.config import Settings
 from core.models import CodeBundle, Job
 from core.states import JobStatus
 from trainers.spec import JobSpec
+from trainers.spec_program import missing_script
 
 PUSH_HINT = "push it with `trainyard code push DIR` (POST /v1/code) and name the id it prints"
 
@@ -144,5 +145,10 @@ def check_code(session: Session, settings: Settings, spec: JobSpec, caller: Call
             "user code is off on this server (TRAINYARD_USER_CODE=off): remove `code` and the factories to "
             "train a built-in architecture, or ask the admin to turn user code on",
         )
-    if session.get(CodeBundle, (spec.code, caller.user)) is None:
+    bundle = session.get(CodeBundle, (spec.code, caller.user))
+    if bundle is None:
         raise InvalidSpec("code", f"code bundle {spec.code} does not exist or is not yours; {PUSH_HINT}")
+    if spec.program is not None:
+        files = [entry["path"] for entry in bundle.files]
+        if why := missing_script(spec.program, files, complete=len(files) == bundle.file_count):
+            raise InvalidSpec("program.entrypoint", why)

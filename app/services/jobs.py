@@ -8,7 +8,7 @@ from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
 from app.schemas import JobProgress, JobPublic, as_utc
-from app.services.errors import JobNotFound, JobStateConflict
+from app.services.errors import InvalidSpec, JobNotFound, JobStateConflict
 from app.services.keys import Caller
 from app.services.queue import JOBS, QUEUE_POSITION
 from app.services.runs import discard_run_dir, put_run_dir_back, set_run_dir_aside
@@ -107,7 +107,7 @@ def cancel_job(session: Session, job_id: int) -> Job:
         moved = move(session, job_id, JobStatus.QUEUED, JobStatus.CANCELLED, **changes) or move_from_any(
             session,
             job_id,
-            [JobStatus.STARTING, JobStatus.RUNNING, JobStatus.RESTARTING],
+            [JobStatus.STARTING, JobStatus.RUNNING, JobStatus.RESTARTING, JobStatus.PREEMPTING],
             JobStatus.CANCELLING,
             **changes,
         )
@@ -117,9 +117,20 @@ def cancel_job(session: Session, job_id: int) -> Job:
     raise JobStateConflict(job_id, status, "it kept changing state while being cancelled; try again")
 
 
-def set_priority(session: Session, job_id: int, priority: int) -> Job:
+def check_priority(settings: Settings, priority: int, caller: Caller) -> None:
+    """A priority above the threshold preempts every job below it, so only admins may ask for one."""
+    if priority > settings.admin_priority_above and not caller.is_admin:
+        raise InvalidSpec(
+            "priority",
+            f"priority {priority} is above {settings.admin_priority_above} (TRAINYARD_ADMIN_PRIORITY_ABOVE), "
+            f"which only admins may set; ask for {settings.admin_priority_above} or less, or ask an admin",
+        )
+
+
+def set_priority(session: Session, settings: Settings, job_id: int, priority: int, caller: Caller) -> Job:
     """Only while queued, as a compare-and-set: a job a worker claims meanwhile has started, and its
     priority no longer means anything."""
+    check_priority(settings, priority, caller)
     changed = session.execute(
         update(Job).where(Job.id == job_id, Job.status == JobStatus.QUEUED).values(priority=priority)
     )

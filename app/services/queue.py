@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import functools
+import itertools
 import operator
 
 from sqlalchemy import ColumnElement, case, func, select
 from sqlalchemy.orm import Session
 
 from app.schemas import QueueEntry, QueuePublic
+from app.services.usage import explain_share, read_use
+from core.config import get_settings
 from core.models import Job
 from core.queue_order import JOBS, START_ORDER, starts_before
 from core.states import JobStatus
@@ -17,9 +20,11 @@ NOT_YET_SEEN = "waiting for a worker to take it"
 
 
 def _queued_ahead() -> ColumnElement[int]:
-    """Queued jobs that START_ORDER puts before the outer query's job, counted as ranges of the index
-    ix_jobs_queue (status, priority, id): a lookup costs the jobs ahead of it, not a ranking of the queue.
-    Plain table columns, not ORM attributes: this runs in the API's hottest query."""
+    """Queued jobs that START_ORDER puts before the outer query's job, counted one key at a time: those of a
+    higher priority as a range of the index ix_jobs_queue (status, priority, id), then those of its own
+    priority whose owner used less, or the same and are older. A lookup costs the jobs of its priority and
+    above, not a ranking of the queue. Plain table columns, not ORM attributes: this runs in the API's
+    hottest query."""
     ahead = JOBS.alias("ahead")
     counts = (
         select(func.count()).where(ahead.c.status == JobStatus.QUEUED, before).scalar_subquery()
@@ -49,7 +54,7 @@ def wanted_devices(plan: dict[str, object]) -> str:
 def list_queue(session: Session, owner: str | None = None) -> QueuePublic:
     """Positions count every queued job, so a caller who sees only their own still learns how many are
     ahead; `owner` None lists all."""
-    jobs = session.scalars(select(Job).where(Job.status == JobStatus.QUEUED).order_by(*START_ORDER))
+    jobs = list(session.scalars(select(Job).where(Job.status == JobStatus.QUEUED).order_by(*START_ORDER)))
     entries = [
         QueueEntry(
             position=position,
@@ -65,4 +70,20 @@ def list_queue(session: Session, owner: str | None = None) -> QueuePublic:
         for position, job in enumerate(jobs, start=1)
         if owner is None or job.owner == owner
     ]
-    return QueuePublic(data=entries)
+    return QueuePublic(data=entries, fair_share=_fair_share(session, jobs, owner))
+
+
+def _fair_share(session: Session, jobs: list[Job], owner: str | None) -> str | None:
+    """Why users' jobs of one priority start in the order they do, naming the users that fair share orders
+    (only the caller, unless `owner` is None: another user's use is theirs and the admins' to see)."""
+    contested = {
+        priority
+        for priority, group in itertools.groupby(jobs, key=lambda job: job.priority)
+        if len({job.owner for job in group}) > 1
+    }
+    ordered = list(dict.fromkeys(job.owner for job in jobs if job.priority in contested))
+    named = [user for user in ordered if owner is None or user == owner]
+    if not named:
+        return None
+    settings = get_settings()
+    return explain_share(named, read_use(session, settings, named), settings)

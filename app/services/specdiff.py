@@ -18,8 +18,9 @@ from core.models import Job
 PLANNED = ("strategy", "world_size", "device", "precision")
 # Left out: the spec fields the plan resolves, and those that say nothing about the run itself.
 SKIPPED = {"parallel.strategy", "precision", "name", "priority"}
-# Fields under these go by their own name (lr, strategy, depth); others by their path (profile.steps).
-NAMED_UNDER = ("plan.", "train.", "model.kwargs.", "data.kwargs.")
+# Fields under these go by their own name (lr, strategy, depth, a program's hyperparameters); others by their
+# path (profile.steps).
+NAMED_UNDER = ("plan.", "train.", "model.kwargs.", "data.kwargs.", "program.hyperparameters.")
 SHORT = 6  # differences named in the summary and in each job's line; the list holds them all
 UNSET = "-"
 

@@ -17,7 +17,7 @@ from app.services.code import check_code
 from app.services.confine import check_checkpoint_path, check_data_root
 from app.services.errors import CheckpointNotFound, IdempotencyConflict, InvalidSpec, JobStateConflict
 from app.services.gpus import read_inventory
-from app.services.jobs import get_owned_job
+from app.services.jobs import check_priority, get_owned_job
 from app.services.keys import Caller
 from app.services.quotas import check_quota
 from app.services.runs import run_dir
@@ -28,6 +28,7 @@ from core.launch import Rendezvous, torchrun_argv
 from core.models import Checkpoint, Job, JobEvent
 from core.states import JobStatus
 from trainers.cluster import Inventory, cluster_problems
+from trainers.hf_files import check_model_dir
 from trainers.plan import NO_HOSTS, Plan, resolve_plan
 from trainers.spec import JobSpec
 from trainers.token_files import check_token_data
@@ -80,9 +81,12 @@ def _plan(
     the checkpoint it resumes from; the checks around it need the disk or the database: a code bundle and a
     checkpoint the caller owns, a data root inside the data directory."""
     check_code(session, settings, spec, caller)
+    check_priority(settings, spec.priority, caller)
     check_environment(settings, spec.environment)
-    check_data_root(settings, spec.data.root)
-    check_token_data(spec, settings.data_dir)
+    if spec.program is None:  # a program reads its data itself, from its bundle or the run directory
+        check_data_root(settings, spec.inputs.data.root)
+        check_token_data(spec, settings.data_dir)
+        check_model_dir(spec.inputs.model, settings.data_dir)
     plan = resolve_plan(spec, inventory)
     resumed = _resumed(session, settings, spec.checkpoint.resume_from, caller)
     plan.resume_path = None if resumed is None else resumed.path

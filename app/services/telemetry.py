@@ -4,18 +4,21 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import Metric as Family
 from prometheus_client.registry import Collector
-from sqlalchemy import func, select
+from sqlalchemy import and_, func, select
+from sqlalchemy.orm import Session
 
 from app.schemas import as_utc
 from core.db import new_session
-from core.models import GpuLease, Job, Worker, utcnow
+from core.gpu_series import GAUGES, GpuQuantity, split_series
+from core.models import GpuLease, Job, Metric, Worker, utcnow
 from core.states import JobStatus
 
 
 class ClusterCollector(Collector):
-    def collect(self) -> Iterator[Metric]:
+    def collect(self) -> Iterator[Family]:
         with new_session() as session:
             by_status = {
                 status: count
@@ -23,6 +26,7 @@ class ClusterCollector(Collector):
             }
             leased = session.execute(select(GpuLease.host, func.count()).group_by(GpuLease.host)).all()
             workers = session.execute(select(Worker.id, Worker.host, Worker.heartbeat_at)).all()
+            telemetry = latest_gpu_telemetry(session)
         jobs = GaugeMetricFamily("trainyard_jobs", "Jobs in each state", labels=["status"])
         for status in JobStatus:
             jobs.add_metric([status], by_status.get(status, 0))
@@ -42,3 +46,33 @@ class ClusterCollector(Collector):
         for worker_id, host, heartbeat_at in workers:
             age.add_metric([worker_id, host], (now - as_utc(heartbeat_at)).total_seconds())
         yield age
+        for quantity, (name, documentation) in GAUGES.items():
+            gauge = GaugeMetricFamily(name, documentation, labels=["job", "gpu"])
+            for job_id, gpu, value in telemetry.get(quantity, []):
+                gauge.add_metric([str(job_id), gpu], value)
+            yield gauge
+
+
+def latest_gpu_telemetry(session: Session) -> dict[GpuQuantity, list[tuple[int, str, float]]]:
+    """The newest sample of each running job's GPUs (worker/telemetry.py), by quantity: (job, GPU, value)."""
+    newest = (
+        select(Metric.job_id, Metric.name, func.max(Metric.step).label("step"))
+        .join(Job, Job.id == Metric.job_id)
+        .where(Job.status == JobStatus.RUNNING, Metric.name.like("gpu%/%"))
+        .group_by(Metric.job_id, Metric.name)
+        .subquery()
+    )
+    rows = session.execute(
+        select(Metric.job_id, Metric.name, Metric.value).join(
+            newest,
+            and_(
+                Metric.job_id == newest.c.job_id, Metric.name == newest.c.name, Metric.step == newest.c.step
+            ),
+        )
+    )
+    by_quantity: dict[GpuQuantity, list[tuple[int, str, float]]] = {}
+    for job_id, name, value in rows:
+        series = split_series(name)
+        if series is not None:
+            by_quantity.setdefault(series[0], []).append((job_id, series[1], value))
+    return by_quantity

@@ -8,6 +8,11 @@ const METRIC_TITLES = {
   step_time_s: "step time (s)",
   peak_mem_mb: "peak memory (MB)",
   epoch_time_s: "epoch time (s)",
+  gpu_util: "GPU utilisation (%)",
+  gpu_mem_mb: "GPU memory used (MB)",
+  gpu_power_w: "GPU power (W)",
+  gpu_temp_c: "GPU temperature (°C)",
+  gpu_sm_mhz: "GPU SM clock (MHz)",
 };
 const metricTitle = (name) => METRIC_TITLES[name] || name;
 

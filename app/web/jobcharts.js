@@ -25,10 +25,20 @@ function jobCharts(holder, signal) {
     return made;
   };
   JOB_CHARTS.forEach(([title, names]) => chart(title, names));
+  // A family of series, such as the worker's GPU telemetry ("gpu_util/0", "gpu_util/1"), shares one chart.
+  const families = new Map();
+  const place = (name) => {
+    const family = name.includes("/") ? name.slice(0, name.indexOf("/")) : null;
+    const shared = family && families.get(family);
+    if (shared) byMetric.set(name, [shared, shared.addSeries(name)]);
+    else if (family) families.set(family, chart(metricTitle(family), [name]));
+    else chart(metricTitle(name), [name]);
+    return byMetric.get(name);
+  };
   return {
     plot(rows) {
       for (const name of new Set(rows.map((r) => r.name))) {
-        const [target, index] = byMetric.get(name) || [chart(metricTitle(name), [name]), 0];
+        const [target, index] = byMetric.get(name) || place(name);
         target.add(index, rows.filter((r) => r.name === name).map((r) => [r.step, r.value]));
       }
     },

@@ -30,13 +30,16 @@ function card(title, value, ...body) {
 }
 
 function specCard(spec) {
-  const { model, data, train } = spec;
+  const { model, data, program, train } = spec;
   const length = train.max_steps ? plural(train.max_steps, "step") : plural(train.epochs || 1, "epoch");
   return card("Spec", spec, factList([
+    // A program job runs the user's own script, which builds its model and data and picks its batches.
+    ["program", program && program.entrypoint.join(" ")],
+    ["hyperparameters", program && keywords(program.hyperparameters)],
     // Their kwargs are a built-in model's sizes, or the hyperparameters of user code.
-    ["model", joined(model.arch || model.factory, keywords(model.kwargs))],
-    ["data", joined(data.dataset || data.factory, data.root, data.image_size && `${data.image_size} px`, keywords(data.kwargs))],
-    ["batch", joined(`${train.batch_size} global`, train.grad_accum_steps > 1 && `${train.grad_accum_steps} accumulation steps`)],
+    ["model", model && joined(model.arch || model.factory, keywords(model.kwargs))],
+    ["data", data && joined(data.dataset || data.factory, data.root, data.image_size && `${data.image_size} px`, keywords(data.kwargs))],
+    ["batch", !program && joined(`${train.batch_size} global`, train.grad_accum_steps > 1 && `${train.grad_accum_steps} accumulation steps`)],
     ["length", length],
     ["optimizer", joined(train.optimizer, `lr ${train.lr}`, train.optimizer === "sgd" && `momentum ${train.momentum}`,
       train.weight_decay && `weight decay ${train.weight_decay}`)],

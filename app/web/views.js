@@ -1,7 +1,7 @@
 "use strict";
 // The overview pages: jobs, the queue, GPUs.
 
-const STATUSES = ["queued", "starting", "running", "restarting", "cancelling", "succeeded", "failed",
+const STATUSES = ["queued", "starting", "running", "restarting", "preempting", "cancelling", "succeeded", "failed",
   "timed_out", "cancelled"];
 
 function jobsView(root, signal) {
@@ -55,19 +55,21 @@ function failure(job) {
 /** The server's /v1/queue, or on a server without one, queued jobs in queue order. */
 async function queueEntries(signal) {
   const queue = await api.optional("/v1/queue", signal);
-  if (queue) return queue.data;
+  if (queue) return queue;
   const page = await api.get("/v1/jobs?status=queued&limit=200", signal);
-  return page.data
+  const data = page.data
     .map((job) => ({ position: job.queue_position, job_id: job.id, name: job.name, priority: job.priority,
       wants: "", reason: job.message || job.status_reason || "", created_at: job.created_at }))
     .sort((a, b) => a.position - b.position);
+  return { data, fair_share: null };
 }
 
 function queueView(root, signal) {
   const body = h("div");
   root.append(h("h2", {}, "Queue"), body);
   every(POLL_MS, signal, async () => {
-    const rows = (await queueEntries(signal)).map((e) => h("tr", { "data-job": e.job_id },
+    const queue = await queueEntries(signal);
+    const rows = queue.data.map((e) => h("tr", { "data-job": e.job_id },
       h("td", { class: "num" }, String(e.position ?? "")),
       h("td", {}, jobLink(e.job_id)),
       h("td", {}, e.name),
@@ -75,8 +77,10 @@ function queueView(root, signal) {
       h("td", {}, e.wants || ""),
       h("td", {}, e.reason || ""),
       h("td", {}, formatTime(e.created_at))));
-    body.replaceChildren(table(["position", "job", "name", "priority", "wants", "waiting because", "submitted"],
-      rows, "Nothing is waiting."));
+    // Fair share: why users' jobs of one priority start in this order ("bob has used 0.3 GPU-h, ada 14.2").
+    const share = queue.fair_share ? [h("p", { class: "fair-share" }, queue.fair_share)] : [];
+    body.replaceChildren(...share, table(["position", "job", "name", "priority", "wants", "waiting because",
+      "submitted"], rows, "Nothing is waiting."));
   });
 }
 

@@ -189,6 +189,9 @@ class Stack:
             "TRAINYARD_HEARTBEAT_S": "0.5",
             "TRAINYARD_REQUEUE_AFTER_S": "3",
             "TRAINYARD_CANCEL_GRACE_S": "5",
+            # Tests run tiny CPU jobs side by side on a CI box of two cores, as they did before CPU
+            # accounting: without it they would queue one behind another into their timeouts.
+            "TRAINYARD_CPU_OVERCOMMIT": "4",
             "CUDA_VISIBLE_DEVICES": "",
             **extra_env,
         }

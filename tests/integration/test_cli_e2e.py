@@ -103,5 +103,5 @@ def test_cli_makes_keys_through_the_api(auth_stack: Stack) -> None:
     listed = trainyard(auth_stack, "--token", admin, "keys", "ls").stdout
     assert "cli-root" in listed and "carol" in listed
     refused = trainyard(auth_stack, "--token", carol, "keys", "create", "--user", "mallory", "--admin")
-    assert refused.returncode == 1 and "only an admin may manage API keys" in refused.stderr
+    assert refused.returncode == 1 and "only an admin may make API keys" in refused.stderr
     assert "Traceback" not in refused.stderr

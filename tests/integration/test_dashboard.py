@@ -15,6 +15,7 @@ from playwright.sync_api import Browser, Page, expect, sync_playwright
 
 from tests.integration.jobs import TERMINAL, example_spec, metric_values, submit, wait_status
 from tests.integration.servers import Stack
+from tests.integration.test_program_e2e import push
 
 CHROMIUM = Path("/usr/bin/chromium")
 # Without the background-networking flags Chromium keeps dialling Google, which this closed network refuses.
@@ -243,3 +244,20 @@ def test_with_auth_on_the_key_box_lets_the_page_in(auth_stack: Stack, page: Page
     page.reload()
     expect(page.locator("main")).to_contain_text("No jobs yet")
     expect(page.get_by_role("alert")).to_be_hidden()
+
+
+def test_a_program_job_s_spec_card_shows_its_argv_and_hyperparameters(
+    embedded_stack: Stack, page: Page, tmp_path: Path
+) -> None:
+    (tmp_path / "hello.py").write_text("print('hello')\n")
+    spec = {
+        "name": "dashboard-program",
+        "code": push(embedded_stack, tmp_path),
+        "program": {"entrypoint": ["python", "hello.py", "--lr", "3e-4"], "hyperparameters": {"warmup": 100}},
+    }
+    with embedded_stack.client() as client:
+        job = submit(client, spec)
+    page.goto(f"{embedded_stack.url}/#/jobs/{job['id']}")
+    card = page.locator('[data-record="spec"]')
+    expect(card).to_contain_text("python hello.py --lr 3e-4")
+    expect(card).to_contain_text("warmup 100")

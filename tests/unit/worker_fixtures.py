@@ -143,6 +143,22 @@ FAKE_TRAINER = textwrap.dedent(
         (run_dir / "checkpoints" / "step-10.pt").write_bytes(b"weights")
         saved = {"step": 10, "epoch": 0, "path": "checkpoints/step-10.pt", "size_bytes": 7}
         emit({"kind": "checkpoint", **saved})
+    if mode in ("stop_on_term", "ignore_term"):  # the stop agreement: a checkpoint, then exit 143
+        import signal
+
+        def save(step):
+            name = f"checkpoints/step-{step}.pt"
+            (run_dir / "checkpoints").mkdir(exist_ok=True)
+            (run_dir / name).write_bytes(b"weights")
+            emit({"kind": "checkpoint", "step": step, "epoch": 0, "path": name, "size_bytes": 7})
+
+        def stop(signum, frame):
+            save(10)
+            sys.exit(143)
+
+        signal.signal(signal.SIGTERM, signal.SIG_IGN if mode == "ignore_term" else stop)
+        save(5)
+        time.sleep(120)
     emit({"kind": "done", "step": 10})
     sys.exit(0 if mode in ("ok", "checkpoint") else 1)
     """
@@ -152,7 +168,8 @@ FAKE_TRAINER = textwrap.dedent(
 @pytest.fixture
 def fake_trainer(monkeypatch: pytest.MonkeyPatch) -> Callable[[str], None]:
     """Call with a mode (ok, checkpoint, hang, error_file, crash, user_code_error, fill_disk: 3 MiB, then
-    hang) to make the runner start FAKE_TRAINER instead."""
+    hang; stop_on_term: a checkpoint at step 5, another at step 10 on SIGTERM; ignore_term: step 5, then
+    ignores SIGTERM) to make the runner start FAKE_TRAINER instead."""
     monkeypatch.setenv("TRAINYARD_CANCEL_GRACE_S", "2")
     get_settings.cache_clear()
     monkeypatch.setattr(runner, "SHUTDOWN", threading.Event())

@@ -25,6 +25,8 @@ class Arch(StrEnum):
     RESNET50 = "resnet50"
     VGG11 = "vgg11"
     EMBEDDING_BAG = "embedding_bag"
+    GPT = "gpt"
+    HF_CAUSAL_LM = "hf_causal_lm"
 
 
 @dataclass(frozen=True)
@@ -59,6 +61,18 @@ class ArchInfo:
     convolutional: bool = False  # 4-D activations: channels_last applies
     split_candidates: tuple[str, ...] | None = None  # where a default stage may begin; None: any module
     sparse: bool = False  # an embedding table with sparse gradients, which only plain SGD takes
+    tied: bool = False  # the output head shares the input embedding's weight: one device holds both
+
+    @property
+    def language_model(self) -> bool:
+        """Predicts every next token of its input: trained with next-token cross entropy."""
+        return self.input is InputKind.TOKENS
+
+    def with_context(self, kwargs: Kwargs, block_size: int | None) -> Kwargs:
+        """A model with a context (model.kwargs.block_size) takes the data's windows by default."""
+        if "block_size" in self.kwargs and "block_size" not in kwargs and block_size is not None:
+            return {**kwargs, "block_size": block_size}
+        return kwargs
 
     @property
     def tokens(self) -> bool:
@@ -161,6 +175,30 @@ ALEXNET = ArchInfo(
     split_candidates=CLASSIFIER_SPLITS,
 )
 
+
+def gpt_params(kwargs: Kwargs, vocab_size: int) -> float:
+    """Per block 12 * n_embd^2 in attention and MLP matrices; the tied token embedding; positions."""
+    n_embd = kwargs["n_embd"]
+    return 12 * kwargs["n_layer"] * n_embd**2 + (vocab_size + kwargs["block_size"]) * n_embd
+
+
+GPT = ArchInfo(
+    InputKind.TOKENS,
+    kwargs={
+        "n_layer": Kwarg(int, 1, 256, default=12),
+        "n_head": Kwarg(int, 1, 256, default=12),
+        "n_embd": Kwarg(int, 8, 32768, default=768),
+        # Below data.block_size the windows would not fit; the default is data.block_size.
+        "block_size": Kwarg(int, 1, 65536, default=1024),
+        "dropout": Kwarg(float, 0.0, 0.9, default=0.0),
+        "bias": Kwarg(int, 0, 1, default=0),  # 1: GPT-2's biases in Linear and LayerNorm
+    },
+    modules=named("wte", "wpe", "drop", "blocks", "ln_f", "lm_head"),
+    params=gpt_params,
+    split_candidates=(),
+    tied=True,
+)
+
 ARCHS: dict[Arch, ArchInfo] = {
     Arch.MLP: ArchInfo(
         InputKind.IMAGES,
@@ -190,6 +228,11 @@ ARCHS: dict[Arch, ArchInfo] = {
         params=lambda kwargs, vocab_size: vocab_size * kwargs["embedding_dim"],
         sparse=True,
     ),
+    Arch.GPT: GPT,
+    # A Hugging Face causal LM from model.path (trainers/models/hf.py), its size in its config.json, which
+    # the planner does not read: taken as large, so strategy auto shards it over several processes. One
+    # top-level module: it is not split into stages.
+    Arch.HF_CAUSAL_LM: ArchInfo(InputKind.TOKENS, kwargs={}, modules=named("model"), params=about(1e9)),
 }
 
 

@@ -31,6 +31,7 @@ class DatasetName(StrEnum):
     SHARDS = "shards"
     TOKENS = "tokens"
     TEXT = "text"
+    SYNTHETIC_TOKENS = "synthetic_tokens"
 
 
 @dataclass(frozen=True)
@@ -88,6 +89,8 @@ DATASETS: dict[DatasetName, DatasetInfo] = {
     # nanoGPT's train.bin (and val.bin), memory-mapped; a text corpus is tokenized into one such file.
     DatasetName.TOKENS: DatasetInfo(InputKind.TOKENS, _WINDOW, "data.vocab_size", on_disk=True),
     DatasetName.TEXT: DatasetInfo(InputKind.TOKENS, _WINDOW, "the tokenizer's vocabulary", on_disk=True),
+    # Generated from train.seed: data.num_samples windows of a bigram process that a language model learns.
+    DatasetName.SYNTHETIC_TOKENS: DatasetInfo(InputKind.TOKENS, _WINDOW, "data.vocab_size"),
 }
 
 

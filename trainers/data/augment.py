@@ -172,7 +172,7 @@ def views(
     spec: JobSpec, shape: BatchShape, classes: int, rank: int, device: torch.device
 ) -> tuple[Transform, View]:
     """How training batches (with their step) and held-out batches become the model's inputs."""
-    augment, dataset = spec.data.augment, spec.data.dataset
+    augment, dataset = spec.inputs.data.augment, spec.inputs.data.dataset
     if augment is None or dataset is None:
         return (lambda x, y, step, micro: (shape.prepare(x), y)), shape
     info = DATASETS[dataset]

@@ -58,12 +58,12 @@ def streams(spec: JobSpec, files: int, device: torch.device, ranks_per_host: int
     path, reason = plan_data(spec, device.type)
     if path is not DataPath.BY_SIZE:
         return path is DataPath.STREAM, reason
-    held, why = fits(files, load_side(spec.data), free_memory(device, ranks_per_host))
+    held, why = fits(files, load_side(spec.inputs.data), free_memory(device, ranks_per_host))
     return not held, f"data.placement=auto: {why}: {'held whole' if held else 'streamed'}"
 
 
 def streamed_images(spec: JobSpec, images: ImageSet) -> StreamedImages:
-    data, side = spec.data, load_side(spec.data)
+    data, side = spec.inputs.data, load_side(spec.inputs.data)
     encoded, replace = data.decode is Decode.GPU, data.on_bad_sample is OnBadSample.SKIP
     train, val = (
         DecodedImages(images.samples, indices, side, encoded, replace)
@@ -75,15 +75,15 @@ def streamed_images(spec: JobSpec, images: ImageSet) -> StreamedImages:
 
 def load_images(spec: JobSpec, device: torch.device, ranks_per_host: int) -> LoadedData | StreamedImages:
     """image_folder or shards, listed (or indexed), then decoded whole or made ready to stream."""
-    assert spec.data.dataset is not None
-    open_set = SOURCES[spec.data.dataset].images
-    assert open_set is not None, f"{spec.data.dataset} is not read from image files"
-    images = open_set(spec.data, spec.train.seed)
+    assert spec.inputs.data.dataset is not None
+    open_set = SOURCES[spec.inputs.data.dataset].images
+    assert open_set is not None, f"{spec.inputs.data.dataset} is not read from image files"
+    images = open_set(spec.inputs.data, spec.train.seed)
     stream, reason = streams(spec, len(images.samples), device, ranks_per_host)
     print(f"data: {reason}", flush=True)
     if stream:
         return streamed_images(spec, images)
-    train_x, train_y, val_x, val_y = decode_whole(images, spec.data, load_side(spec.data))
+    train_x, train_y, val_x, val_y = decode_whole(images, spec.inputs.data, load_side(spec.inputs.data))
     return LoadedData((train_x, train_y), (val_x, val_y), images.num_classes)
 
 
@@ -141,7 +141,7 @@ def streamed_feeds(
 ) -> tuple[Transformed, StreamedHeldOut, Counts]:
     """The training steps and the held-out split of a streamed set, and the count of the bad samples both
     skipped (the metric bad_samples)."""
-    bad = BadSamples(spec.data.on_bad_sample)
+    bad = BadSamples(spec.inputs.data.on_bad_sample)
     train, held_out = views
     steps = ImageSteps(images, env, batching, bad)
     counts = no_counts if bad.policy is OnBadSample.FAIL else lambda: {"bad_samples": bad.count}

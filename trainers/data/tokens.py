@@ -21,6 +21,7 @@ import torch
 from torch.utils.data import Dataset
 
 from trainers.catalog.datasets import DatasetName
+from trainers.data.synthetic_tokens import bigram_ids, synthetic_splits
 from trainers.data.user import UserData
 from trainers.datadir import data_dir_from_env, run_dir_from_env
 from trainers.spec import DataSpec
@@ -71,8 +72,9 @@ class TokenWindows(Dataset[Window]):
             )
 
 
-def load_tokens(data: DataSpec) -> UserData:
-    """The training and held-out windows of data.dataset tokens, or of text tokenized into the run dir."""
+def load_tokens(data: DataSpec, seed: int = 0) -> UserData:
+    """The training and held-out windows of data.dataset tokens, of text tokenized into the run dir, or of
+    synthetic_tokens generated there from `seed`."""
     assert data.block_size is not None, "the planner requires data.block_size for token datasets"
     data_dir = data_dir_from_env()
     if data.dataset is DatasetName.TEXT:
@@ -80,6 +82,8 @@ def load_tokens(data: DataSpec) -> UserData:
 
         # The tokenizer made every id, so none is out of its vocabulary.
         splits, vocab_size = corpus_splits(data, data_dir, run_dir_from_env()), None
+    elif data.dataset is DatasetName.SYNTHETIC_TOKENS:
+        splits, vocab_size = synthetic_splits(data, seed, run_dir_from_env()), None
     else:
         splits, vocab_size = token_splits(data, data_dir), data.vocab_size
     train = TokenWindows(splits.train, data.block_size, vocab_size)
@@ -90,10 +94,9 @@ def load_tokens(data: DataSpec) -> UserData:
 def make_demo(directory: Path, tokens: int, vocab_size: int, seed: int = 0) -> None:
     """train.bin and val.bin (a tenth as long) of uint16 ids that a bigram model learns: each id is the one
     before it plus 1 or 2, modulo vocab_size, so a next-token loss falls from ln(vocab_size) to ln(2)."""
-    rng = np.random.default_rng(seed)
     directory.mkdir(parents=True, exist_ok=True)
-    for name, count in ((TRAIN_FILE, tokens), (VAL_FILE, max(2, tokens // 10))):
-        ids = np.cumsum(rng.integers(1, 3, count)) % vocab_size
+    for offset, (name, count) in enumerate(((TRAIN_FILE, tokens), (VAL_FILE, max(2, tokens // 10)))):
+        ids = bigram_ids(count, vocab_size, seed + offset)
         ids.astype(TokenDtype.UINT16.value).tofile(directory / name)
 
 

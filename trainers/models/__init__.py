@@ -10,6 +10,7 @@ from torch import nn
 
 from trainers.catalog.archs import Arch, ArchInfo, Kwargs, arch_info
 from trainers.models.embedding_bag import build_embedding_bag
+from trainers.models.gpt import build_gpt
 from trainers.models.mlp import build_mlp
 from trainers.models.small_cnn import build_small_cnn
 from trainers.models.vision import build_alexnet, build_resnet18, build_resnet50, build_vgg11
@@ -27,6 +28,7 @@ BUILDERS: dict[Arch, Builder] = {
     Arch.RESNET50: build_resnet50,
     Arch.VGG11: build_vgg11,
     Arch.EMBEDDING_BAG: build_embedding_bag,
+    Arch.GPT: build_gpt,
 }
 
 

@@ -19,6 +19,7 @@ from torch import nn
 
 from trainers.data.batches import Batch
 from trainers.dist_env import DistEnv
+from trainers.lora import check_loaded
 from trainers.objectives import LossValues, Objective
 from trainers.placement import place
 from trainers.precision import MixedPrecision
@@ -61,7 +62,9 @@ class ParallelStrategy(ABC):
         """The optimizer over the parameters this rank holds once wrapped: a stage's under pipeline, and
         under fsdp the shards that fully_shard put in place of the module's own parameters."""
         module = self.unwrap()
-        return build_optimizer(module.parameters(), train, lr, self.env.device, sparse_parameters(module))
+        # Frozen parameters (a LoRA job's model under its adapters) get no optimizer state.
+        trained = [p for p in module.parameters() if p.requires_grad]
+        return build_optimizer(trained, train, lr, self.env.device, sparse_parameters(module))
 
     def compiled(self, forward: Forward) -> Forward:
         """What the loop runs under performance.compile."""
@@ -133,8 +136,10 @@ class ParallelStrategy(ABC):
     def load_full_state(
         self, model_state: dict[str, Any], optimizer_state: dict[str, Any], optimizer: torch.optim.Optimizer
     ) -> None:
-        """The inverse of full_state, on every rank, from a checkpoint of any strategy."""
-        self.unwrap().load_state_dict(model_state)
+        """The inverse of full_state, on every rank, from a checkpoint of any strategy; one may leave out
+        frozen parameters, which the model's builder made as they were (trainers/lora.py)."""
+        missing, unexpected = self.unwrap().load_state_dict(model_state, strict=False)
+        check_loaded(self.unwrap(), missing, unexpected)
         optimizer.load_state_dict(optimizer_state)
 
     def unwrap(self) -> nn.Module:

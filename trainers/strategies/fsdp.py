@@ -26,10 +26,12 @@ from torch.distributed.fsdp import FSDPModule, fully_shard
 
 from trainers.blocks import blocks
 from trainers.dist_env import DistEnv
+from trainers.lora import check_loaded
 from trainers.strategies.process_group import GroupOptions, ProcessGroupStrategy
 
 _GATHER = StateDictOptions(full_state_dict=True, cpu_offload=True)
-_SCATTER = StateDictOptions(full_state_dict=True)
+# Not strict: a LoRA checkpoint leaves out the frozen model (check_loaded allows that alone).
+_SCATTER = StateDictOptions(full_state_dict=True, strict=False)
 
 
 def _has_params(module: nn.Module) -> bool:
@@ -132,7 +134,8 @@ class FSDPStrategy(ProcessGroupStrategy):
     ) -> None:
         """Every rank holds the whole checkpoint and keeps its own shard of each tensor."""
         model = self.unwrap()
-        set_model_state_dict(model, model_state, options=_SCATTER)
+        missing, unexpected = set_model_state_dict(model, model_state, options=_SCATTER)
+        check_loaded(model, missing, unexpected)
         named = named_optimizer_state(optimizer_state, model, optimizer)
         set_optimizer_state_dict(model, optimizer, named, options=_SCATTER)
 

@@ -1,4 +1,4 @@
-"""Checkpoints: listed per job, downloaded by id."""
+"""Checkpoints: listed per job, downloaded by id; and a finished job's exported model."""
 
 from __future__ import annotations
 
@@ -10,11 +10,12 @@ from fastapi.responses import FileResponse, Response, StreamingResponse
 from app.api.deps import CallerDep, CheckpointId, OwnedJob, SessionDep, SettingsDep
 from app.api.openapi import problem, problems
 from app.schemas import CheckpointPublic, CheckpointsPublic
-from app.services.artifacts import checkpoint_content, list_checkpoints
+from app.services.artifacts import checkpoint_content, export_file, list_checkpoints
 
 router = APIRouter(tags=["checkpoints"], responses=problems(404))
 
 OCTET_STREAM = "application/octet-stream"
+TAR = "application/x-tar"
 
 
 @router.get("/jobs/{job_id}/checkpoints")
@@ -60,3 +61,18 @@ def download_checkpoint(
         "Content-Disposition": f'attachment; filename="{filename}"',
     }
     return StreamingResponse(content.chunks, media_type=OCTET_STREAM, headers=headers)
+
+
+@router.get(
+    "/jobs/{job_id}/export",
+    response_class=FileResponse,
+    responses={
+        200: {"content": {TAR: {}}},
+        409: problem("its bytes are not the ones written: the sha256 written beside it differs"),
+    },
+)
+def download_export(job: OwnedJob, settings: SettingsDep) -> Response:
+    """A finished hf_causal_lm job's weights, LoRA adapters merged in, as a tar of config.json,
+    model.safetensors and model.path's tokenizer files: unpacked, a directory that
+    AutoModelForCausalLM.from_pretrained loads."""
+    return FileResponse(export_file(settings, job.id), media_type=TAR, filename=f"job{job.id}-export.tar")

@@ -110,8 +110,10 @@ def get_job(job: OwnedJob, session: SessionDep, if_none_match: IfNoneMatch = Non
 @router.patch(
     "/{job_id}", responses={**problems(404), **BODY_PROBLEMS, 409: problem("the job is no longer queued")}
 )
-def update_job(job: OwnedJob, update: JobUpdate, session: SessionDep) -> JobPublic:
-    return jobs.public_job(session, jobs.set_priority(session, job.id, update.priority))
+def update_job(
+    job: OwnedJob, update: JobUpdate, session: SessionDep, settings: SettingsDep, caller: CallerDep
+) -> JobPublic:
+    return jobs.public_job(session, jobs.set_priority(session, settings, job.id, update.priority, caller))
 
 
 @router.post(

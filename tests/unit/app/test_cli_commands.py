@@ -125,6 +125,14 @@ def test_metrics_table_stream_and_compare(run: CliRunnerCall, client: TestClient
                 .where(Job.id == job_id)
                 .values(status=JobStatus.SUCCEEDED, running_at=start, finished_at=finished_at)
             )
+        # The worker's GPU telemetry (worker/telemetry.py): the column is the mean over GPUs and samples.
+        for name, step, percent in (
+            ("gpu_util/0", 10, 80.0),
+            ("gpu_util/0", 20, 40.0),
+            ("gpu_util/1", 10, 90.0),
+        ):
+            session.add(Metric(job_id=fast, name=name, step=step, value=percent))
+        session.add(Metric(job_id=fast, name="gpu_power_w/0", step=10, value=300.0))
     table = run("metrics", fast, "--name", "loss").output
     rows = [[cell.strip() for cell in line.split("│")[1:-1]] for line in table.splitlines() if "loss" in line]
     assert rows == [["10", "0", "loss", "0.9"], ["20", "0", "loss", "0.5"], ["30", "0", "loss", "0.25"]]
@@ -147,6 +155,7 @@ def test_metrics_table_stream_and_compare(run: CliRunnerCall, client: TestClient
         "0.25",
         "0.93",
         "-",
+        "70",
     ]
 
 
@@ -210,3 +219,21 @@ def test_ls_shows_what_each_job_ran_and_why_a_failed_one_failed(run: CliRunnerCa
     assert "exception: ValueError: no data" in listed
     assert "1 GPU [3]" in listed and "2 GPUs [0, 1]" in listed
     assert "0.9375" in listed and "single" in listed and "bf16" in listed
+
+
+def test_compare_shows_tokens_mfu_and_perplexity_for_language_models(
+    run: CliRunnerCall, client: TestClient
+) -> None:
+    lm, image = submit(client, name="gpt")["id"], submit(client, name="cnn")["id"]
+    with session_scope() as session:
+        for step, tokens, mfu in ((10, 9000.0, 0.30), (20, 11000.0, 0.40), (30, 10000.0, 0.35)):
+            session.add(Metric(job_id=lm, name="tokens_per_s", step=step, value=tokens))
+            session.add(Metric(job_id=lm, name="mfu", step=step, value=mfu))
+        session.add(Metric(job_id=lm, name="eval_perplexity", step=30, value=12.5))
+    compared = run("compare", lm, image).output
+    header = next(line for line in compared.splitlines() if "tokens/s" in line)
+    assert "MFU" in header and "eval ppl" in header
+    lm_row = next(line for line in compared.splitlines() if "gpt" in line)
+    lm_cells = [cell.strip() for cell in lm_row.split("│")[1:-1]]
+    assert lm_cells[-3:] == ["10,000", "0.35", "12.5"]
+    assert "tokens/s" not in run("compare", image).output, "only where a job has them"

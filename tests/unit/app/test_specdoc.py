@@ -48,7 +48,10 @@ def test_rows_show_types_defaults_bounds_and_choices() -> None:
     assert "| int \\| null | `null` | ≥ 1, ≤ 100,000 |" in train["epochs"]
     assert all(f"`{strategy.value}`" in parallel["strategy"] for strategy in Strategy)
     assert "each ≥ 0, each ≤ 255" in parallel["gpus"]
-    assert "**required**" in rows(text, "top level")["data"] and "`null`" in data["dataset"]
+    top = rows(text, "top level")
+    # model and data, or program in their place: the header says so, and each of them may be left out.
+    assert all("| null | `null` |" in top[name] for name in ("model", "data", "program"))
+    assert "except `model` and `data`, or\n`program` in their place" in text and "`null`" in data["dataset"]
     assert (
         "| `mlp` | images | `hidden` (int, 4..16384, default 256), `depth` (int, 1..32, default 2) |" in text
     )

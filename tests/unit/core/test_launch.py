@@ -132,3 +132,9 @@ def test_a_node_of_a_multi_host_job_meets_at_node_0_by_c10d() -> None:
     assert argv[argv.index("--rdzv-conf") + 1] == "is_host=false,join_timeout=300"
     assert argv[argv.index("--local-addr") + 1] == "10.0.0.2"
     assert argv[argv.index("--nproc-per-node") + 1] == "2" and plan.world_size == 4
+
+
+def test_ranks_read_hugging_face_models_offline() -> None:
+    """model.arch hf_causal_lm reads model.path alone: transformers and the hub never download."""
+    _, env = launch(plan_for(), [])
+    assert env["HF_HUB_OFFLINE"] == env["TRANSFORMERS_OFFLINE"] == "1"

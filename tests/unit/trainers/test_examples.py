@@ -1,6 +1,6 @@
 """Every examples/*.json is a valid job spec that plans, runs on bundled data by default (or names in its
-`name` the data.root under TRAINYARD_DATA_DIR it reads), and is indexed in the README; those named for
-CIFAR-10 still plan with data pointed at it."""
+`name` the data.root under TRAINYARD_DATA_DIR it reads, and its model.path), and is indexed in the README;
+those named for CIFAR-10 still plan with data pointed at it."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from trainers.spec import JobSpec, Precision, Strategy
 
 ROOT = Path(__file__).resolve().parents[3]
 EXAMPLES = sorted((ROOT / "examples").glob("*.json"))
-BUNDLED_DATA = {"synthetic", "digits", "synthetic_bags"}
+BUNDLED_DATA = {"synthetic", "digits", "synthetic_bags", "synthetic_tokens"}
 
 
 def _load(path: Path) -> dict[str, Any]:
@@ -29,6 +29,7 @@ def test_example_plans_on_bundled_data_and_is_in_the_readme_index(path: Path) ->
     spec = JobSpec.model_validate(raw)
     resolve_plan(spec)
     assert spec.data.dataset in BUNDLED_DATA or f"(data.root={spec.data.root})" in spec.name
+    assert spec.model.path is None or f"(model.path={spec.model.path})" in spec.name
     assert f"examples/{path.name}" in (ROOT / "README.md").read_text()
     if "CIFAR-10" in spec.name:
         assert "data.root=cifar10" in spec.name

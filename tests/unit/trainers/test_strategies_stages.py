@@ -28,7 +28,8 @@ def test_the_catalogue_covers_every_architecture() -> None:
     assert set(ARCHS) == set(Arch)
 
 
-@pytest.mark.parametrize("arch", sorted(Arch))
+# hf_causal_lm is read from model.path: tests/unit/trainers/test_hf_models.py checks its one child.
+@pytest.mark.parametrize("arch", sorted(set(Arch) - {Arch.HF_CAUSAL_LM}))
 def test_module_names_are_the_models_children(arch: Arch) -> None:
     names = tuple(name for name, _ in build(arch).named_children())
     assert names_of(arch) == names

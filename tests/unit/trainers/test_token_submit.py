@@ -128,6 +128,6 @@ def test_token_datasets_need_a_model_of_tokens_and_the_loop(
 ) -> None:
     write_ids(data_dir / "ids" / "train.bin", range(100))
     built_in = dry_run(client, job_body(model={"arch": "mlp"}, data=TOKENS))
-    assert_problem(built_in, "data.dataset", "bring a model of token sequences (model.factory)")
+    assert_problem(built_in, "data.dataset", "which mlp cannot read; use model.arch gpt")
     hogwild = dry_run(client, job_body(model={"arch": "mlp"}, data=TOKENS, parallel={"strategy": "hogwild"}))
     assert_problem(hogwild, "parallel.strategy", "is read from its files a window at a time")

@@ -1,0 +1,169 @@
+"""Hugging Face causal LMs (issue 17): a ~1B Llama-style model built from config.json alone
+(model.config_only: TinyLlama-1.1B's shape, random weights), fine-tuned in full and with LoRA on one GPU
+under fsdp + activation checkpointing (per decoder layer) + bf16.
+
+    python -m bench.hf_lora [--gpus N] [--batch N] [--block N] [--warmup N] [--steps N] [--smoke]
+
+Each variant runs the Trainyard trainer under torchrun as the worker starts it
+(tests/integration/trainer_helpers.py), without the service, on random token ids; its tokens/s and MFU are
+the medians of its reports after --warmup steps, its peak memory the largest reported. MFU counts model
+FLOPs (trainers/lm.py: 6N + 12 * layers * width * context per token, N every parameter) for both variants,
+so LoRA's (which skips the frozen weights' gradients) reads low by design. --smoke runs a 2-layer Llama in
+fp32 on the CPU: every row fills, nothing is timed, nothing is recorded.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from bench.report import record, section
+from bench.run import CHILD_TIMEOUT_S
+from bench.table import markdown, number, percent, ratio, times
+from tests.integration.trainer_helpers import TrainerRun, launch, write_config
+from trainers.datadir import DATA_DIR_ENV
+
+# TinyLlama-1.1B's shape: 22 layers of 2048 with grouped-query attention (4 key/value heads).
+LLAMA_1B = {
+    "hidden_size": 2048,
+    "intermediate_size": 5632,
+    "num_hidden_layers": 22,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 4,
+    "max_position_embeddings": 2048,
+    "vocab_size": 32000,
+}
+SMOKE = {**LLAMA_1B, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2}
+SMOKE.update(num_attention_heads=4, num_key_value_heads=2, vocab_size=256)
+LORA = {"r": 16, "alpha": 32, "dropout": 0.0, "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj"]}
+COLUMNS = ("variant", "tokens/s", "x full", "MFU", "peak memory (MB)", "x full", "final loss")
+
+
+@dataclass(frozen=True)
+class Row:
+    variant: str
+    tokens_per_s: float | None
+    mfu: float | None
+    peak_mem_mb: float | None
+    final_loss: float | None
+
+
+def write_model_and_data(data_dir: Path, shape: dict[str, int], tokens: int) -> None:
+    """config.json alone (config_only), and a train.bin of random ids below the vocabulary."""
+    model = data_dir / "llama"
+    model.mkdir(parents=True)
+    config = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "tie_word_embeddings": False}
+    (model / "config.json").write_text(json.dumps({**config, **shape}))
+    ids = np.random.default_rng(0).integers(0, shape["vocab_size"], tokens, dtype=np.uint16)
+    (data_dir / "ids").mkdir()
+    ids.tofile(data_dir / "ids" / "train.bin")
+
+
+def trainer_spec(shape: dict[str, int], args: argparse.Namespace, lora: bool) -> dict[str, Any]:
+    devices = {"nproc_per_node": args.gpus} if args.smoke else {"num_gpus": args.gpus}
+    return {
+        "name": "bench-hf-lora" if lora else "bench-hf-full",
+        "model": {
+            "arch": "hf_causal_lm",
+            "path": "llama",
+            "config_only": True,
+            "export": False,
+            **({"lora": LORA} if lora else {}),
+        },
+        "data": {
+            "dataset": "tokens",
+            "root": "ids",
+            "block_size": args.block,
+            "vocab_size": shape["vocab_size"],
+            "val_fraction": 0.0,
+        },
+        "train": {
+            "max_steps": args.warmup + args.steps,
+            "batch_size": args.batch * args.gpus,
+            "optimizer": "adamw",
+            "lr": 2e-4 if lora else 3e-5,
+            "clip_grad_norm": 1.0,
+            "eval_every_epochs": 0,
+        },
+        "parallel": {"strategy": "fsdp", **devices},
+        "precision": "fp32" if args.smoke else "bf16",
+        "performance": {"activation_checkpointing": True},
+        "checkpoint": {"every_n_steps": 0, "every_n_epochs": 0, "save_final": False},
+        "metrics": {"every_n_steps": 5},
+    }
+
+
+def after_warmup(run: TrainerRun, name: str, warmup: int) -> float | None:
+    values = [value for step, value in run.metric(name) if step > warmup]
+    return statistics.median(values) if values else None
+
+
+def trainer_row(shape: dict[str, int], args: argparse.Namespace, run_dir: Path, lora: bool) -> Row:
+    variant = f"{'LoRA (r 16, attention)' if lora else 'full fine-tune'}, fsdp + AC"
+    write_config(run_dir, trainer_spec(shape, args, lora))
+    gpus = "" if args.smoke else ",".join(str(i) for i in range(args.gpus))
+    done = launch(run_dir, nproc=args.gpus, timeout=CHILD_TIMEOUT_S, cuda_devices=gpus)
+    run = TrainerRun(run_dir, args.gpus)
+    if done.returncode:
+        print(done.stdout[-2000:], done.stderr[-2000:], run.log(0)[-4000:], file=sys.stderr)
+        return Row(f"{variant} (failed: exit {done.returncode})", None, None, None, None)
+    losses, memory = run.metric("loss"), [value for _, value in run.metric("peak_mem_mb")]
+    return Row(
+        variant,
+        after_warmup(run, "tokens_per_s", args.warmup),
+        after_warmup(run, "mfu", args.warmup),
+        max(memory) if memory else None,
+        losses[-1][1] if losses else None,
+    )
+
+
+def table(rows: list[Row], full: Row) -> str:
+    body = [
+        [
+            row.variant,
+            number(row.tokens_per_s, 0),
+            times(ratio(row.tokens_per_s, full.tokens_per_s)),
+            percent(row.mfu),
+            number(row.peak_mem_mb, 0),
+            times(ratio(row.peak_mem_mb, full.peak_mem_mb)),
+            number(row.final_loss, 3),
+        ]
+        for row in rows
+    ]
+    return markdown(COLUMNS, body)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--gpus", type=int, default=1, help="fsdp ranks, one per GPU")
+    parser.add_argument("--batch", type=int, default=8, help="windows per GPU per step")
+    parser.add_argument("--block", type=int, default=2048, help="tokens per window")
+    parser.add_argument("--warmup", type=int, default=10, help="untimed steps")
+    parser.add_argument("--steps", type=int, default=30, help="timed steps")
+    parser.add_argument("--smoke", action="store_true", help="a 2-layer Llama on the CPU, fp32")
+    args = parser.parse_args()
+    if args.smoke:
+        args.batch, args.block, args.warmup, args.steps = 2, 16, 5, 5
+    shape = SMOKE if args.smoke else LLAMA_1B
+    tokens = (args.warmup + args.steps) * args.batch * args.gpus * args.block + args.block + 1
+    with tempfile.TemporaryDirectory(prefix="bench-hf-") as scratch:
+        data_dir = Path(scratch) / "data"
+        write_model_and_data(data_dir, shape, tokens)
+        os.environ[DATA_DIR_ENV] = str(data_dir)
+        full, lora = (trainer_row(shape, args, Path(scratch) / f"run{i}", i == 1) for i in range(2))
+    device = "cpu" if args.smoke else "cuda"
+    record(section(device, None if args.smoke else args.gpus, table([full, lora], full)), args.smoke)
+    return 0 if full.tokens_per_s is not None and lora.tokens_per_s is not None else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
