@@ -77,7 +77,10 @@ class StepChart {
     this.el.dataset.points = "0";
     this.el.dataset.scale = style.log ? "log" : "linear";
     this.resize = () => this.plot.setSize({ width: this.width(), height: CHART_HEIGHT });
-    window.addEventListener("resize", this.resize);
+    // The holder's width is only final once the page has laid it out (a chart made before its grid is on
+    // the page, one the grid re-flows as others join it): the plot follows its holder, not the window.
+    this.sized = new ResizeObserver(this.resize);
+    this.sized.observe(this.el);
     style.charts.add(this);
   }
 
@@ -151,7 +154,7 @@ class StepChart {
   }
 
   destroy() {
-    window.removeEventListener("resize", this.resize);
+    this.sized.disconnect();
     this.style.charts.delete(this);
     this.plot.destroy();
   }

@@ -41,8 +41,9 @@ function jobView(root, signal, jobId) {
       h("div", { class: "toolbar" }, h("h2", {}, `#${job.id} ${job.name}`), statusBadge(job.status), cancel),
       progressBar(job.progress),
       h("dl", { class: "facts" }, facts(job).filter(([, v]) => v).map(([k, v]) => h("div", {}, h("dt", {}, k), h("dd", {}, v)))),
-      job.message ? h("p", { class: `message ${TERMINAL.has(job.status) && job.status !== "succeeded" ? "ended-badly" : ""}` },
-        job.message) : null);
+      // replaceChildren writes a null as the text "null": a job without a message adds nothing.
+      ...(job.message ? [h("p", { class: `message ${TERMINAL.has(job.status) && job.status !== "succeeded" ? "ended-badly" : ""}` },
+        job.message)] : []));
     latest.replaceChildren(...Object.entries(job.latest_metrics).map(([name, value]) =>
       h("span", { class: "metric" }, h("b", {}, name), " ", formatNumber(value))));
     logs.setRanks(job.plan.world_size || 0);

@@ -193,6 +193,13 @@ def test_the_record_of_finished_jobs_side_by_side_and_a_failure(
 
     page.goto(f"{embedded_stack.url}/#/jobs/{finished['id']}")
     expect(page.get_by_role("button", name="Cancel")).to_be_hidden()
+    expect(page.locator('.chart[data-metric="loss"]')).not_to_have_attribute("data-points", "0")
+    # A finished job's curves arrive whole, before its grid has settled: each plot still fits its card.
+    overflowing = page.evaluate(
+        "[...document.querySelectorAll('.chart')]"
+        ".filter((c) => c.querySelector('.uplot').offsetWidth > c.clientWidth).map((c) => c.dataset.metric)"
+    )
+    assert overflowing == []
     expect(page.locator('[data-record="spec"]')).to_contain_text("sgd · lr 0.1 · momentum 0.9")
     expect(page.locator('[data-record="plan"]')).to_contain_text("2 processes on cpu (gloo)")
     page.context.grant_permissions(["clipboard-read", "clipboard-write"], origin=embedded_stack.url)
