@@ -134,10 +134,9 @@ def status(client: TrainyardClient, job_id: int, follow: bool) -> None:
         console.print(f"  parent:   job {job.parent_id}{resumed_text(job)}")
     if job.status_reason or job.message:
         console.print(f"  reason:   {job.status_reason or '-'}: {waiting_or_message(job)}")
-    console.print(
-        f"  plan:     {plan.get('strategy')} on {devices(job)}, "
-        f"{plan.get('precision')}, per-rank batch {plan.get('per_rank_batch')}"
-    )
+    # A program job's script picks its own batch: the plan has none to show.
+    batch = "" if job.spec.get("program") else f", per-rank batch {plan.get('per_rank_batch')}"
+    console.print(f"  plan:     {plan.get('strategy')} on {devices(job)}, {plan.get('precision')}{batch}")
     if job.spec.get("code"):
         console.print(f"  code:     {job.spec['code']}")
     if program := job.spec.get("program"):

@@ -40,5 +40,6 @@ def test_status_shows_the_program_and_compare_names_its_hyperparameters(
     second = submitted(run, tmp_path, "cold", {"lr": 3e-4, "warmup": 0})
     status = run("status", first).output
     assert "program:  python train.py --lr 3e-4 (lr 0.0003, warmup 100)" in status
+    assert "per-rank batch" not in status, "the script picks its own batch"
     compared = run("compare", first, second, "--diff").output.splitlines()
     assert compared[-1] == "differs: warmup 100 vs 0"
