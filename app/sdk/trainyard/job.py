@@ -1,33 +1,5 @@
-"""`import trainyard.job as ty`: the in-job library, trainers/job (its docstring shows a whole loop)."""
+"""`import trainyard.job as ty`: the in-job library, trainers/job (its docstring shows a whole loop), under
+the name users import. Its public names are trainers.job's own list, so the two cannot drift apart."""
 
-from trainers.job import (
-    Context,
-    autocast,
-    backward,
-    checkpoint_due,
-    data_loader,
-    init,
-    prepare,
-    report,
-    report_eval,
-    restore,
-    save,
-    should_stop,
-    steps,
-)
-
-__all__ = [
-    "Context",
-    "autocast",
-    "backward",
-    "checkpoint_due",
-    "data_loader",
-    "init",
-    "prepare",
-    "report",
-    "report_eval",
-    "restore",
-    "save",
-    "should_stop",
-    "steps",
-]
+from trainers.job import *  # noqa: F403
+from trainers.job import __all__ as __all__
