@@ -86,9 +86,10 @@ Strategies with a factory's model:
 - single, dp, ddp: as with built-in models; `parallel.sync_batchnorm` converts its BatchNorm layers.
 - fsdp: shards each module of the classes in `parallel.wrap` (inner ones first), by default each child of
   its largest `ModuleList`, else each top-level child (and the blocks of a child made of blocks).
-- model_parallel: stages start at the top-level modules `parallel.split_at` names (default: spread evenly
-  over `named_children()`); the model's own `forward` runs, its inputs following the modules' devices.
-- pipeline: each stage runs its top-level modules one after another (flattening after a module named
+- model_parallel: stages start at the modules `parallel.split_at` names (default: spread evenly over
+  `named_children()`, a `ModuleList`'s items each named on their own, as `blocks.3`); the model's own
+  `forward` runs, its inputs following the modules' devices.
+- pipeline: each stage runs those modules one after another (flattening after a module named
   `avgpool`, as torchvision's classifiers do), so the model's `forward` must do exactly that. The last stage
   computes the loss from its output: `cross_entropy` or `mse` on `(input, target)` batches only, and a
   `module:function` loss is refused.
@@ -212,7 +213,7 @@ def kwarg_text(name: str, kwarg: Kwarg) -> str:
 
 def arch_table() -> list[str]:
     lines = [
-        "| `model.arch` | reads | allowed `model.kwargs` | top-level modules | default stage starts |",
+        "| `model.arch` | reads | allowed `model.kwargs` | modules, in order | default stage starts |",
         "| --- | --- | --- | --- | --- |",
     ]
     for arch, info in ARCHS.items():

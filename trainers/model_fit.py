@@ -14,7 +14,7 @@ from trainers.catalog.datasets import DATASETS, DatasetName, InputKind, datasets
 from trainers.hf_files import NO_PATH
 from trainers.problems import Problem
 from trainers.spec import JobSpec, ModelSpec, Optimizer, Schedule, Strategy
-from trainers.stages import split_at_problem
+from trainers.stages import split_at_problem, spread_over_devices
 
 
 def _module_names(arch: Arch, spec: JobSpec, info: ArchInfo) -> tuple[str, ...] | None:
@@ -84,7 +84,7 @@ def _sparse_table(arch: Arch, spec: JobSpec, info: ArchInfo, strategy: Strategy)
 
 
 def _language_model(arch: Arch, spec: JobSpec, info: ArchInfo, strategy: Strategy) -> Iterator[Problem]:
-    """A language model's shape against its data, and the strategies its tied embeddings allow."""
+    """A language model's shape against its data, and whether its embeddings may be tied where it runs."""
     model, data = spec.inputs
     if not info.language_model or info.kwarg_problems(arch, model.arch_kwargs):
         return  # kwargs out of range are refused on their own
@@ -102,14 +102,31 @@ def _language_model(arch: Arch, spec: JobSpec, info: ArchInfo, strategy: Strateg
             f"model.kwargs.block_size={kwargs['block_size']:g} tokens",
             "raise model.kwargs.block_size to data.block_size, or leave it out (it defaults to that)",
         )
-    spread = strategy in (Strategy.MODEL_PARALLEL, Strategy.PIPELINE) or spec.parallel.placement
-    if info.tied and spread:
+    tie_asked = model.arch_kwargs.get("tie_embeddings") == 1
+    if info.tied and tie_asked and spread_over_devices(spec.parallel, strategy):
         yield Problem(
-            "parallel.strategy",
-            f"{arch}'s output head shares the token embedding's weight, which one device must hold, so "
-            f"its modules cannot be spread over devices (parallel.strategy={strategy}, parallel.placement)",
-            "use strategy fsdp to spread its memory over GPUs, with performance.activation_checkpointing",
+            "model.kwargs.tie_embeddings",
+            f"model.kwargs.tie_embeddings=1 shares {arch}'s token embedding with its output head, which one "
+            f"device must hold, and parallel.strategy={strategy} or parallel.placement spreads the model's "
+            "modules over devices",
+            f"set model.kwargs.tie_embeddings=0 (or leave it out) to split {arch} over stages, or use "
+            "strategy fsdp to spread its memory over GPUs",
         )
+
+
+def model_warnings(spec: JobSpec, strategy: Strategy) -> list[str]:
+    """What a built-in model changes of itself to run as asked; the plan carries these to the dry run."""
+    model = spec.model  # None in a program job
+    if model is None or model.arch is None:
+        return []
+    if not ARCHS[model.arch].unties(model.arch_kwargs, spread_over_devices(spec.parallel, strategy)):
+        return []
+    return [
+        f"model.arch {model.arch} spread over devices (parallel.strategy={strategy}, parallel.placement) "
+        "unties its output head from its token embedding, as torchtitan does for pipelined language "
+        "models: the head gets a vocab_size x n_embd weight of its own, GPT-2 initialised (as many "
+        "parameters again as the embedding); set model.kwargs.tie_embeddings=0 to say so"
+    ]
 
 
 def _data_options(dataset: DatasetName, spec: JobSpec, strategy: Strategy) -> Iterator[Problem]:

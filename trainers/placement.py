@@ -1,6 +1,11 @@
-"""One model over several devices in one process: each top-level module lives on a device of its own.
+"""One model over several devices in one process: each stage unit lives on a device of its own.
 
-A forward pre-hook on each placed module moves its tensor inputs to that module's device, so the model's own
+A model's stage units are its top-level modules in forward order, a ModuleList's items each standing for
+the list (a ModuleList has no forward: the model runs its items one after another), named as the state dict
+names them: a GPT's `wte, wpe, drop, blocks.0, ..., ln_f, lm_head`. They are what parallel.split_at and
+parallel.placement name, and what trainers/catalog/archs.py lists per architecture.
+
+A forward pre-hook on each placed unit moves its tensor inputs to that unit's device, so the model's own
 forward() runs unchanged and autograd carries gradients back across the boundaries. The same mechanism
 serves model_parallel (stage i on GPU i) and hybrid CPU/GPU placement (an embedding table on the CPU, the
 rest on the GPU). Keys of the state dict are untouched: placement wraps nothing.
@@ -37,6 +42,21 @@ def inputs_mover(device: torch.device) -> PreHook:
     return hook
 
 
+def stage_units(model: nn.Module) -> list[tuple[str, nn.Module]]:
+    """The model's stage units with their qualified names, in forward order."""
+    units: list[tuple[str, nn.Module]] = []
+    for name, child in model.named_children():
+        if isinstance(child, nn.ModuleList):
+            units += [(f"{name}.{index}", item) for index, item in child.named_children()]
+        else:
+            units.append((name, child))
+    return units
+
+
+def unit_names(model: nn.Module) -> list[str]:
+    return [name for name, _ in stage_units(model)]
+
+
 def top_level_only(model: nn.Module, split: str) -> None:
     """Splitting a model by its top-level modules leaves nothing behind only if they hold all its tensors."""
     own = [name for name, _ in [*model.named_parameters(recurse=False), *model.named_buffers(recurse=False)]]
@@ -49,11 +69,11 @@ def top_level_only(model: nn.Module, split: str) -> None:
 
 
 def place(model: nn.Module, devices: Mapping[str, torch.device]) -> None:
-    """Move each top-level module to its device, and its inputs there on every call."""
+    """Move each stage unit to its device, and its inputs there on every call."""
     top_level_only(model, "parallel.placement or model_parallel")
-    for name, child in model.named_children():
-        child.to(devices[name])
-        child.register_forward_pre_hook(inputs_mover(devices[name]), with_kwargs=True)
+    for name, unit in stage_units(model):
+        unit.to(devices[name])
+        unit.register_forward_pre_hook(inputs_mover(devices[name]), with_kwargs=True)
 
 
 def hybrid_devices(

@@ -1,7 +1,7 @@
 """Where a model splits into consecutive stages for model_parallel and pipeline.
 
-A stage is a run of the model's top-level modules (as `named_children()` lists them, which is their forward
-order for every model in the catalogue); `parallel.split_at` names the modules where a new stage begins.
+A stage is a run of the model's stage units (its top-level modules in forward order, a ModuleList's items
+each on their own: trainers/placement.py); `parallel.split_at` names the units where a new stage begins.
 Where a default split may cut is each model's ArchInfo.split_points. No torch import: the planner checks
 split points at submit time.
 """
@@ -12,15 +12,21 @@ from collections.abc import Sequence
 
 from trainers.catalog.archs import arch_info
 from trainers.problems import Problem, SpecError, refuse
+from trainers.spec import ParallelSpec, Strategy
 
 # torchvision classifiers (resnet, alexnet, vgg) flatten their pooled features in forward(), between the
 # module of this name and the next; a pipeline stage, which runs its modules one after another, must too.
 FLATTEN_AFTER = "avgpool"
 
 
+def spread_over_devices(parallel: ParallelSpec, strategy: Strategy) -> bool:
+    """Whether the model's units may land on different devices: stages, or modules placed by name."""
+    return strategy in (Strategy.MODEL_PARALLEL, Strategy.PIPELINE) or bool(parallel.placement)
+
+
 def default_split_at(arch: str | None, names: Sequence[str], stages: int) -> list[str]:
     """stages - 1 candidates spread evenly; i*n/k for i < k has distinct floors whenever n >= k - 1. A
-    factory's model (arch None) may start a stage at any top-level module but its first."""
+    factory's model (arch None) may start a stage at any unit but its first."""
     candidates = tuple(names[1:]) if arch is None else arch_info(arch).split_points(names)
     if stages - 1 > len(candidates):
         model = "model.factory's model" if arch is None else f"model.arch {arch}"

@@ -1,7 +1,8 @@
 """model.arch gpt on one GPU: bf16, compiled, with activation checkpointing per block; it trains and reports
-tokens/s and, on a GPU of the peak table (trainers/lm.py), mfu.
+tokens/s and, on a GPU of the peak table (trainers/lm.py), mfu. Over two GPUs in stages (pipeline and
+model_parallel, its head untied): the same.
 
-Skipped without CUDA; run on the device machine:
+Skipped without CUDA (the staged runs without two GPUs); run on the device machine:
     .venv/bin/python -m pytest -q tests/gpu/test_gpt_gpu.py
 """
 
@@ -13,7 +14,7 @@ from typing import Any
 import pytest
 import torch
 
-from tests.integration.trainer_helpers import spec_with, train
+from tests.integration.trainer_helpers import TrainerRun, spec_with, train
 from trainers.lm import peak_flops
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
@@ -31,14 +32,32 @@ GPT: dict[str, Any] = {
 }
 
 
-@pytest.mark.parametrize("checkpointing", [False, True])
-def test_gpt_trains_compiled_in_bf16_and_reports_mfu(tmp_path: Path, checkpointing: bool) -> None:
-    spec = spec_with(GPT, performance={"compile": True, "activation_checkpointing": checkpointing})
-    run = train(tmp_path, spec, nproc=1, cuda_devices="0")
+def assert_trains_and_reports_mfu(run: TrainerRun, label: str) -> None:
     loss = run.metric("loss")
     assert loss[-1][1] < 0.5 * loss[0][1], loss
     assert all(value > 0 for _, value in run.metric("tokens_per_s"))
     if peak_flops(torch.cuda.get_device_name(0)) is not None:
         mfu = run.metric("mfu")
         assert mfu and all(0 < value < 1 for _, value in mfu), mfu
-        print(f"gpt 4x256 bf16 compiled, checkpointing={checkpointing}: mfu {mfu[-1][1]:.3f}")
+        print(f"gpt 4x256 bf16 compiled, {label}: mfu {mfu[-1][1]:.3f}")
+
+
+@pytest.mark.parametrize("checkpointing", [False, True])
+def test_gpt_trains_compiled_in_bf16_and_reports_mfu(tmp_path: Path, checkpointing: bool) -> None:
+    spec = spec_with(GPT, performance={"compile": True, "activation_checkpointing": checkpointing})
+    run = train(tmp_path, spec, nproc=1, cuda_devices="0")
+    assert_trains_and_reports_mfu(run, f"checkpointing={checkpointing}")
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 GPUs")
+@pytest.mark.parametrize(
+    ("parallel", "nproc"),
+    [({"strategy": "pipeline", "microbatches": 4}, 2), ({"strategy": "model_parallel"}, 1)],
+)
+def test_gpt_trains_over_two_gpus_in_stages(tmp_path: Path, parallel: dict[str, Any], nproc: int) -> None:
+    """Blocks 0-1 with the embeddings on GPU 0, blocks 2-3 with ln_f and the untied head on GPU 1."""
+    staged = spec_with(GPT, parallel={**parallel, "num_gpus": 2, "split_at": ["blocks.2"]})
+    run = train(tmp_path, staged, nproc=nproc, cuda_devices="0,1")
+    assert_trains_and_reports_mfu(run, parallel["strategy"])
+    model = run.final_checkpoint()["model"]
+    assert not torch.equal(model["lm_head.weight"], model["wte.weight"])

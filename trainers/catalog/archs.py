@@ -54,14 +54,18 @@ class Kwarg:
 class ArchInfo:
     input: InputKind
     kwargs: Mapping[str, Kwarg]
-    modules: ModuleNames  # named_children() in forward order: what split_at and placement may name
+    modules: ModuleNames  # stage units in forward order (trainers/placement.py), which split_at names
     params: ParamCount  # rough, enough for strategy auto to tell a model that replicates well
     min_image_size: int = 1  # smaller inputs shrink to nothing inside the network
     rgb: bool = False  # the stem takes exactly 3 channels
     convolutional: bool = False  # 4-D activations: channels_last applies
-    split_candidates: tuple[str, ...] | None = None  # where a default stage may begin; None: any module
+    # Where a default stage may begin; None: any module. A ModuleList named here stands for its items but the
+    # first, so that every stage holds at least one of its blocks.
+    split_candidates: tuple[str, ...] | None = None
     sparse: bool = False  # an embedding table with sparse gradients, which only plain SGD takes
-    tied: bool = False  # the output head shares the input embedding's weight: one device holds both
+    # The output head shares the input embedding's weight (model.kwargs.tie_embeddings, default 1), which
+    # one device must hold: a model spread over devices gets a head of its own unless the spec ties it.
+    tied: bool = False
 
     @property
     def language_model(self) -> bool:
@@ -101,7 +105,22 @@ class ArchInfo:
 
     def split_points(self, names: Sequence[str]) -> tuple[str, ...]:
         """Where a default split may start a stage, in order; a stage never starts at the first module."""
-        return self.split_candidates if self.split_candidates is not None else tuple(names[1:])
+        if self.split_candidates is None:
+            return tuple(names[1:])
+        candidates = self.split_candidates
+        return tuple(
+            name
+            for name in names
+            if name in candidates or (name.rpartition(".")[0] in candidates and not name.endswith(".0"))
+        )
+
+    def unties(self, kwargs: Kwargs, spread: bool) -> bool:
+        """A tied model spread over devices unties its head unless model.kwargs.tie_embeddings says
+        otherwise (the planner refuses tie_embeddings=1 there): torchtitan's pipelined LMs are untied too."""
+        return self.tied and spread and "tie_embeddings" not in kwargs
+
+    def untied_when_spread(self, kwargs: Kwargs, spread: bool) -> Kwargs:
+        return {**kwargs, "tie_embeddings": 0} if self.unties(kwargs, spread) else kwargs
 
     def max_stages(self, names: Sequence[str]) -> int:
         """How many stages the default split points can give."""
@@ -177,9 +196,15 @@ ALEXNET = ArchInfo(
 
 
 def gpt_params(kwargs: Kwargs, vocab_size: int) -> float:
-    """Per block 12 * n_embd^2 in attention and MLP matrices; the tied token embedding; positions."""
-    n_embd = kwargs["n_embd"]
-    return 12 * kwargs["n_layer"] * n_embd**2 + (vocab_size + kwargs["block_size"]) * n_embd
+    """Per block 12 * n_embd^2 in attention and MLP matrices; the token embedding, and the head unless tied
+    to it; positions."""
+    n_embd, tables = kwargs["n_embd"], 2 - kwargs["tie_embeddings"]
+    return 12 * kwargs["n_layer"] * n_embd**2 + (tables * vocab_size + kwargs["block_size"]) * n_embd
+
+
+def gpt_modules(kwargs: Kwargs) -> tuple[str, ...]:
+    blocks = tuple(f"blocks.{i}" for i in range(int(kwargs["n_layer"])))
+    return ("wte", "wpe", "drop", *blocks, "ln_f", "lm_head")
 
 
 GPT = ArchInfo(
@@ -192,10 +217,11 @@ GPT = ArchInfo(
         "block_size": Kwarg(int, 1, 65536, default=1024),
         "dropout": Kwarg(float, 0.0, 0.9, default=0.0),
         "bias": Kwarg(int, 0, 1, default=0),  # 1: GPT-2's biases in Linear and LayerNorm
+        "tie_embeddings": Kwarg(int, 0, 1, default=1),  # 0: the head has a weight of its own
     },
-    modules=named("wte", "wpe", "drop", "blocks", "ln_f", "lm_head"),
+    modules=gpt_modules,
     params=gpt_params,
-    split_candidates=(),
+    split_candidates=("blocks",),  # stages over blocks: the embeddings go first, ln_f and the head last
     tied=True,
 )
 

@@ -1,10 +1,13 @@
 """model.arch gpt: a decoder-only transformer as nanoGPT writes GPT-2. Pre-norm blocks of causal
 self-attention (F.scaled_dot_product_attention, which takes the flash kernels on a GPU) and a 4x GELU MLP;
-the output head shares the token embedding's weight; GPT-2's initialisation, its residual projections scaled
-down by sqrt(2 * n_layer) so that the residual stream's variance does not grow with depth.
+the output head shares the token embedding's weight unless tie_embeddings is off; GPT-2's initialisation, its
+residual projections scaled down by sqrt(2 * n_layer) so that the residual stream's variance does not grow
+with depth.
 
 Its blocks live in one ModuleList, `blocks`: fsdp shards and activation checkpointing recomputes one block at
-a time by default (trainers/blocks.py).
+a time by default (trainers/blocks.py). Its children run one after another, each on the one before's output
+(the position embedding adds itself to the token embeddings), so model_parallel and pipeline cut it into
+stages between blocks (trainers/placement.py's stage units) with its own forward and state_dict keys.
 """
 
 from __future__ import annotations
@@ -67,6 +70,13 @@ class Block(nn.Module):
         return x + self.mlp(self.ln_2(x))
 
 
+class PositionEmbedding(nn.Embedding):
+    """Token embeddings (batch, seq, width) plus each position's: a step of the chain that stages split."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + super().forward(torch.arange(x.shape[1], device=x.device))
+
+
 class GPT(nn.Module):
     """Token ids (batch, seq) -> next-token logits (batch, seq, vocab_size), seq at most block_size."""
 
@@ -79,18 +89,20 @@ class GPT(nn.Module):
         block_size: int,
         dropout: float,
         bias: bool,
+        tie_embeddings: bool,
     ) -> None:
         super().__init__()
         if n_embd % n_head:  # the planner refuses it; a direct caller learns the same
             raise ValueError(f"n_embd={n_embd} does not split into n_head={n_head} heads")
         self.n_layer, self.n_embd, self.block_size = n_layer, n_embd, block_size
         self.wte = nn.Embedding(vocab_size, n_embd)
-        self.wpe = nn.Embedding(block_size, n_embd)
+        self.wpe = PositionEmbedding(block_size, n_embd)
         self.drop = nn.Dropout(dropout)
         self.blocks = nn.ModuleList(Block(n_embd, n_head, dropout, bias) for _ in range(n_layer))
         self.ln_f = nn.LayerNorm(n_embd, bias=bias)
         self.lm_head = nn.Linear(n_embd, vocab_size, bias=False)
-        self.lm_head.weight = self.wte.weight  # tied: one matrix embeds tokens and scores them
+        if tie_embeddings:  # one matrix embeds tokens and scores them
+            self.lm_head.weight = self.wte.weight
         self.apply(self._init_weights)
         for name, param in self.named_parameters():
             if name.endswith("c_proj.weight"):
@@ -104,15 +116,16 @@ class GPT(nn.Module):
             nn.init.zeros_(module.bias)
 
     def forward(self, idx: torch.Tensor) -> torch.Tensor:
-        positions = torch.arange(idx.shape[1], device=idx.device)
-        x = self.drop(self.wte(idx) + self.wpe(positions))
+        x = self.drop(self.wpe(self.wte(idx)))
         for block in self.blocks:
             x = block(x)
         return self.lm_head(self.ln_f(x))
 
     def flops_per_token(self) -> float:
-        # parameters() yields the tied matrix once; position embeddings are lookups, not multiplies.
-        n_params = sum(p.numel() for p in self.parameters()) - self.wpe.weight.numel()
+        # The matrices that multiply: the blocks' and the head's (a tied head's is the token embedding's);
+        # embeddings are lookups.
+        multiplied = (self.blocks, self.ln_f, self.lm_head)
+        n_params = sum(p.numel() for part in multiplied for p in part.parameters())
         return flops_per_token(n_params, self.n_layer, self.n_embd, self.block_size)
 
 
@@ -125,6 +138,8 @@ def build_gpt(
     block_size: float,
     dropout: float,
     bias: float,
+    tie_embeddings: float,
 ) -> GPT:
     """num_classes is the data's vocabulary too: the model predicts a token."""
-    return GPT(vocab_size, int(n_layer), int(n_head), int(n_embd), int(block_size), dropout, bool(bias))
+    sizes = int(n_layer), int(n_head), int(n_embd), int(block_size)
+    return GPT(vocab_size, *sizes, dropout, bool(bias), bool(tie_embeddings))

@@ -21,7 +21,7 @@ from trainers.data.batches import Batch
 from trainers.dist_env import DistEnv
 from trainers.lora import check_loaded
 from trainers.objectives import LossValues, Objective
-from trainers.placement import place
+from trainers.placement import place, unit_names
 from trainers.precision import MixedPrecision
 from trainers.schedule import build_optimizer, sparse_parameters
 from trainers.spec import TrainSpec
@@ -42,7 +42,7 @@ class ParallelStrategy(ABC):
     def setup_module(self, module: nn.Module) -> nn.Module:
         """Put the bare module (built on the CPU) on its device(s) and wrap it; returns what the loop runs."""
         self._module = module
-        names = [name for name, _ in module.named_children()]
+        names = unit_names(module)
         devices = self.device_map(names)
         if devices is None:
             module.to(self.env.device)
@@ -52,7 +52,7 @@ class ParallelStrategy(ABC):
         return self.wrap(module)
 
     def device_map(self, names: list[str]) -> dict[str, torch.device] | None:
-        """A device per top-level module when the model spans devices; None keeps it whole on env.device."""
+        """A device per stage unit when the model spans devices; None keeps it whole on env.device."""
         return None
 
     @abstractmethod

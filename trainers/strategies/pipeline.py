@@ -3,8 +3,9 @@ stages so they compute at the same time (GPipe: all forwards, then all backwards
 
 A single process cannot overlap stages on fast GPUs (kernel launches from one Python thread dominate), so
 each stage is its own torchrun rank, driven by torch.distributed.pipelining. Every rank builds the whole
-model from the same seed and keeps only its stage, registered under the model's own module names: state
-keys are the bare model's, and rank 0 gathers the stages' state into a whole-model checkpoint.
+model from the same seed and keeps only its stage's units (trainers/placement.py), registered under the
+model's own names: state keys are the bare model's, and rank 0 gathers the stages' state into a
+whole-model checkpoint.
 
 Only the last stage computes the loss and predictions, so every metric comes from it: reduce_metrics
 broadcasts the last stage's sums rather than summing the ranks', which would count each sample once per
@@ -27,7 +28,7 @@ from trainers.data.batches import Batch
 from trainers.dist_env import DistEnv
 from trainers.objectives import Criterion, LossValues, Objective
 from trainers.optimizer_state import NamedOptimizerState, merge, to_indexed, to_named
-from trainers.placement import top_level_only
+from trainers.placement import stage_units, top_level_only, unit_names
 from trainers.precision import MixedPrecision
 from trainers.stages import FLATTEN_AFTER, stage_groups
 from trainers.strategies.base import Forward
@@ -36,13 +37,21 @@ from trainers.strategies.stage_p2p import receive_activation, send_activation
 
 
 class SequentialStage(nn.Module):
-    """Consecutive top-level modules of a model, run one after another under the job's autocast."""
+    """Consecutive stage units of a model, run one after another under the job's autocast."""
 
     def __init__(self, model: nn.Module, names: Sequence[str]) -> None:
         super().__init__()
-        children = dict(model.named_children())
-        for name in names:
-            self.add_module(name, children[name])
+        units = dict(stage_units(model))
+        self._units = [(name, units[name]) for name in names]
+        lists: dict[str, nn.ModuleDict] = {}
+        for name, unit in self._units:
+            # A ModuleList's item keeps its list's name and its index, so blocks.6's keys stay blocks.6's.
+            parent, _, index = name.rpartition(".")
+            if parent:
+                self.add_module(parent, lists.setdefault(parent, nn.ModuleDict()))
+                lists[parent][index] = unit
+            else:
+                self.add_module(name, unit)
         # Set per step: the schedule calls forward itself, and backward must run outside autocast.
         self.autocast: Callable[[], AbstractContextManager[Any]] = nullcontext
         self._layers: Forward = self._run_layers
@@ -53,7 +62,7 @@ class SequentialStage(nn.Module):
         self._layers = torch.compile(self._run_layers)
 
     def _run_layers(self, x: torch.Tensor) -> torch.Tensor:
-        for name, module in self.named_children():
+        for name, module in self._units:
             x = module(x)
             if name == FLATTEN_AFTER:
                 x = torch.flatten(x, 1)
@@ -104,7 +113,7 @@ class PipelineStrategy(ProcessGroupStrategy):
 
     def setup_module(self, module: nn.Module) -> nn.Module:
         top_level_only(module, "parallel.strategy=pipeline")
-        groups = stage_groups([name for name, _ in module.named_children()], self.split_at)
+        groups = stage_groups(unit_names(module), self.split_at)
         if len(groups) != self.env.world_size:
             raise ValueError(
                 f"parallel.split_at makes {len(groups)} stages but {self.env.world_size} processes run"

@@ -1,5 +1,6 @@
 """The built-in gpt and what language models train with: the next-token loss (padding masked out), the FLOPs
-formula and the peak table MFU comes from, AdamW's decay groups, cosine to min_lr, and train.max_tokens."""
+formula and the peak table MFU comes from, AdamW's decay groups, cosine to min_lr, and train.max_tokens; its
+head untied (and the plan saying so) where stages spread it over devices."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from trainers.models import build_model
 from trainers.models.gpt import GPT
 from trainers.objectives import IGNORE_INDEX, NextTokenCrossEntropy, build_objective
 from trainers.performance import checkpoint_activations
+from trainers.placement import place, unit_names
 from trainers.plan import RunConfig, resolve_plan
 from trainers.schedule import LrSchedule, build_optimizer, lr_at
 from trainers.spec import DataSpec, JobSpec, Schedule, TrainSpec
@@ -55,6 +57,43 @@ def test_gpt_predicts_every_next_token_with_tied_embeddings_and_scaled_residual_
     changed[0, 10] = (ids[0, 10] + 1) % 32
     model.eval()
     assert torch.equal(model(ids)[0, :10], model(changed)[0, :10])
+
+
+def test_an_untied_head_is_a_gpt2_initialised_matrix_of_its_own_and_costs_the_same_flops() -> None:
+    torch.manual_seed(0)
+    untied, tied = tiny_gpt(tie_embeddings=0), tiny_gpt()
+    assert untied.lm_head.weight is not untied.wte.weight
+    assert untied.lm_head.weight.std().item() == pytest.approx(0.02, rel=0.1)
+    assert untied.flops_per_token() == tied.flops_per_token()  # the head multiplies either way
+
+
+def test_an_untied_gpt_placed_unit_by_unit_runs_its_own_forward() -> None:
+    """model_parallel's mechanism: the meta device stands in for a second device, which the embeddings'
+    output must reach through the blocks' pre-hooks (a tied head would drag the embedding there too)."""
+    model = tiny_gpt(tie_embeddings=0)
+    names = unit_names(model)
+    cut = names.index("blocks.1")
+    place(model, {name: torch.device("cpu" if i < cut else "meta") for i, name in enumerate(names)})
+    assert model.wte.weight.device.type == "cpu" and model.lm_head.weight.device.type == "meta"
+    assert model(torch.randint(0, 32, (3, 16))).shape == (3, 16, 32)
+
+
+def untie_warnings(body: dict[str, Any]) -> list[str]:
+    plan = resolve_plan(JobSpec.model_validate(body))
+    return [warning for warning in plan.warnings if "tie_embeddings" in warning]
+
+
+@pytest.mark.parametrize("strategy", ["pipeline", "model_parallel"])
+def test_a_gpt_split_over_stages_unties_its_head_and_the_plan_says_so(strategy: str) -> None:
+    procs = 2 if strategy == "pipeline" else None
+    parallel = {"strategy": strategy, "nproc_per_node": procs, "split_at": ["blocks.1"]}
+    (warning,) = untie_warnings(gpt_spec(parallel=parallel))
+    assert "unties its output head" in warning and "torchtitan" in warning
+    untied = {
+        **gpt_spec(parallel=parallel),
+        "model": {"arch": "gpt", "kwargs": {**TINY, "tie_embeddings": 0}},
+    }
+    assert untie_warnings(untied) == [] and untie_warnings(gpt_spec()) == []
 
 
 def test_activation_checkpointing_recomputes_each_block_to_the_same_gradients() -> None:
@@ -162,7 +201,14 @@ def test_max_tokens_plans_to_whole_steps_the_trainer_runs() -> None:
         ({"data": {"dataset": "synthetic", "num_samples": 64}}, "model.arch", "takes token sequences"),
         ({"model": {"arch": "gpt", "kwargs": {**TINY, "n_embd": 33}}}, "model.kwargs.n_embd", "n_head=2"),
         ({"model": {"arch": "gpt", "kwargs": {**TINY, "block_size": 8}}}, "model.kwargs.block_size", "16"),
-        ({"parallel": {"strategy": "pipeline", "nproc_per_node": 2}}, "parallel.strategy", "shares"),
+        (
+            {
+                "model": {"arch": "gpt", "kwargs": {**TINY, "tie_embeddings": 1}},
+                "parallel": {"strategy": "pipeline", "nproc_per_node": 2},
+            },
+            "model.kwargs.tie_embeddings",
+            "set model.kwargs.tie_embeddings=0",
+        ),
         ({"train": {"max_steps": 5, "max_tokens": 100}}, "train", "not both"),
         (
             {"model": {"arch": "mlp"}, "data": {"dataset": "synthetic"}, "train": {"max_tokens": 100}},

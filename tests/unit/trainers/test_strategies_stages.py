@@ -1,5 +1,5 @@
-"""Stage split points: the catalogue's module names match the real models, defaults fall where documented,
-and a model cut into SequentialStages computes exactly what the whole model does."""
+"""Stage split points: the catalogue's module names match the real models' stage units, defaults fall where
+documented, and a model cut into SequentialStages computes exactly what the whole model does."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from torch import nn
 
 from trainers.catalog.archs import ARCHS, Arch
 from trainers.models import build_model
+from trainers.placement import unit_names
 from trainers.problems import SpecError
 from trainers.stages import default_split_at, split_at_problem, stage_groups
 from trainers.strategies.pipeline import SequentialStage
@@ -30,14 +31,24 @@ def test_the_catalogue_covers_every_architecture() -> None:
 
 # hf_causal_lm is read from model.path: tests/unit/trainers/test_hf_models.py checks its one child.
 @pytest.mark.parametrize("arch", sorted(set(Arch) - {Arch.HF_CAUSAL_LM}))
-def test_module_names_are_the_models_children(arch: Arch) -> None:
-    names = tuple(name for name, _ in build(arch).named_children())
-    assert names_of(arch) == names
+def test_module_names_are_the_models_stage_units(arch: Arch) -> None:
+    assert names_of(arch) == tuple(unit_names(build(arch)))
 
 
 def test_mlp_module_names_follow_its_depth() -> None:
     names = tuple(name for name, _ in build("mlp", depth=3).named_children())
     assert ARCHS[Arch.MLP].module_names({"depth": 3}) == names
+
+
+def test_gpt_units_are_its_blocks_between_the_embeddings_and_the_head() -> None:
+    names = unit_names(build("gpt", n_layer=3, n_head=2, n_embd=16))
+    assert names == ["wte", "wpe", "drop", "blocks.0", "blocks.1", "blocks.2", "ln_f", "lm_head"]
+    assert ARCHS[Arch.GPT].module_names({"n_layer": 3}) == tuple(names)
+    # Every stage holds a block: the embeddings join the first, ln_f and the head the last.
+    assert ARCHS[Arch.GPT].split_points(names) == ("blocks.1", "blocks.2")
+    assert default_split_at("gpt", names, 3) == ["blocks.1", "blocks.2"]
+    with pytest.raises(ValueError, match="at most 3 stages"):
+        default_split_at("gpt", names, 4)
 
 
 @pytest.mark.parametrize(
@@ -50,6 +61,7 @@ def test_mlp_module_names_follow_its_depth() -> None:
         ("mlp", ["3"]),
         ("small_cnn", ["4"]),
         ("embedding_bag", ["classifier"]),
+        ("gpt", ["blocks.6"]),
     ],
 )
 def test_two_stages_split_at_the_natural_point(arch: Arch, expected: list[str]) -> None:
@@ -98,3 +110,18 @@ def test_sequential_stages_compute_what_the_model_computes(arch: str) -> None:
         torch.testing.assert_close(h, model(x), rtol=0, atol=0)
     keys = [key for stage in stages for key in stage.state_dict()]
     assert keys == list(model.state_dict())
+
+
+def test_gpt_stages_compute_what_the_model_computes_under_its_own_keys() -> None:
+    torch.manual_seed(0)
+    model = build("gpt", n_layer=4, n_head=2, n_embd=16, block_size=8, tie_embeddings=0).eval()
+    stages = [SequentialStage(model, group) for group in stage_groups(unit_names(model), ["blocks.2"])]
+    ids = torch.randint(0, 50, (2, 8))
+    h = ids
+    with torch.no_grad():
+        for stage in stages:
+            h = stage(h)
+        torch.testing.assert_close(h, model(ids), rtol=0, atol=0)
+    first, second = (list(stage.state_dict()) for stage in stages)
+    assert first[-1].startswith("blocks.1.") and second[0].startswith("blocks.2.")
+    assert [key for stage in stages for key in stage.state_dict()] == list(model.state_dict())
