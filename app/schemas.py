@@ -8,6 +8,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
+from app.timings import JobTimings
 from core.clock import as_utc
 from core.states import JobStatus
 from core.users import USER_PATTERN, check_user
@@ -59,6 +60,7 @@ class JobPublic(BaseModel):
     queue_position: int | None = Field(description="1 = next to start; null unless queued")
     progress: JobProgress
     latest_metrics: dict[str, Any]
+    timings: JobTimings | None = Field(description="the current attempt's start-up; null until claimed")
     spec: dict[str, Any] = Field(description="the spec as submitted, defaults filled in")
     plan: dict[str, Any] = Field(description="what the worker runs: world size, per-rank batch, argv")
 

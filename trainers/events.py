@@ -12,6 +12,8 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, Field, TypeAdapter
 
+from trainers.startup import Mark
+
 EVENTS_FILE = "events.jsonl"
 SPEC_FILE = "spec.json"
 CHECKPOINT_DIR = "checkpoints"
@@ -48,6 +50,16 @@ class PhaseEvent(_Event):
 
     kind: Literal["phase"] = "phase"
     phase: Literal["running"]
+
+
+class StartupEvent(_Event):
+    """When each moment of the attempt's start-up came, in epoch seconds (trainers/startup.py's marks; any
+    one may be missing). Rank 0 sends it after its first step, or earlier when its loop has no step of its
+    own; a later one adds to what an earlier one said."""
+
+    kind: Literal["startup"] = "startup"
+    # Known names and finite times only: the worker stores them in a JSON column, which refuses NaN.
+    marks: dict[Mark, Annotated[float, Field(allow_inf_nan=False)]] = Field(max_length=len(Mark))
 
 
 class MetricsEvent(_Event):
@@ -94,16 +106,18 @@ class ProfileEvent(_Event):
 
 class WarningEvent(_Event):
     """Something the user should know that did not stop the run: the loss went non-finite under
-    train.on_nonfinite=warn or skip_step. The worker records the first of each attempt as a job event."""
+    train.on_nonfinite=warn or skip_step, or what performance.cuda_graphs=auto decided. The worker records
+    the first of each attempt and reason as a job event."""
 
     kind: Literal["warning"] = "warning"
     step: int
-    reason: Literal["nonfinite_loss"]
+    reason: Literal["nonfinite_loss", "cuda_graphs"]
     message: str = Field(max_length=2000)
 
 
 Event = Annotated[
     PhaseEvent
+    | StartupEvent
     | MetricsEvent
     | CheckpointEvent
     | CheckpointRemovedEvent

@@ -20,11 +20,13 @@ from trainers.components import Components, build
 from trainers.data import TrainBatches
 from trainers.data.held_out import ResidentHeldOut
 from trainers.dist_env import DistEnv
+from trainers.events import StartupEvent
 from trainers.hogwild_worker import METRICS, Crew, WorkerArgs
 from trainers.loop import evaluate, resume
 from trainers.metrics import Report
 from trainers.plan import RunConfig
 from trainers.progress import Position, RunOutput, checkpoint_due, evaluation_due, total_steps
+from trainers.startup import marks
 
 _SUMMED = {"samples_per_s"}  # every worker adds its own
 _HIGHEST = {"peak_mem_mb"}
@@ -96,6 +98,8 @@ def train_hogwild(config: RunConfig, run_dir: Path, env: DistEnv) -> bool:
     stop_at = 0
 
     output.running(Position.of(done, per_epoch, total))
+    # This process takes no step of its own: its start-up ends where its workers' training begins.
+    output.events.append(StartupEvent(marks=marks()))
     crew = Crew(plan.workers, done)
     try:
         crew.start(worker_args(config, c, done))

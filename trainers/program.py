@@ -11,10 +11,11 @@ import sys
 from pathlib import Path
 
 from trainers import job
-from trainers.events import PhaseEvent
+from trainers.events import PhaseEvent, StartupEvent
 from trainers.job.framework import stopped_early
 from trainers.metrics import EventLog
 from trainers.plan import RunConfig
+from trainers.startup import Mark, mark, marks
 from trainers.user_errors import UserCodeError, blaming
 
 
@@ -34,7 +35,12 @@ def run_program(config: RunConfig, run_dir: Path, stopped_exit: int) -> int:
         raise ValueError("run_program needs a program job with its code bundle")
     target = program.target
     # The job is running once its script starts, whether or not the script ever reports.
-    EventLog(run_dir, int(os.environ.get("RANK", "0")) == 0).append(PhaseEvent(phase="running"))
+    events = EventLog(run_dir, int(os.environ.get("RANK", "0")) == 0)
+    phase = PhaseEvent(phase="running")
+    mark(Mark.FIRST_STEP, phase.time)
+    events.append(phase)
+    # The script's first step, if it steps through trainers.job, adds its own mark later.
+    events.append(StartupEvent(marks=marks()))
     os.chdir(code_dir)
     sys.path.insert(0, code_dir)
     if target.script is not None and not Path(code_dir, target.script).is_file():

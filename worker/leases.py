@@ -7,7 +7,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from sqlalchemy import ColumnElement, Select, delete, select, update
+from sqlalchemy import ColumnElement, Select, delete, func, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -15,13 +15,15 @@ from core.config import get_settings
 from core.db import session_scope
 from core.doorbell import ring_unless_pending
 from core.hosts import freshest_per_host, gpu_indices, live_hosts
-from core.models import GpuLease, Job, JobNode, Worker, utcnow
+from core.models import GpuLease, Job, JobEvent, JobNode, Worker, as_utc, utcnow
 from core.queue_order import START_ORDER
 from core.states import ACTIVE, JobStatus
 from core.transitions import move
 from trainers.plan import Plan
+from trainers.startup import Mark
 from worker.placement import HostView, NodeChoice, choose_nodes, cpu_cores, never_fits, reserve, wants_gpus
 from worker.preempt import PreemptRaced, preempt_for
+from worker.tail import add_marks
 
 WAITING_FOR_GPUS = "waiting_for_gpus"
 WAITING_FOR_CORES = "waiting_for_cores"
@@ -179,7 +181,9 @@ def _try_claim(job_id: int) -> Claim:
         session.add_all(
             GpuLease(host=node.host, gpu_index=gpu, job_id=job_id) for node in nodes for gpu in node.gpu_ids
         )
-        attempt = session.execute(select(Job.attempt).where(Job.id == job_id)).scalar_one()
+        claimed = session.get_one(Job, job_id)  # as move() read it back: the new attempt
+        attempt = claimed.attempt
+        add_marks(claimed, {**queued_mark(session, job_id), Mark.PLACED: now.timestamp()})
         session.execute(delete(JobNode).where(JobNode.job_id == job_id))
         session.add_all(
             JobNode(
@@ -195,6 +199,15 @@ def _try_claim(job_id: int) -> Claim:
         )
         session.flush()
     return Claim(job_id, ClaimOutcome.CLAIMED, attempt=attempt, nodes=nodes)
+
+
+def queued_mark(session: Session, job_id: int) -> dict[Mark, float]:
+    """When the job last entered the queue (submitted, requeued, retried); none for a row made otherwise."""
+    entered = select(func.max(JobEvent.at)).where(
+        JobEvent.job_id == job_id, JobEvent.to_status == JobStatus.QUEUED
+    )
+    at = session.scalar(entered)
+    return {} if at is None else {Mark.QUEUED: as_utc(at).timestamp()}
 
 
 def _where(nodes: list[NodeChoice]) -> str:

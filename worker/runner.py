@@ -12,6 +12,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -24,9 +25,10 @@ from core.launch import Launch, build_launch
 from core.models import Checkpoint, Job, JobNode, utcnow
 from core.sandbox import confine
 from core.states import JobStatus
-from trainers.events import EVENTS_FILE, LAUNCHER_LOG, LOG_DIR, PhaseEvent, WarningEvent
+from trainers.events import EVENTS_FILE, LAUNCHER_LOG, LOG_DIR, PhaseEvent, StartupEvent, WarningEvent
 from trainers.plan import Plan, RunConfig
 from trainers.spec import JobSpec
+from trainers.startup import Mark
 from worker.disk import disk_limit
 from worker.heartbeat import Heartbeat
 from worker.kill import JobMark, kill_job, mark_for
@@ -36,8 +38,8 @@ from worker.publish import UnusableCheckpoint, resume_file
 from worker.rundir import append_no_follow, prepare_run_dir, set_aside_stale
 from worker.sandbox import check_starts, is_sandboxed, job_bundle, sandbox_for
 from worker.standby import WarmLauncher
-from worker.supervise import CANCELLED, Outcome, RunningJob, Supervisor, finish, ring_others, runtime_deadline
-from worker.tail import EventTail, apply_events, note
+from worker.supervise import CANCELLED, Outcome, RunningJob, Supervisor, finish, ring_others
+from worker.tail import EventTail, add_marks, apply_events, note
 from worker.uploads import Uploads
 
 log = logging.getLogger(__name__)
@@ -115,14 +117,16 @@ def _catch_up(job_id: int, run_dir: Path, uploads: Uploads, settings: Settings) 
     """Record what earlier attempts wrote after their worker died (their processes train on until the reaper
     stops them: checkpoints come and go), so the next attempt resumes from a checkpoint that still exists.
 
-    Re-reading is idempotent; only phase events and warnings are skipped, as they speak of an earlier attempt.
-    Returns a tail at the end of the file, for this attempt's events, once their checkpoints are stored
-    (or upload_drain_s has passed, and the attempt resumes from an older one).
+    Re-reading is idempotent; only phase, start-up and warning events are skipped, as they speak of an
+    earlier attempt. Returns a tail at the end of the file, for this attempt's events, once their checkpoints
+    are stored (or upload_drain_s has passed, and the attempt resumes from an older one).
     """
     tail = EventTail(run_dir / EVENTS_FILE)
     while True:
         start = tail.offset
-        events = [event for event in tail.read() if not isinstance(event, PhaseEvent | WarningEvent)]
+        events = [
+            event for event in tail.read() if not isinstance(event, PhaseEvent | StartupEvent | WarningEvent)
+        ]
         if events:
             with session_scope() as session:
                 apply_events(session, job_id, events, uploads)
@@ -203,6 +207,8 @@ def _start_if_starting(
             header.write(
                 f"=== attempt {task.attempt} node {task.node_rank}: {' '.join(command.argv)}\n".encode()
             )
+        if task.node_rank == 0:
+            add_marks(session.get_one(Job, task.job_id), {Mark.LAUNCHED: time.time()})
         return warm_launcher().start(command, launcher_log)
 
 
@@ -277,7 +283,7 @@ def launch(mark: JobMark, task: NodeTask, settings: Settings, uploads: Uploads) 
         mark=mark,
         process=process,
         tail=tail,
-        deadline=runtime_deadline(job.started_at, spec.limits.max_runtime_s),
+        started_at=job.started_at,
         max_runtime_s=spec.limits.max_runtime_s,
         max_restarts=spec.limits.max_restarts,
         node_rank=task.node_rank,

@@ -9,7 +9,7 @@ import logging
 import subprocess
 import threading
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 
 from sqlalchemy import func, select
@@ -22,14 +22,16 @@ from core.doorbell import enqueue_job
 from core.models import Job, JobEvent, utcnow
 from core.states import JobStatus
 from core.transitions import move, move_from_any
+from trainers.startup import Mark
+from worker.deadline import look
 from worker.disk import DiskLimit, DiskWatch
 from worker.failure import classify_failure, root_cause
-from worker.heartbeat import OWNED, own
+from worker.heartbeat import own
 from worker.kill import JobMark, kill_job
 from worker.leases import release_leases, ring_waiting_jobs
 from worker.nodes import NodeTask, next_attempt_of_nodes, unfinished_after
 from worker.preempt import PREEMPTED_REASON
-from worker.tail import EventTail, apply_events
+from worker.tail import EventTail, add_marks, apply_events
 from worker.uploads import Uploads
 
 log = logging.getLogger(__name__)
@@ -61,7 +63,7 @@ class RunningJob:
     mark: JobMark
     process: subprocess.Popen[bytes]
     tail: EventTail | None  # None on a node that leaves the shared events file to node 0
-    deadline: datetime | None  # from spec.limits.max_runtime_s
+    started_at: datetime | None  # when the job was placed: spec.limits.max_runtime_s counts from there
     max_runtime_s: int | None
     max_restarts: int = 0
     node_rank: int = 0
@@ -83,12 +85,6 @@ def exit_outcome(run_dir: Path, code: int) -> Outcome:
 def as_utc(moment: datetime) -> datetime:
     # SQLite hands back naive datetimes; every stored time is UTC.
     return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
-
-
-def runtime_deadline(started_at: datetime | None, max_runtime_s: int | None) -> datetime | None:
-    if started_at is None or max_runtime_s is None:
-        return None
-    return as_utc(started_at) + timedelta(seconds=max_runtime_s)
 
 
 def finish(job_id: int, attempt: int, outcome: Outcome) -> bool:
@@ -134,6 +130,7 @@ def begin_restart(job: RunningJob, outcome: Outcome) -> int | None:
         if used >= job.max_restarts:
             return None
         restart = f"restart {used + 1} of limits.max_restarts={job.max_restarts}"
+        now = utcnow()
         if not move(
             session,
             job.job_id,
@@ -151,9 +148,12 @@ def begin_restart(job: RunningJob, outcome: Outcome) -> int | None:
             reason="restart",
             message=f"{restart}: resuming from the latest checkpoint",
             attempt=job.attempt + 1,
-            heartbeat_at=utcnow(),
+            heartbeat_at=now,
             running_at=None,
         )
+        # In place, the new attempt is queued and placed at once, on the GPUs it keeps.
+        restarted = now.timestamp()
+        add_marks(session.get_one(Job, job.job_id), {Mark.QUEUED: restarted, Mark.PLACED: restarted})
         next_attempt_of_nodes(session, job.job_id, job.attempt + 1)
     return job.attempt + 1
 
@@ -200,20 +200,20 @@ class Supervisor:
         job = self.job
         try:
             self._pump()
-            status = self._status()
-            if status is None:
+            seen = look(job)
+            if seen is None:
                 log.warning("job %s attempt %s is no longer ours; stopping it", job.job_id, job.attempt)
                 self._stop_processes(self.settings.cancel_grace_s)
                 return True
             if self.stop.is_set():
                 return self._end(REQUEUED)
-            if status is JobStatus.CANCELLING:
+            if seen.status is JobStatus.CANCELLING:
                 return self._end(CANCELLED)
-            if status is JobStatus.PREEMPTING:
+            if seen.status is JobStatus.PREEMPTING:
                 # One that finished meanwhile keeps its success rather than running again.
                 done = job.process.poll() == 0
                 return self._end(exit_outcome(job.mark.run_dir, 0) if done else PREEMPTED)
-            if job.deadline is not None and utcnow() >= job.deadline:
+            if seen.deadline is not None and utcnow() >= seen.deadline:
                 limit = f"ran past limits.max_runtime_s={job.max_runtime_s}"
                 return self._end(Outcome(JobStatus.TIMED_OUT, "max_runtime", limit))
             if (full := self.disk.exceeded()) is not None:
@@ -241,13 +241,6 @@ class Supervisor:
         except SQLAlchemyError:
             tail.offset = start
             raise
-
-    def _status(self) -> JobStatus | None:
-        with session_scope() as session:
-            row = session.execute(select(Job.status, Job.attempt).where(Job.id == self.job.job_id)).first()
-        if row is None or row.attempt != self.job.attempt or row.status not in OWNED:
-            return None
-        return JobStatus(row.status)
 
     def _stop_processes(self, grace_s: float) -> None:
         kill_job(self.job.mark, grace_s, group=self.job.process.pid)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -26,10 +26,12 @@ from trainers.events import (
     Event,
     MetricsEvent,
     PhaseEvent,
+    StartupEvent,
     WarningEvent,
     parse_event,
 )
 from trainers.files import inside
+from trainers.startup import WORKER_MARKS, Mark
 
 if TYPE_CHECKING:
     from worker.uploads import Uploads
@@ -128,6 +130,8 @@ def apply_events(session: Session, job_id: int, events: Sequence[Event], uploads
     for event in events:
         if isinstance(event, PhaseEvent):
             move(session, job_id, JobStatus.STARTING, JobStatus.RUNNING, running_at=utcnow())
+        elif isinstance(event, StartupEvent):
+            _rank_marks(session, job_id, event)
         elif isinstance(event, MetricsEvent):
             metrics += _metric_rows(job_id, event)
             latest.update({name: _finite_or_none(value) for name, value in event.values.items()})
@@ -143,6 +147,24 @@ def apply_events(session: Session, job_id: int, events: Sequence[Event], uploads
     insert_ignoring_duplicates(session, Metric, metrics)
     if progress is not None:
         _update_progress(session, job_id, progress, latest)
+
+
+def _rank_marks(session: Session, job_id: int, event: StartupEvent) -> None:
+    job = session.get(Job, job_id)
+    if job is not None:
+        add_marks(job, {name: at for name, at in event.marks.items() if name not in WORKER_MARKS})
+
+
+def attempt_marks(timings: dict[str, Any] | None, attempt: int) -> dict[str, float]:
+    """The start-up marks jobs.timings holds for `attempt`; none when it holds another attempt's."""
+    return dict(timings["marks"]) if timings is not None and timings.get("attempt") == attempt else {}
+
+
+def add_marks(job: Job, marks: Mapping[Mark, float]) -> None:
+    """Start-up marks into the job's timings for its current attempt; the first marks of an attempt start a
+    new record, so an earlier attempt's never mix in."""
+    # A new dict, not an in-place update: SQLAlchemy does not track mutation inside a JSON value.
+    job.timings = {"attempt": job.attempt, "marks": {**attempt_marks(job.timings, job.attempt), **marks}}
 
 
 def _checkpoint_saved(session: Session, job_id: int, event: CheckpointEvent, uploads: Uploads) -> None:

@@ -21,6 +21,7 @@ from app.cli.render import (
     progress_text,
     ran_for,
     resumed_text,
+    startup_text,
     waiting_or_message,
     warnings_console,
 )
@@ -141,6 +142,8 @@ def status(client: TrainyardClient, job_id: int, follow: bool) -> None:
         console.print(f"  code:     {job.spec['code']}")
     if program := job.spec.get("program"):
         console.print(f"  program:  {program_text(program)}")
+    if job.timings is not None:
+        console.print(f"  start-up: {startup_text(job.timings)}")
     console.print(f"  progress: {progress_text(job)}, ETA {duration(job.progress.eta_s)}")
     latest = ", ".join(f"{name} {number(value)}" for name, value in sorted(job.latest_metrics.items()))
     console.print(f"  latest:   {latest or '-'}")

@@ -8,6 +8,8 @@ from typing import Any
 from rich.console import Console
 
 from app.schemas import JobPublic
+from app.timings import JobTimings
+from trainers.startup import PHASE_ENDING, Mark
 
 # Markup off: job names and worker messages ("GPUs [1]") are shown as written, never read as styles.
 console = Console(highlight=False, markup=False)
@@ -72,3 +74,15 @@ def program_text(program: dict[str, Any]) -> str:
 def resumed_text(job: JobPublic) -> str:
     checkpoint = job.spec.get("checkpoint", {}).get("resume_from")
     return "" if checkpoint is None else f", from checkpoint {checkpoint}"
+
+
+def startup_text(timings: JobTimings) -> str:
+    """ "queued 0.4 s, launch 0.1 s, ... -> first step 4.2 s (first step 1.1 s)": the phases up to the first
+    step, their sum, then the first step's own time."""
+    first_step = PHASE_ENDING[Mark.FIRST_STEP_DONE]
+    before = [
+        f"{p.phase.replace('_', ' ')} {p.seconds:.1f} s" for p in timings.phases if p.phase != first_step
+    ]
+    whole = "" if timings.to_first_step_s is None else f" -> first step {timings.to_first_step_s:.1f} s"
+    own = "" if timings.first_step_s is None else f" (first step {timings.first_step_s:.1f} s)"
+    return (", ".join(before) or "-") + whole + own

@@ -13,6 +13,7 @@ from app.services.keys import Caller
 from app.services.queue import JOBS, QUEUE_POSITION
 from app.services.runs import discard_run_dir, put_run_dir_back, set_run_dir_aside
 from app.services.shown import shown_plan
+from app.timings import job_timings
 from core.config import Settings, get_settings
 from core.models import Job, JobEvent, utcnow
 from core.states import JobStatus
@@ -54,14 +55,17 @@ def progress_of(job: Job, now: datetime) -> JobProgress:
     return JobProgress(step=step, total=total, eta_s=eta_s)
 
 
-# JobPublic's fields that are the job's own columns; the other two are worked out when it is shown.
-_COLUMNS = JobPublic.model_fields.keys() - {"queue_position", "progress"}
+# JobPublic's fields that are the job's own columns; the others are worked out when it is shown.
+_COLUMNS = JobPublic.model_fields.keys() - {"queue_position", "progress", "timings"}
 
 
 def _public(job: Job, position: int | None, now: datetime) -> JobPublic:
     shown = {name: getattr(job, name) for name in _COLUMNS}
     shown.update(
-        queue_position=position, progress=progress_of(job, now), plan=shown_plan(job.plan, get_settings())
+        queue_position=position,
+        progress=progress_of(job, now),
+        plan=shown_plan(job.plan, get_settings()),
+        timings=job_timings(job.timings),
     )
     return JobPublic.model_validate(shown)
 

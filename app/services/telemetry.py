@@ -1,20 +1,27 @@
-"""Cluster gauges for Prometheus, read from SQL at scrape time so every API process reports the same truth."""
+"""Cluster gauges and start-up histograms for Prometheus, read from SQL at scrape time so every API process
+reports the same truth."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any
 
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.core import Metric as Family
 from prometheus_client.registry import Collector
 from sqlalchemy import and_, func, select
 from sqlalchemy.orm import Session
 
 from app.schemas import as_utc
+from app.timings import TO_FIRST_STEP, between, phases
 from core.db import new_session
 from core.gpu_series import GAUGES, GpuQuantity, split_series
 from core.models import GpuLease, Job, Metric, Worker, utcnow
 from core.states import JobStatus
+from trainers.startup import Mark
+
+# Seconds: from a warm start's tenths to a cold compiled job's minutes.
+STARTUP_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.0, 3.0, 5.0, 7.5, 10.0, 15.0, 20.0, 30.0, 45.0, 60.0, 90.0, 120.0)
 
 
 class ClusterCollector(Collector):
@@ -27,6 +34,7 @@ class ClusterCollector(Collector):
             leased = session.execute(select(GpuLease.host, func.count()).group_by(GpuLease.host)).all()
             workers = session.execute(select(Worker.id, Worker.host, Worker.heartbeat_at)).all()
             telemetry = latest_gpu_telemetry(session)
+            timings = session.scalars(select(Job.timings).where(Job.timings.is_not(None))).all()
         jobs = GaugeMetricFamily("trainyard_jobs", "Jobs in each state", labels=["status"])
         for status in JobStatus:
             jobs.add_metric([status], by_status.get(status, 0))
@@ -51,6 +59,29 @@ class ClusterCollector(Collector):
             for job_id, gpu, value in telemetry.get(quantity, []):
                 gauge.add_metric([str(job_id), gpu], value)
             yield gauge
+        yield startup_histogram(stored for stored in timings if stored)
+
+
+def startup_histogram(stored: Iterable[Mapping[str, Any]]) -> HistogramMetricFamily:
+    """Every job's latest start-up (jobs.timings): each phase it holds, and the whole of it to the first
+    step."""
+    observed: dict[str, list[float]] = {}
+    for timings in stored:
+        marks = timings["marks"]
+        seen = phases(marks)
+        if (whole := between(marks, Mark.QUEUED, Mark.FIRST_STEP)) is not None:
+            seen.append((TO_FIRST_STEP, whole))
+        for phase, seconds in seen:
+            observed.setdefault(phase, []).append(seconds)
+    family = HistogramMetricFamily(
+        "trainyard_job_startup_seconds",
+        "Seconds of each phase of a job's start-up, its latest attempt's, and to_first_step: all of them",
+        labels=["phase"],
+    )
+    for phase, values in observed.items():
+        buckets = [(str(bound), sum(value <= bound for value in values)) for bound in STARTUP_BUCKETS]
+        family.add_metric([phase], [*buckets, ("+Inf", len(values))], sum_value=sum(values))
+    return family
 
 
 def latest_gpu_telemetry(session: Session) -> dict[GpuQuantity, list[tuple[int, str, float]]]:

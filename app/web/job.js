@@ -1,6 +1,6 @@
 "use strict";
-// One job: status and progress, live curves, what it ran (spec and plan), its profile, logs per rank, state
-// events, checkpoints, and Cancel while it can still be cancelled.
+// One job: status and progress, live curves, what it ran (spec and plan), its start-up, its profile, logs per
+// rank, state events, checkpoints, and Cancel while it can still be cancelled.
 
 const LOG_TAIL_CHARS = 200_000;
 
@@ -11,11 +11,12 @@ function jobView(root, signal, jobId) {
   const latest = h("div", { class: "latest" });
   const curves = h("div");
   const record = h("div", { class: "columns" });
+  const startup = h("div");
   const tools = h("div");
   const events = h("div");
   const checkpoints = h("div");
   const logs = logPanel(jobId, signal);
-  root.append(header, latest, curves, record, tools,
+  root.append(header, latest, curves, record, startup, tools,
     h("section", { class: "card" }, h("h3", {}, "Logs"), logs.element),
     h("div", { class: "columns" },
       h("section", { class: "card" }, h("h3", {}, "State events"), events),
@@ -47,6 +48,8 @@ function jobView(root, signal, jobId) {
     latest.replaceChildren(...Object.entries(job.latest_metrics).map(([name, value]) =>
       h("span", { class: "metric" }, h("b", {}, name), " ", formatNumber(value))));
     logs.setRanks(job.plan.world_size || 0);
+    // Its marks arrive while the job starts, and a restart begins a new record.
+    startup.replaceChildren(...(job.timings ? [startupCard(job.timings)] : []));
   };
 
   const refresh = async () => {

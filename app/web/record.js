@@ -1,6 +1,6 @@
 "use strict";
-// What a job was: its spec and the plan it resolved to, readable and as JSON, and what its trainer wrote for
-// inspection tools (the profile, TensorBoard's events).
+// What a job was: its spec and the plan it resolved to, readable and as JSON, its start-up's phases, and what
+// its trainer wrote for inspection tools (the profile, TensorBoard's events).
 
 /** {a: {b: 1}} -> [["a.b", 1]]; a list is one value. */
 function leaves(value, prefix = "") {
@@ -63,6 +63,16 @@ function planCard(plan) {
     ["GPUs", plan.gpus?.length ? plan.gpus.join(", ") : null],
     ["resumes from", plan.resume_path],
   ]), plan.argv?.length ? h("pre", { class: "argv" }, plan.argv.join(" ")) : null, allFields(plan));
+}
+
+/** Where the current attempt's start-up went, phase by phase: the job's timings. */
+function startupCard(timings) {
+  const seconds = (value) => (value === null ? null : `${value.toFixed(2)} s`);
+  return card("Start-up", timings, factList([
+    ...timings.phases.map((p) => [p.phase.replaceAll("_", " "), seconds(p.seconds)]),
+    ["to first step", seconds(timings.to_first_step_s)],
+    ["attempt", String(timings.attempt)],
+  ]));
 }
 
 /** The profile's summary and trace, and TensorBoard's events, for a job that asked for them. */

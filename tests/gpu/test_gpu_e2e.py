@@ -95,3 +95,16 @@ def test_one_gpu_job_runs_on_physical_gpu_1(gpu_stack: Stack) -> None:
     assert holders[1] == job["id"] and holders[0] is None
     assert busy[1] - idle[1] > 500, "the job did not allocate on physical GPU 1"
     assert abs(busy[0] - idle[0]) < 100, "the job touched GPU 0"
+
+
+def test_a_gpu_job_reports_each_phase_of_its_start_up(gpu_stack: Stack) -> None:
+    """Its first step synchronises the device once, so the first_step phase holds the step's kernels."""
+    with gpu_stack.client() as client:
+        job = wait_status(
+            client, submit(client, gpu_spec([0], max_steps=20))["id"], {"succeeded"}, timeout=300
+        )
+    phases = job["timings"]["phases"]
+    named = ["queued", "launch", "process_start", "imports", "data", "model", "setup", "first_step"]
+    assert [phase["phase"] for phase in phases] == named
+    assert all(phase["seconds"] >= 0 for phase in phases), phases
+    print("start-up on 1 GPU:", phases, "to first step", job["timings"]["to_first_step_s"])

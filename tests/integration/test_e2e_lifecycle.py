@@ -85,3 +85,15 @@ def test_two_jobs_run_side_by_side(side_by_side: list[dict[str, Any]]) -> None:
     start = [datetime.fromisoformat(job["started_at"]) for job in side_by_side]
     end = [datetime.fromisoformat(job["finished_at"]) for job in side_by_side]
     assert start[0] < end[1] and start[1] < end[0], "the two jobs did not overlap"
+
+
+def test_a_finished_job_shows_each_phase_of_its_start_up(
+    embedded_stack: Stack, side_by_side: list[dict[str, Any]]
+) -> None:
+    phases = side_by_side[0]["timings"]["phases"]
+    named = ["queued", "launch", "process_start", "imports", "data", "model", "setup", "first_step"]
+    assert [phase["phase"] for phase in phases] == named
+    assert all(phase["seconds"] >= 0 for phase in phases), phases
+    with embedded_stack.client() as client:
+        scraped = client.get("/metrics").text
+    assert 'trainyard_job_startup_seconds_count{phase="to_first_step"}' in scraped

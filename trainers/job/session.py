@@ -181,6 +181,8 @@ class Session:
         if self.micro_steps % train.grad_accum_steps:
             return False
         self.strategy.optimizer_step(optimizer, self.precision, train.clip_grad_norm)
+        if self.micro_steps == train.grad_accum_steps:
+            self.output.first_step_done()
         return True
 
     def report(self, step: int, loss: torch.Tensor | float, metrics: dict[str, torch.Tensor | float]) -> None:

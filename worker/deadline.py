@@ -1,0 +1,58 @@
+"""limits.max_runtime_s: when an attempt runs out of time, read from SQL so that every node of it agrees."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING
+
+from sqlalchemy import select
+
+from core.clock import as_utc
+from core.db import session_scope
+from core.models import Job
+from core.states import JobStatus
+from trainers.startup import Mark
+from worker.heartbeat import OWNED
+from worker.tail import attempt_marks
+
+if TYPE_CHECKING:
+    from worker.supervise import RunningJob
+
+
+def runtime_deadline(
+    started_at: datetime | None,
+    max_runtime_s: int | None,
+    launched: float | None = None,
+    running_at: datetime | None = None,
+) -> datetime | None:
+    """max_runtime_s after the job was placed, plus, once the attempt runs, the time from its launch (epoch
+    seconds) to its first step: the limit counts training, not start-up. Until that first step a start-up
+    that hangs still times out."""
+    if started_at is None or max_runtime_s is None:
+        return None
+    deadline = as_utc(started_at) + timedelta(seconds=max_runtime_s)
+    if launched is None or running_at is None:
+        return deadline
+    return deadline + (as_utc(running_at) - datetime.fromtimestamp(launched, UTC))
+
+
+@dataclass(frozen=True)
+class Look:
+    """The attempt as SQL holds it now."""
+
+    status: JobStatus
+    deadline: datetime | None
+
+
+def look(job: RunningJob) -> Look | None:
+    """The attempt's status and runtime deadline; None once the attempt is no longer ours. Node 0 marks the
+    launch and its tail the first step (running_at); the other nodes, which have no tail, read both here."""
+    with session_scope() as session:
+        query = select(Job.status, Job.attempt, Job.running_at, Job.timings).where(Job.id == job.job_id)
+        row = session.execute(query).first()
+    if row is None or row.attempt != job.attempt or row.status not in OWNED:
+        return None
+    launched = attempt_marks(row.timings, job.attempt).get(Mark.LAUNCHED)
+    deadline = runtime_deadline(job.started_at, job.max_runtime_s, launched, row.running_at)
+    return Look(JobStatus(row.status), deadline)
