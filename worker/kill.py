@@ -2,6 +2,8 @@
 
 torchrun starts each rank in a session of its own, so a process-group kill misses the ranks and their
 data-loader workers. What they all share is what the launch put in their environment, which they inherit.
+A rank forked from the warm standby (worker/standby.py) shows in /proc the environment the standby was started
+with, not the job's: there it carries the standby's id, which the launcher wrote into the run directory.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ import contextlib
 import logging
 import os
 import signal
+import stat
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -18,11 +21,18 @@ from pathlib import Path
 import psutil
 
 from core.launch import JOB_TOKEN_ENV, RUN_DIR_ENV, job_token
+from worker.rundir import append_no_follow
 
 log = logging.getLogger(__name__)
 
 KILL_WAIT_S = 5.0  # after SIGKILL: the kernel only needs to tear the processes down
 POLL_S = 0.05
+
+STANDBY_ID_ENV = "TRAINYARD_STANDBY_ID"
+# In the run directory, the ids of the standbys that took an attempt on: one file per job token ("/" as "_"),
+# as the nodes of a job on a shared disk share its run directory.
+STANDBY_FILES = "standby-{}.id"
+STANDBY_FILE_MAX_BYTES = 4096  # an id per line: 33 bytes, one line per hand-over of the attempt's node
 
 
 @dataclass(frozen=True)
@@ -32,11 +42,38 @@ class JobMark:
     token: str
     run_dir: Path
 
+    @property
+    def standby_file(self) -> Path:
+        return self.run_dir / STANDBY_FILES.format(self.token.replace("/", "_"))
+
     def env(self) -> dict[str, str]:
         return {RUN_DIR_ENV: str(self.run_dir)}
 
-    def matches(self, environ: Mapping[str, str]) -> bool:
+    def standby_ids(self) -> set[str]:
+        """The ids of the standbys that took this attempt on (none when it started cold). A sandboxed job
+        owns its run directory: a link there could name another job's standby, and a pipe or a huge file
+        would stall the kill, so only a plain file is read, and only its start."""
+        try:
+            fd = os.open(self.standby_file, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        except OSError:  # none, as after a cold start, or a link
+            return set()
+        with os.fdopen(fd, "rb") as file:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                return set()
+            return set(file.read(STANDBY_FILE_MAX_BYTES).decode(errors="replace").split())
+
+    def matches(self, environ: Mapping[str, str], standby_ids: set[str] | None = None) -> bool:
+        """`standby_ids`: standby_ids() read once per scan of every process."""
+        if environ.get(STANDBY_ID_ENV) in (standby_ids or set()):
+            return True
         return environ.get(JOB_TOKEN_ENV) == self.token and environ.get(RUN_DIR_ENV) == str(self.run_dir)
+
+
+def name_standby(mark: JobMark, standby_id: str) -> None:
+    """Record that the standby `standby_id` takes this attempt on, before it does: a kill then finds its
+    forked ranks, whenever it comes."""
+    with os.fdopen(append_no_follow(mark.standby_file), "a", encoding="utf-8") as file:
+        file.write(standby_id + "\n")
 
 
 def mark_for(job_id: int, attempt: int, host: str, runs_dir: Path) -> JobMark:
@@ -45,11 +82,12 @@ def mark_for(job_id: int, attempt: int, host: str, runs_dir: Path) -> JobMark:
 
 def job_processes(mark: JobMark) -> list[psutil.Process]:
     found = []
+    standby_ids = mark.standby_ids()
     for proc in psutil.process_iter():
         if proc.pid == os.getpid():
             continue
         try:
-            if mark.matches(proc.environ()):
+            if mark.matches(proc.environ(), standby_ids):
                 found.append(proc)
         except (psutil.AccessDenied, psutil.NoSuchProcess):  # another user's, or gone (zombies included)
             continue

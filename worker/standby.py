@@ -1,16 +1,20 @@
-"""A torchrun started before its job, so a job's start does not wait for torchrun to import torch.
+"""A torchrun started before its job, with torch and the trainer imported, so a job's start waits for neither.
 
 `python -m torch.distributed.run` spends ~3 s importing torch (on an H200 box) before it starts a rank, and
-every job paid that on its way to its first step. The worker keeps one standby: `python -m worker.standby`,
-started ahead of time, imports torchrun's module and blocks on its stdin. Launching a job hands it the
-torchrun arguments, environment and log file as one JSON line; it takes them on and runs torchrun's own
-main() with those arguments, as `python -m torch.distributed.run` would. The worker supervises the standby's
-process as it supervised a torchrun it had just started (same pid-as-group, exit status and signals), and
-starts the next standby at once. With none ready (the first job, or one died), the launch is a plain
-torchrun process as before. A standby whose worker goes away reads end-of-file and exits.
+each rank as much again importing torch, torchvision and the trainer. The worker keeps one standby: `python
+-m worker.standby`, started ahead of time, imports torchrun's module and what every rank of a built-in job
+imports, and blocks on its stdin. Launching a job hands it the torchrun arguments, environment and log file
+as one JSON line; it takes them on and runs torchrun's own main() with those arguments, as `python -m
+torch.distributed.run` would, except that the ranks of `-m trainers.run` are forked from it (torchrun's fork
+start method) rather than started as fresh interpreters. The worker supervises the standby's process as it
+supervised a torchrun it had just started (same pid-as-group, exit status and signals), and starts the next
+standby at once. With none ready (the first job, or one died), the launch is a plain torchrun process as
+before. A standby whose worker goes away reads end-of-file and exits.
 
-Only torchrun's agent is warm: the ranks are fresh processes with the job's environment, as always. The
-standby's /proc environ is the worker's, not the job's, so kill.py finds it by its process group.
+A forked process's /proc environ is the one its standby was started with, not the job's: the standby starts
+with the worker's environment through the ranks' allow-list (so no database or object-store secret shows
+there either) plus an id of its own, which the launcher writes into the job's run directory before the hand-
+over; kill.py finds the standby and its ranks by that id.
 
 A sandboxed job (core/sandbox.py) starts cold: a process cannot enter a mount, pid and user namespace built
 for a job it was started before, nor drop to the job's uid and limits and still be the worker's standby.
@@ -18,19 +22,38 @@ for a job it was started before, nor drop to the job's uid and limits and still 
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
+import secrets
 import subprocess
 import sys
 import threading
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from core.launch import Launch
+import trainers.run
+from core.launch import JOB_TOKEN_ENV, RUN_DIR_ENV, Launch, inherited
 from trainers.run import append_output_to
+from worker.kill import STANDBY_ID_ENV, JobMark, name_standby
 from worker.rundir import append_no_follow
 
 TORCHRUN_MODULE = "torch.distributed.run"
+RANK_ENTRY = ["-m", "trainers.run"]
+# What every rank of a built-in job imports before its first step (trainers/run.py), imported once by the
+# standby so that its forked ranks start with it. Not the Hugging Face libraries, which read HF_* variables at
+# import where a rank must see its job's, nor torch._inductor, which only compiled jobs need.
+RANK_MODULES = (
+    "torch",
+    "torchvision",
+    "torch.distributed.elastic.multiprocessing.errors",
+    "trainers.dist_env",
+    "trainers.loop",
+    "trainers.user_errors",
+    "trainers.strategies.single",
+    "trainers.strategies.ddp",
+)
 
 
 def _torchrun_args(argv: list[str]) -> list[str] | None:
@@ -39,6 +62,22 @@ def _torchrun_args(argv: list[str]) -> list[str] | None:
     if argv[1:3] == ["-m", TORCHRUN_MODULE]:
         return argv[3:]
     return None
+
+
+def forked_ranks(args: list[str]) -> list[str] | None:
+    """torchrun's `args` with the ranks of `-m trainers.run` forked from torchrun's own process, which runs
+    trainers/run.py in each with runpy (torchrun's --run-path); None when they start something else."""
+    for at in range(len(args) - 1):
+        if args[at : at + 2] == RANK_ENTRY:
+            entry = str(Path(trainers.run.__file__).resolve())
+            return [*args[:at], "--start-method", "fork", "--run-path", entry, *args[at + 2 :]]
+    return None
+
+
+@dataclass(frozen=True)
+class _Standby:
+    process: subprocess.Popen[bytes]
+    id: str  # in its /proc environ, and so in its forked ranks', whatever environment it takes on
 
 
 class WarmLauncher:
@@ -50,27 +89,30 @@ class WarmLauncher:
         self.cwd = cwd
         self.enabled = enabled
         self._lock = threading.Lock()
-        self._standby: subprocess.Popen[bytes] | None = None
+        self._standby: _Standby | None = None
 
     @property
     def standby(self) -> subprocess.Popen[bytes] | None:
         """The torchrun waiting for the next job, if one is."""
-        return self._standby
+        return None if self._standby is None else self._standby.process
 
     def prepare(self) -> None:
         """Start a standby if none is waiting (call at worker start; launches call it themselves)."""
         if not self.enabled:
             return
         with self._lock:
-            if self._standby is None or self._standby.poll() is not None:
-                self._standby = subprocess.Popen(
+            if self._standby is None or self._standby.process.poll() is not None:
+                standby_id = secrets.token_hex(16)
+                process = subprocess.Popen(
                     [self.python, "-m", "worker.standby"],
                     cwd=self.cwd,
+                    env={**inherited(os.environ), STANDBY_ID_ENV: standby_id},
                     stdin=subprocess.PIPE,
                     stdout=subprocess.DEVNULL,
                     stderr=subprocess.DEVNULL,
                     start_new_session=True,  # as torchrun's launch: out of the worker's process group
                 )
+                self._standby = _Standby(process, standby_id)
 
     def start(self, command: Launch, log: Path) -> subprocess.Popen[bytes]:
         """torchrun for `command`, its output appended to `log`; the next standby starts meanwhile."""
@@ -82,7 +124,9 @@ class WarmLauncher:
                 self._standby = None
         process = None
         if standby is not None and args is not None:
-            process = self._hand_over(standby, {"args": args, "env": command.env, "log": str(log)})
+            mark = JobMark(command.env[JOB_TOKEN_ENV], Path(command.env[RUN_DIR_ENV]))
+            name_standby(mark, standby.id)
+            process = self._hand_over(standby.process, {"args": args, "env": command.env, "log": str(log)})
         if process is None:
             process = self._cold_start(command, log)
         self.prepare()
@@ -127,15 +171,39 @@ def _take_on(request: dict[str, Any]) -> None:
     os.close(devnull)
 
 
+def _import_rank_modules() -> bool:
+    """Import RANK_MODULES; True if ranks may be forked from here: a child cannot use a CUDA context its
+    parent made, so nothing here may have initialised CUDA (the ranks pick their GPUs after the fork)."""
+    for name in RANK_MODULES:
+        importlib.import_module(name)
+    import torch
+
+    return not torch.cuda.is_initialized()
+
+
 def main() -> None:
     import torch.distributed.run as torchrun  # the seconds this process exists to spend early
 
+    may_fork = _import_rank_modules()
     line = sys.stdin.readline()
     if not line:
         return  # the worker went away without needing this standby
     request = json.loads(line)
     _take_on(request)
-    torchrun.main(request["args"])
+    args = request["args"]
+    forked = forked_ranks(args) if may_fork else None
+    if forked is not None:
+        # torchrun's agent asks whether a GPU is there (for its NUMA default). Through CUDA's runtime that
+        # starts the driver, which a forked child cannot use; through NVML, as torch documents, it does not.
+        os.environ["PYTORCH_NVML_BASED_CUDA_CHECK"] = "1"
+        print(f"standby {os.getpid()}: ranks forked from it, with torch and the trainer imported", flush=True)
+    torchrun.main(args if forked is None else forked)
+    # The job succeeded, and the worker learns it from this exit: tearing down an interpreter that has loaded
+    # torch and the trainer would keep it waiting for a second or more. (A failure raises past this, and the
+    # interpreter prints torchrun's report, which the worker reads.)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":

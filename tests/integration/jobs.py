@@ -11,6 +11,8 @@ import httpx
 import psutil
 
 from tests.integration.servers import ROOT
+from trainers.events import LOG_DIR, rank_log_name
+from worker.kill import STANDBY_FILES, STANDBY_ID_ENV
 
 TERMINAL = {"succeeded", "failed", "timed_out", "cancelled"}
 
@@ -53,7 +55,10 @@ def statuses(client: httpx.Client, job_id: int) -> list[str]:
 
 def job_processes(runs_dir: Path, job_id: int) -> list[psutil.Process]:
     """Every live process started for this job (torchrun, ranks, their children), found by the mark the
-    worker puts in their environment: its token and its run directory."""
+    worker puts in their environment: its token and its run directory, or, for a standby that took the job
+    on and the ranks it forked, the standby's id that the worker wrote into the run directory."""
+    run_dir = runs_dir / str(job_id)
+    standbys = {line for path in run_dir.glob(STANDBY_FILES.format("*")) for line in path.read_text().split()}
     found = []
     for proc in psutil.process_iter():
         try:
@@ -61,8 +66,22 @@ def job_processes(runs_dir: Path, job_id: int) -> list[psutil.Process]:
         except (psutil.AccessDenied, psutil.NoSuchProcess, psutil.ZombieProcess):
             continue
         token = env.get("TRAINYARD_JOB_TOKEN", "")
-        if token.split("/")[1:2] == [str(job_id)] and env.get("TRAINYARD_RUN_DIR") == str(
-            runs_dir / str(job_id)
+        if env.get(STANDBY_ID_ENV) in standbys or (
+            token.split("/")[1:2] == [str(job_id)] and env.get("TRAINYARD_RUN_DIR") == str(run_dir)
         ):
             found.append(proc)
+    return found
+
+
+def rank_processes(runs_dir: Path, job_id: int, rank: int) -> list[psutil.Process]:
+    """The job's processes that write rank `rank`'s log, lowest pid (the rank's own) first: a rank forked
+    from the standby shows neither its RANK nor trainers.run in /proc, only the files it has open."""
+    log = (runs_dir / str(job_id) / LOG_DIR / rank_log_name(rank)).resolve()
+    found = []
+    for proc in job_processes(runs_dir, job_id):
+        try:
+            if any(Path(file.path) == log for file in proc.open_files()):
+                found.append(proc)
+        except psutil.Error:
+            continue
     return found

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.integration.jobs import example_spec, job_processes, submit, wait_status
+from tests.integration.jobs import example_spec, rank_processes, submit, wait_status
 from tests.integration.servers import ROOT, Stack, wait_for
 from trainers.checkpoint import (
     CorruptCheckpoint,
@@ -129,7 +129,7 @@ def test_a_corrupt_newest_checkpoint_is_passed_over_and_never_served(embedded_st
         job_id = submit(client, CORRUPTIBLE)["id"]
         run_dir = runs / str(job_id)
         wait_for(lambda: len(saved(run_dir)) >= 2, 180, "two checkpoints")
-        ranks = [p for p in job_processes(runs, job_id) if "trainers.run" in p.cmdline()]
+        ranks = [p for rank in (0, 1) for p in rank_processes(runs, job_id, rank)]
         for rank in ranks:
             rank.suspend()  # no step and no write while the run directory is changed under it
         *_, previous, newest = saved(run_dir)

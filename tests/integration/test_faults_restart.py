@@ -13,7 +13,14 @@ from typing import Any
 import psutil
 import pytest
 
-from tests.integration.jobs import example_spec, job_processes, metric_values, submit, wait_status
+from tests.integration.jobs import (
+    example_spec,
+    job_processes,
+    metric_values,
+    rank_processes,
+    submit,
+    wait_status,
+)
 from tests.integration.servers import Stack
 
 # Checkpoints every 20 steps and metrics every 5: a restart resumes at a report boundary, so the resumed
@@ -36,13 +43,9 @@ def runs_dir(stack: Stack) -> Path:
 
 
 def rank_process(stack: Stack, job_id: int, rank: int) -> psutil.Process:
-    for proc in job_processes(runs_dir(stack), job_id):
-        try:
-            if proc.environ().get("RANK") == str(rank) and "trainers.run" in proc.cmdline():
-                return proc
-        except psutil.NoSuchProcess:
-            continue
-    raise AssertionError(f"no rank {rank} process for job {job_id}")
+    found = rank_processes(runs_dir(stack), job_id, rank)
+    assert found, f"no rank {rank} process for job {job_id}"
+    return found[0]
 
 
 def wait_step(stack: Stack, job_id: int, step: int, timeout: float = 120) -> None:

@@ -12,6 +12,8 @@ import pytest
 
 from tests.integration.jobs import example_spec, job_processes, metric_values, submit, wait_status
 from tests.integration.servers import Postgres, Redis, Stack, wait_for
+from worker.kill import job_processes as kill_processes
+from worker.kill import mark_for
 
 HOSTS = ("host-a", "host-b")
 DDP = example_spec(
@@ -51,15 +53,8 @@ def node_hosts(stack: Stack, job_id: int) -> int:
 
 
 def host_processes(stack: Stack, job_id: int, host: str) -> list[psutil.Process]:
-    runs_dir = Path(stack.env["TRAINYARD_RUNS_DIR"])
-    found = []
-    for proc in job_processes(runs_dir, job_id):
-        try:
-            if proc.environ().get("TRAINYARD_JOB_TOKEN", "").startswith(f"{host}/"):
-                found.append(proc)
-        except psutil.Error:
-            continue
-    return found
+    """The first attempt's processes on `host`, found as that host's worker would find them."""
+    return kill_processes(mark_for(job_id, 1, host, Path(stack.env["TRAINYARD_RUNS_DIR"])))
 
 
 def test_two_hosts_are_listed(two_hosts: Stack) -> None:

@@ -1,16 +1,27 @@
-"""The warm launcher: a standby that has imported torchrun becomes the job's torchrun, with the job's
-environment and log, and the next standby is started; without one, a plain torchrun process starts."""
+"""The warm launcher: a standby that has imported torchrun and the trainer becomes the job's torchrun, with
+the job's environment and log, and forks the ranks of trainers.run; the next standby is started; without
+one, a plain torchrun process starts."""
 
 from __future__ import annotations
 
+import json
 import sys
+import time
 from pathlib import Path
+from typing import Any
 
+import psutil
 import pytest
+from torch.distributed.run import parse_args
 
-from core.launch import Launch
+from core.launch import JOB_TOKEN_ENV, RUN_DIR_ENV, Launch, build_launch
+from tests.integration.trainer_helpers import write_config
+from tests.unit.conftest import job_body
+from trainers.events import EVENTS_FILE, LAUNCHER_LOG, LOG_DIR, DoneEvent, parse_event, rank_log_name
+from worker.failure import FailureKind, classify_failure, root_cause
+from worker.kill import job_processes, kill_job, mark_for
 from worker.runner import PROJECT_ROOT
-from worker.standby import WarmLauncher
+from worker.standby import WarmLauncher, forked_ranks
 
 # Both ranks share the log, so each writes its line in one call: print's separate writes interleave.
 RANK_SCRIPT = """
@@ -27,7 +38,8 @@ def torchrun(tmp_path: Path, **env: str) -> Launch:
     script.write_text(RANK_SCRIPT)
     argv = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes", "1"]
     argv += ["--nproc-per-node", "2", str(script)]
-    return Launch(argv=argv, env={"PATH": "/usr/bin:/bin", "JOB_MARKER": "job-7", **env})
+    mark = {JOB_TOKEN_ENV: "test/7/1", RUN_DIR_ENV: str(tmp_path)}
+    return Launch(argv=argv, env={"PATH": "/usr/bin:/bin", "JOB_MARKER": "job-7", **mark, **env})
 
 
 @pytest.fixture
@@ -100,3 +112,163 @@ def test_a_command_that_wraps_torchrun_starts_cold_and_leaves_the_standby(
     assert process.wait(TIMEOUT_S) == 0
     assert "rank says job-7 0 2" in (tmp_path / "launcher.log").read_text()
     standby.kill()
+
+
+HOST = "test-host"
+JOB_ID = 1  # write_config's
+
+
+def two_ranks(max_steps: int) -> dict[str, Any]:
+    """A built-in job of 2 gloo ranks on the CPU."""
+    parallel = {"strategy": "ddp", "nproc_per_node": 2}
+    return job_body(train={"max_steps": max_steps, "batch_size": 8}, parallel=parallel)
+
+
+def trainer_launch(
+    runs: Path, spec: dict[str, Any], gpu_ids: list[int] | None = None, code_dir: Path | None = None
+) -> Launch:
+    """`spec` as job 1 in runs/1, launched as the worker launches it."""
+    run_dir = runs / str(JOB_ID)
+    config = write_config(run_dir, spec, code_dir=code_dir)
+    return build_launch(
+        config.plan,
+        job_id=JOB_ID,
+        attempt=1,
+        host=HOST,
+        run_dir=run_dir,
+        data_dir=runs,
+        gpu_ids=gpu_ids or [],
+        python=sys.executable,
+    )
+
+
+def test_the_trainers_ranks_are_forked_through_torchruns_own_options(tmp_path: Path) -> None:
+    args = trainer_launch(tmp_path, two_ranks(1)).argv[3:]
+    forked = forked_ranks(args)
+    assert forked is not None
+    cold, warm = parse_args(args), parse_args(forked)
+    assert warm.start_method == "fork" and warm.run_path and not warm.module
+    assert warm.training_script == str(PROJECT_ROOT / "trainers" / "run.py")
+    assert warm.training_script_args == cold.training_script_args == ["--run-dir", str(tmp_path / "1")]
+    assert warm.nproc_per_node == cold.nproc_per_node and warm.standalone == cold.standalone
+    assert forked_ranks(["--standalone", "--nproc-per-node", "2", "script.py"]) is None
+
+
+def test_a_job_trains_in_ranks_forked_from_the_standby(tmp_path: Path, launcher: WarmLauncher) -> None:
+    launcher.prepare()
+    standby = launcher.standby
+    log = tmp_path / LAUNCHER_LOG
+    process = launcher.start(trainer_launch(tmp_path, two_ranks(3)), log)
+    assert process is standby
+    assert process.wait(TIMEOUT_S) == 0, log.read_text()
+    assert "ranks forked from it" in log.read_text()
+    events = [parse_event(line) for line in (tmp_path / "1" / EVENTS_FILE).read_text().splitlines()]
+    assert any(isinstance(event, DoneEvent) and event.step == 3 for event in events), events
+    if launcher.standby is not None:
+        launcher.standby.kill()
+
+
+def test_a_forked_rank_that_fails_fails_torchrun(tmp_path: Path, launcher: WarmLauncher) -> None:
+    launcher.prepare()
+    command = trainer_launch(tmp_path, two_ranks(3))
+    (tmp_path / "1" / "spec.json").unlink()  # every rank fails reading it
+    log = tmp_path / LAUNCHER_LOG
+    process = launcher.start(command, log)
+    assert process.wait(TIMEOUT_S) != 0
+    assert "ranks forked from it" in log.read_text() and "ChildFailedError" in log.read_text()
+    # The error file the worker reads to tell why the job failed.
+    error = json.loads((tmp_path / "1" / "error.json").read_text())
+    assert "FileNotFoundError" in json.dumps(error)
+    if launcher.standby is not None:
+        launcher.standby.kill()
+
+
+def children(process: psutil.Process, count: int) -> list[psutil.Process]:
+    deadline = time.monotonic() + TIMEOUT_S
+    while len(found := process.children()) < count:
+        assert time.monotonic() < deadline, f"{process.pid} never had {count} children"
+        time.sleep(0.1)
+    return found
+
+
+def test_the_jobs_mark_finds_and_stops_ranks_forked_from_the_standby(
+    tmp_path: Path, launcher: WarmLauncher
+) -> None:
+    launcher.prepare()
+    standby = launcher.standby
+    assert standby is not None
+    process = launcher.start(trainer_launch(tmp_path, two_ranks(10_000_000)), tmp_path / LAUNCHER_LOG)
+    agent = psutil.Process(process.pid)
+    ranks = children(agent, 2)
+    # Forked from the standby, not fresh `python -m trainers.run` interpreters.
+    assert all(rank.cmdline() == agent.cmdline() for rank in ranks)
+    mark = mark_for(JOB_ID, 1, HOST, tmp_path)
+    # The ranks' /proc environ is the standby's: the job's token is not there, the standby's id is.
+    assert {rank.pid for rank in ranks} <= {found.pid for found in job_processes(mark)}
+    assert kill_job(mark, grace_s=10) == []  # no process group given: the reaper's case
+    assert process.wait(TIMEOUT_S) != 0
+    if launcher.standby is not None:
+        launcher.standby.kill()
+
+
+def test_the_standby_sees_only_what_a_rank_may_inherit(
+    launcher: WarmLauncher, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TRAINYARD_DATABASE_URL", "postgresql://trainyard:secret@db/trainyard")
+    launcher.prepare()
+    standby = launcher.standby
+    assert standby is not None
+    deadline = time.monotonic() + TIMEOUT_S
+    # Empty until its exec has set up its new stack, which may come after Popen returns.
+    while not (environ := psutil.Process(standby.pid).environ()) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    standby.kill()
+    assert "TRAINYARD_DATABASE_URL" not in environ and environ.get("TRAINYARD_STANDBY_ID"), environ
+    assert environ["PATH"]
+
+
+def test_a_forked_rank_killed_by_a_signal_is_the_failure_reported(
+    tmp_path: Path, launcher: WarmLauncher
+) -> None:
+    """Its peer then fails talking to it, at once: torchrun's fork start method reports one failure, which
+    must be the kill."""
+    launcher.prepare()
+    run_dir = tmp_path / "1"
+    command = trainer_launch(tmp_path, two_ranks(10_000_000))
+    (run_dir / LOG_DIR).mkdir()
+    process = launcher.start(command, run_dir / LOG_DIR / LAUNCHER_LOG)  # where the worker reads it
+    ranks = children(psutil.Process(process.pid), 2)
+    events, deadline = run_dir / EVENTS_FILE, time.monotonic() + TIMEOUT_S
+    while not (events.exists() and '"kind": "metrics"' in events.read_text()):  # in a collective by now
+        assert time.monotonic() < deadline, "no metrics before the deadline"
+        time.sleep(0.1)
+    (victim,) = [rank for rank in ranks if any(f.path.endswith(rank_log_name(1)) for f in rank.open_files())]
+    victim.kill()
+    code = process.wait(TIMEOUT_S)
+    assert classify_failure(run_dir, code) is FailureKind.CRASH, root_cause(run_dir, code)
+    assert "rank 1 was killed by signal SIGKILL" in root_cause(run_dir, code)
+    if launcher.standby is not None:
+        launcher.standby.kill()
+
+
+def test_a_forked_rank_runs_as_many_threads_as_its_job_allows(tmp_path: Path, launcher: WarmLauncher) -> None:
+    """The standby loaded torch without the job's OMP_NUM_THREADS, so its default is every core's."""
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "threads.py").write_text("import torch\nprint('threads', torch.get_num_threads())\n")
+    program = {"entrypoint": ["python", "threads.py"]}
+    spec = {
+        "name": "threads",
+        "code": "sha256:" + "0" * 64,
+        "program": program,
+        "parallel": {"strategy": "ddp", "nproc_per_node": 2},
+        "train": {"max_steps": 1},
+    }
+    command = trainer_launch(tmp_path, spec, code_dir=code)
+    command.env["OMP_NUM_THREADS"] = "1"
+    launcher.prepare()
+    assert launcher.start(command, tmp_path / LAUNCHER_LOG).wait(TIMEOUT_S) == 0
+    assert "ranks forked from it" in (tmp_path / LAUNCHER_LOG).read_text()
+    assert "threads 1" in (tmp_path / "1" / LOG_DIR / rank_log_name(0)).read_text()
+    if launcher.standby is not None:
+        launcher.standby.kill()
