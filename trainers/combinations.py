@@ -10,7 +10,16 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from trainers.problems import Problem
-from trainers.spec import DataPlacement, JobSpec, ParallelSpec, Precision, Schedule, Strategy
+from trainers.spec import (
+    CudaGraphs,
+    DataPlacement,
+    JobSpec,
+    OnNonFinite,
+    ParallelSpec,
+    Precision,
+    Schedule,
+    Strategy,
+)
 
 
 def _devices(parallel: ParallelSpec) -> Iterator[Problem]:
@@ -145,6 +154,46 @@ def _hogwild_options(spec: JobSpec, strategy: Strategy) -> Iterator[Problem]:
             )
 
 
+def graph_blockers(spec: JobSpec, strategy: Strategy, device: str) -> list[tuple[str, str]]:
+    """Why this job's training step cannot be captured whole in one CUDA graph, each as (why, fix). A graph
+    replays a fixed sequence of GPU kernels: nothing in the step may run on the CPU, wait for the host or
+    change shape, and a strategy's own scheduling (stages, shards, threads) would have to be captured too."""
+    blockers = []
+    if device != "cuda":
+        blockers.append(("CUDA graphs need a GPU", "ask for parallel.gpus"))
+    if strategy is not Strategy.SINGLE:
+        # DDP's all-reduce inside a capture hung on 2 GPUs (torch 2.11): not offered until it works.
+        blockers.append((f"only strategy single is captured, not {strategy}", "use strategy single"))
+    if spec.parallel.placement:
+        blockers.append(("parallel.placement keeps modules on the CPU", "drop parallel.placement"))
+    if spec.program is not None:
+        blockers.append(("a program runs its own training loop", "capture inside the program"))
+    if spec.precision is Precision.FP16:
+        blockers.append(("fp16's loss scaler checks on the host for overflow every step", "use bf16"))
+    if spec.train.on_nonfinite is OnNonFinite.SKIP_STEP:
+        blockers.append(
+            ("train.on_nonfinite=skip_step decides on the host whether to update", "use fail or warn")
+        )
+    if spec.performance.activation_checkpointing:
+        blockers.append(
+            (
+                "activation checkpointing saves and restores the RNG state on the host",
+                "turn performance.activation_checkpointing off",
+            )
+        )
+    return blockers
+
+
+def _cuda_graphs(spec: JobSpec, strategy: Strategy, device: str) -> Iterator[Problem]:
+    if spec.performance.cuda_graphs is CudaGraphs.ON:
+        for why, fix in graph_blockers(spec, strategy, device):
+            yield Problem(
+                "performance.cuda_graphs",
+                f"performance.cuda_graphs=on cannot capture this job's training step: {why}",
+                f"{fix}, or set performance.cuda_graphs to off or auto",
+            )
+
+
 def combination_problems(spec: JobSpec, strategy: Strategy, device: str) -> Iterator[Problem]:
     """Every option that does not fit the others, each with its fix."""
     yield from _devices(spec.parallel)
@@ -153,11 +202,17 @@ def combination_problems(spec: JobSpec, strategy: Strategy, device: str) -> Iter
     yield from _device_options(spec, device)
     yield from _plateau_evaluates(spec)
     yield from _hogwild_options(spec, strategy)
+    yield from _cuda_graphs(spec, strategy, device)
 
 
-def plan_warnings(spec: JobSpec, device: str) -> list[str]:
+def plan_warnings(spec: JobSpec, strategy: Strategy, device: str) -> list[str]:
     """What runs as asked but probably not as the user hopes; the plan carries these to the dry run."""
     warnings = []
+    if spec.performance.cuda_graphs is CudaGraphs.AUTO:
+        warnings += [
+            f"performance.cuda_graphs=auto: this job trains without CUDA graphs, as {why} ({fix})"
+            for why, fix in graph_blockers(spec, strategy, device)
+        ]
     if device == "cpu" and spec.precision is Precision.BF16:
         warnings.append(
             f"precision {spec.precision_written!r} on the CPU: most CPUs have no bf16 matrix units and "

@@ -11,6 +11,7 @@ steps of micro-batches, augmented on the device where data.augment says (trainer
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import nullcontext
 from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import Protocol
@@ -37,15 +38,18 @@ from trainers.data.streamed import StreamedImages, load_images, streamed_feeds
 from trainers.data.tokens import load_tokens
 from trainers.data.user import UserData, load_user_data
 from trainers.dist_env import DistEnv
+from trainers.graphs import captures_step
 from trainers.lm import LanguageModel, Throughput, peak_flops
 from trainers.models import build_model, get_arch
 from trainers.models.hf import Export, build_hf, exporter, own_blocks
 from trainers.objectives import Objective, build_objective
 from trainers.performance import checkpoint_activations, convolutional, set_cudnn_benchmark
+from trainers.placement import unit_names
 from trainers.plan import Plan, RunConfig
 from trainers.precision import MixedPrecision
 from trainers.spec import DevicePlacement, JobSpec, ParallelSpec, Strategy
-from trainers.stages import default_split_at
+from trainers.stages import default_split_at, spread_over_devices
+from trainers.startup import Mark, mark
 from trainers.strategies import GroupOptions, ParallelStrategy, build_strategy
 from trainers.strategies.base import Forward
 from trainers.user_code import Bundle, build_user_model
@@ -80,6 +84,7 @@ class Components:
     throughput: Throughput | None = None  # a language model's tokens/s and MFU
     export: Export | None = None  # writes a finished job's merged weights (hf_causal_lm)
     trainable_only: bool = False  # checkpoints leave out the frozen model (LoRA)
+    capture_stream: torch.cuda.Stream | None = None  # where the step is captured (performance.cuda_graphs)
 
 
 def build_device(parallel: ParallelSpec, strategy: Strategy, device: torch.device) -> torch.device:
@@ -100,7 +105,7 @@ def with_stages(spec: JobSpec, plan: Plan, model: nn.Module) -> ParallelSpec:
     """The parallel section with the stage split and micro-batches the plan implies filled in."""
     if plan.stages == 1:
         return spec.parallel
-    names = [name for name, _ in model.named_children()]
+    names = unit_names(model)
     split_at = spec.parallel.split_at or default_split_at(spec.inputs.model.arch, names, plan.stages)
     return spec.parallel.model_copy(update={"split_at": split_at, "microbatches": plan.microbatches})
 
@@ -140,16 +145,18 @@ def load_data(spec: JobSpec, plan: Plan, bundle: Bundle | None, device: torch.de
     return load_dataset(spec.inputs.data, spec.train.seed)
 
 
-def make_model(spec: JobSpec, data: Data, bundle: Bundle | None) -> nn.Module:
+def make_model(spec: JobSpec, strategy: Strategy, data: Data, bundle: Bundle | None) -> nn.Module:
     """The bare model: model.factory(**kwargs), or a built-in architecture sized by its dataset: a language
-    model by the vocabulary and windows of its token dataset."""
+    model by the vocabulary and windows of its token dataset, its head untied when spread over devices."""
     model, data_spec = spec.inputs
     if model.factory is not None:
         return build_user_model(needed(bundle, "model.factory"), model.factory, model.kwargs)
     if model.arch is Arch.HF_CAUSAL_LM:
         return build_hf(model, data_spec)
     if model.arch is not None and get_arch(model.arch).language_model:
-        kwargs = get_arch(model.arch).with_context(model.arch_kwargs, data_spec.block_size)
+        info = get_arch(model.arch)
+        spread = spread_over_devices(spec.parallel, strategy)
+        kwargs = info.untied_when_spread(info.with_context(model.arch_kwargs, data_spec.block_size), spread)
         vocab = data_spec.vocab_size
         return build_model(model.arch, kwargs, 0, vocab, 0, vocab_size=vocab)
     if isinstance(data, UserData) or model.arch is None:
@@ -213,8 +220,10 @@ def build(config: RunConfig, env: DistEnv) -> Components:
     torch.manual_seed(spec.train.seed)
     bundle = None if config.code_dir is None else Bundle(config.code_dir)
     data = load_data(spec, plan, bundle, env.device)
+    mark(Mark.DATA_READY)
     with torch.device(build_device(spec.parallel, plan.strategy, env.device)):
-        model = make_model(spec, data, bundle)
+        model = make_model(spec, plan.strategy, data, bundle)
+    mark(Mark.MODEL_BUILT)
     rate = throughput(spec, plan, model, env.device)  # of the whole model, before a strategy shards it
     parallel = own_blocks(with_stages(spec, plan, model), model)
     if spec.performance.activation_checkpointing:
@@ -227,8 +236,12 @@ def build(config: RunConfig, env: DistEnv) -> Components:
     group = GroupOptions(plan.backend, timedelta(seconds=spec.limits.collective_timeout_s))
     strategy = build_strategy(plan.strategy, parallel, env, group)
     strategy.setup_environment()
+    # A captured step's module is placed on the stream it is captured on (trainers/graphs.py), as torch's
+    # recipe makes every lazily built piece of a step on that stream.
+    capture = torch.cuda.Stream(env.device) if captures_step(spec, plan) else None
     # The strategy puts the model on its device(s); batches then go where its first module lives.
-    forward: Forward = strategy.setup_module(model)
+    with nullcontext() if capture is None else torch.cuda.stream(capture):
+        forward: Forward = strategy.setup_module(model)
     if spec.performance.compile:
         forward = strategy.compiled(forward)
     batches, held_out, counts = feeds(spec, plan, strategy, data, channels_last)
@@ -244,4 +257,5 @@ def build(config: RunConfig, env: DistEnv) -> Components:
         throughput=rate,
         export=exporter(spec.inputs.model, model),
         trainable_only=spec.inputs.model.lora is not None,
+        capture_stream=capture,
     )

@@ -18,9 +18,9 @@ from trainers.checkpoint import load_checkpoint, restore
 from trainers.components import Components, build
 from trainers.data.batches import Batch, batch_size
 from trainers.dist_env import DistEnv
+from trainers.graphs import Done, StepGraph
 from trainers.lora import trainable_state
 from trainers.metrics import TrainMetrics
-from trainers.objectives import LossValues
 from trainers.plan import Plan, RunConfig
 from trainers.profiling import StepProfiler
 from trainers.progress import (
@@ -32,7 +32,7 @@ from trainers.progress import (
     total_steps,
 )
 from trainers.schedule import LrSchedule, lr_at, observe_eval_loss, plateau_state, set_lr
-from trainers.spec import OnNonFinite, TrainSpec
+from trainers.spec import CudaGraphs, OnNonFinite, TrainSpec
 from trainers.strategies import ParallelStrategy
 
 
@@ -77,12 +77,9 @@ def resume(plan: Plan, run_dir: Path, c: Components) -> int:
     return done
 
 
-def train_step(
-    c: Components, micro_batches: list[Batch], train: TrainSpec, metrics: TrainMetrics, step: int
-) -> None:
-    """One optimizer step over the accumulation micro-batches: forward, backward, clip, update. Under
-    train.on_nonfinite=skip_step, a loss that is not finite on any rank skips the update on every rank."""
-    done: list[tuple[LossValues, int]] = []
+def micro_steps(c: Components, micro_batches: list[Batch], train: TrainSpec) -> Done:
+    """Forward and backward over the accumulation micro-batches: each one's loss values and sample count."""
+    done: Done = []
     for i, batch in enumerate(micro_batches):
         # Gradients are all-reduced only on the last micro-step; earlier ones accumulate locally.
         last_micro = i == len(micro_batches) - 1
@@ -92,6 +89,44 @@ def train_step(
                 c.forward, batch, c.objective, c.precision, train.grad_accum_steps
             )
         done.append((values, batch_size(batch)))
+    return done
+
+
+def whole_step(c: Components, micro_batches: list[Batch], train: TrainSpec) -> Done:
+    """Forward, backward, clip and update: what a CUDA graph captures (trainers/graphs.py)."""
+    done = micro_steps(c, micro_batches, train)
+    c.strategy.optimizer_step(c.optimizer, c.precision, train.clip_grad_norm)
+    return done
+
+
+def step_graph(config: RunConfig, c: Components, output: RunOutput) -> StepGraph | None:
+    """The captured step performance.cuda_graphs asks for, where this job has one (build made its stream)."""
+    spec = config.spec
+    if c.capture_stream is None:
+        return None
+    c.precision.cache_casts = False
+    return StepGraph(
+        lambda micro_batches: whole_step(c, micro_batches, spec.train),
+        c.optimizer,
+        c.capture_stream,
+        decide_by_timing=spec.performance.cuda_graphs is CudaGraphs.AUTO,
+        note=output.note_graphs,
+    )
+
+
+def train_step(
+    c: Components,
+    micro_batches: list[Batch],
+    train: TrainSpec,
+    metrics: TrainMetrics,
+    step: int,
+    graph: StepGraph | None = None,
+) -> None:
+    """One optimizer step over the accumulation micro-batches: forward, backward, clip, update, replayed
+    from a CUDA graph when the job has one. Under train.on_nonfinite=skip_step, a loss that is not finite on
+    any rank skips the update on every rank."""
+    replayed = None if graph is None else graph.run(micro_batches, step)
+    done = micro_steps(c, micro_batches, train) if replayed is None else replayed
     losses = torch.stack([values.loss.to(metrics.device, torch.float64) for values, _ in done])
     nonfinite = ~torch.isfinite(losses).all()
     metrics.flag(step, nonfinite)
@@ -102,7 +137,8 @@ def train_step(
         return
     for values, samples in done:
         metrics.add(values, samples)
-    c.strategy.optimizer_step(c.optimizer, c.precision, train.clip_grad_norm)
+    if replayed is None:
+        c.strategy.optimizer_step(c.optimizer, c.precision, train.clip_grad_norm)
 
 
 def train(config: RunConfig, run_dir: Path, env: DistEnv) -> bool:
@@ -123,13 +159,16 @@ def train(config: RunConfig, run_dir: Path, env: DistEnv) -> bool:
         throughput=c.throughput,
     )
 
+    graph = step_graph(config, c, output)
     profiler = StepProfiler(spec.profile, run_dir, env, output.events, done)
     output.running(Position.of(done, per_epoch, total))
     stopping = False
     for step, micro_batches in zip(range(done + 1, total + 1), c.batches.from_step(done), strict=False):
         lr = lr_at(step - 1, schedule, plateau_state(c.optimizer).factor)
         set_lr(c.optimizer, lr)
-        train_step(c, micro_batches, spec.train, metrics, step)
+        train_step(c, micro_batches, spec.train, metrics, step, graph)
+        if step == done + 1:
+            output.first_step_done()
         profiler.step()
 
         at = Position.of(step, per_epoch, total)

@@ -16,7 +16,7 @@ from trainers.cluster import Inventory, cluster_problems
 from trainers.combinations import combination_problems, plan_warnings
 from trainers.data_plan import DataPath, data_problems, plan_data
 from trainers.layout import LAYOUTS, Layout, spanning
-from trainers.model_fit import model_problems, stage_problems
+from trainers.model_fit import model_problems, model_warnings, stage_problems
 from trainers.problems import Problem, SpecError, refuse
 from trainers.spec import JobSpec, LrScaling, ParallelSpec, Precision, Strategy, TrainSpec
 from trainers.user_fit import user_code_problems
@@ -214,7 +214,7 @@ def resolve_plan(spec: JobSpec, inventory: Inventory = NO_HOSTS) -> Plan:
         precision=spec.precision,
         lr=scaled_lr(spec.train),
         max_steps=max_steps,
-        warnings=plan_warnings(spec, device),
+        warnings=[*plan_warnings(spec, strategy, device), *model_warnings(spec, strategy)],
     )
 
 

@@ -18,11 +18,16 @@ class MixedPrecision:
         self.device = device
         # bf16 has fp32's exponent range, so its gradients do not underflow and need no loss scaling.
         self.scaler = torch.amp.GradScaler(device.type) if precision is Precision.FP16 else None
+        # Weights cast once per autocast region and reused; a captured step (trainers/graphs.py) must not
+        # keep such a cache across its capture, so it turns this off.
+        self.cache_casts = True
 
     def autocast(self) -> AbstractContextManager[Any]:
         if self.precision is Precision.FP32:
             return nullcontext()
-        return torch.autocast(device_type=self.device.type, dtype=_DTYPES[self.precision])
+        return torch.autocast(
+            device_type=self.device.type, dtype=_DTYPES[self.precision], cache_enabled=self.cache_casts
+        )
 
     def scale(self, loss: torch.Tensor) -> torch.Tensor:
         return loss if self.scaler is None else self.scaler.scale(loss)

@@ -15,10 +15,11 @@ from typing import Any
 import torch
 
 from trainers.checkpoint import Checkpointer
-from trainers.events import DoneEvent, MetricsEvent, PhaseEvent, WarningEvent
+from trainers.events import DoneEvent, MetricsEvent, PhaseEvent, StartupEvent, WarningEvent
 from trainers.metrics import EventLog, Report
 from trainers.precision import MixedPrecision
 from trainers.spec import CheckpointSpec, JobSpec, MetricsSpec, OnNonFinite, TrainSpec
+from trainers.startup import Mark, mark, marks
 from trainers.tensorboard import TensorBoard
 
 NONFINITE_METRIC = "nonfinite_steps"  # per report, unless train.on_nonfinite=fail
@@ -88,9 +89,21 @@ class RunOutput:
     def running(self, done: Position) -> None:
         """Set-up is over; the step after `done` comes next (Position.of(0, ...) for a new run). A run resumed
         mid-epoch saw only part of that epoch, so its time is not reported."""
-        self.events.append(PhaseEvent(phase="running"))
+        phase = PhaseEvent(phase="running")
+        mark(Mark.FIRST_STEP, phase.time)
+        self.events.append(phase)
         if done.epoch_end:
             self._boundary = (done.epoch, time.monotonic())
+
+    def first_step_done(self) -> None:
+        """After the attempt's first optimizer step: the start-up's marks, for the worker to store."""
+        if not self.is_main:
+            return
+        if torch.cuda.is_initialized():
+            # Once an attempt: the step is done when its kernels are, compilation and autotuning included.
+            torch.cuda.synchronize()
+        mark(Mark.FIRST_STEP_DONE)
+        self.events.append(StartupEvent(marks=marks()))
 
     def report(self, at: Position, values: dict[str, float]) -> None:
         """Metrics reduced over the job (training or evaluation) as of `at`."""
@@ -122,6 +135,12 @@ class RunOutput:
             f"{self.on_nonfinite}), as at every such step: the metric {NONFINITE_METRIC} counts them"
         )
         self.events.append(WarningEvent(step=first, reason="nonfinite_loss", message=message))
+
+    def note_graphs(self, step: int, message: str) -> None:
+        """What performance.cuda_graphs=auto decided, in the rank's log and the job's events."""
+        if self.is_main:
+            print(message, flush=True)
+            self.events.append(WarningEvent(step=step, reason="cuda_graphs", message=message))
 
     def epoch_ended(self, at: Position) -> None:
         """After an epoch's last step (and its evaluation and checkpoint): epoch_time_s, the wall time since

@@ -8,7 +8,9 @@ import os
 import sys
 import traceback
 from pathlib import Path
+from typing import NoReturn
 
+from trainers import forked, startup
 from trainers.events import LOG_DIR, SPEC_FILE, rank_log_name
 from trainers.plan import RunConfig
 from trainers.spec import Strategy
@@ -48,6 +50,7 @@ def train_rank(run_dir: Path) -> int:
     from trainers.loop import train
     from trainers.user_errors import blaming
 
+    startup.mark(startup.Mark.IMPORTS_DONE)
     config = read_config(run_dir)
     if config.spec.program is not None:
         from trainers.program import run_program
@@ -63,13 +66,19 @@ def train_rank(run_dir: Path) -> int:
 
 
 def main(argv: list[str] | None = None) -> None:
+    startup.restart()  # a rank forked from a warm process starts its own clock
     parser = argparse.ArgumentParser(prog="python -m trainers.run")
     parser.add_argument("--run-dir", type=Path, required=True, help="holds spec.json; events, logs go here")
     args = parser.parse_args(argv)
     redirect_output(args.run_dir, int(os.environ.get("RANK", "0")))
     # torch is imported only now, so that whatever it prints while loading lands in the rank's log too.
+    import torch
     from torch.distributed.elastic.multiprocessing.errors import record
 
+    # libgomp read OMP_NUM_THREADS when torch was loaded, which for a rank forked from the warm standby
+    # (worker/standby.py) was with the worker's environment rather than this job's.
+    if "OMP_NUM_THREADS" in os.environ:
+        torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
     # record writes any exception to TORCHELASTIC_ERROR_FILE, where torchrun and the worker find it.
     try:
         status = record(train_rank)(args.run_dir)
@@ -78,13 +87,26 @@ def main(argv: list[str] | None = None) -> None:
         # while a peer waits in a collective, so torchrun would never learn that this rank failed.
         traceback.print_exc()
         sys.stderr.flush()
-        os._exit(1)
+        _exit(1)
     # Training is over and every event and checkpoint is fsynced. Skip interpreter finalization: gloo's
     # worker threads can still hold tensors then, and tearing them down aborts the process now and again
     # (pytorch/pytorch#179291), which would turn a finished job into a failed one.
     sys.stdout.flush()
     sys.stderr.flush()
-    os._exit(status or 0)  # record's wrapper is typed to return None too
+    if status or not forked.is_forked():
+        _exit(status or 0)  # record's wrapper is typed to return None too
+    # Forked from the standby by torchrun, whose wrapper hands this function's return to the agent and then
+    # ends the process with os._exit itself: a rank that exits before returning leaves the agent waiting.
+
+
+def _exit(status: int) -> NoReturn:
+    """End the rank at once (see main); a failed rank forked from the standby first lets torchrun reap any
+    rank that died before it, so that torchrun reports the first failure."""
+    try:
+        if status and forked.is_forked():
+            forked.wait_for_dead_siblings()
+    finally:
+        os._exit(status)
 
 
 if __name__ == "__main__":

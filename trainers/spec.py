@@ -108,6 +108,12 @@ class ParallelSpec(Section):
         return gpus
 
 
+class CudaGraphs(StrEnum):
+    OFF = "off"
+    ON = "on"
+    AUTO = "auto"  # capture where the spec allows it, and keep replaying only if it beats the eager step
+
+
 class PerformanceSpec(Section):
     channels_last: bool = False
     compile: bool = Field(False, description="torch.compile the model; not under hogwild")
@@ -116,6 +122,19 @@ class PerformanceSpec(Section):
         True,
         description="let cuDNN pick the fastest kernels for fixed shapes; off under dp (per-thread plans)",
     )
+    cuda_graphs: Choice[CudaGraphs] = Field(
+        CudaGraphs.OFF,
+        description="capture the whole training step (forward, backward, update) in a CUDA graph and replay "
+        "it: on, off, or auto (on where the spec allows it and replays beat eager steps)",
+    )
+
+    @field_validator("cuda_graphs", mode="before")
+    @classmethod
+    def graphs_as_bool(cls, value: object) -> object:
+        """true and false read as on and off."""
+        if isinstance(value, bool):
+            return CudaGraphs.ON if value else CudaGraphs.OFF
+        return value
 
 
 class CheckpointSpec(Section):
@@ -142,7 +161,12 @@ class ProfileSpec(Section):
 
 
 class LimitsSpec(Section):
-    max_runtime_s: int | None = Field(None, ge=1, le=30 * 86400)
+    max_runtime_s: int | None = Field(
+        None,
+        ge=1,
+        le=30 * 86400,
+        description="seconds from placement, start-up not counted once training runs; past it: timed_out",
+    )
     max_pending_s: int | None = Field(None, ge=1, le=30 * 86400)
     max_restarts: int = Field(0, ge=0, le=100, description="retryable failures restart from a checkpoint")
     collective_timeout_s: int = Field(600, ge=10, le=86400, description="a hung collective fails after this")

@@ -18,17 +18,22 @@ def no_counts() -> dict[str, int]:
     return {}
 
 
+def map_tensors(batch: Batch, fn: Callable[[torch.Tensor], torch.Tensor]) -> Batch:
+    """The batch in the same nesting with `fn` applied to every tensor in it."""
+    if isinstance(batch, torch.Tensor):
+        return fn(batch)
+    if isinstance(batch, dict):
+        return {key: map_tensors(value, fn) for key, value in batch.items()}
+    if isinstance(batch, tuple) and hasattr(batch, "_fields"):  # a namedtuple takes its fields positionally
+        return type(batch)(*(map_tensors(value, fn) for value in batch))
+    if isinstance(batch, list | tuple):
+        return type(batch)(map_tensors(value, fn) for value in batch)
+    return batch
+
+
 def to_device(batch: Batch, device: torch.device, non_blocking: bool) -> Batch:
     """The batch with every tensor on `device`; non_blocking copies are asynchronous from pinned memory."""
-    if isinstance(batch, torch.Tensor):
-        return batch.to(device, non_blocking=non_blocking)
-    if isinstance(batch, dict):
-        return {key: to_device(value, device, non_blocking) for key, value in batch.items()}
-    if isinstance(batch, tuple) and hasattr(batch, "_fields"):  # a namedtuple takes its fields positionally
-        return type(batch)(*(to_device(value, device, non_blocking) for value in batch))
-    if isinstance(batch, list | tuple):
-        return type(batch)(to_device(value, device, non_blocking) for value in batch)
-    return batch
+    return map_tensors(batch, lambda tensor: tensor.to(device, non_blocking=non_blocking))
 
 
 def tensors(batch: Batch) -> Iterator[torch.Tensor]:

@@ -1,0 +1,65 @@
+"""performance.cuda_graphs on real GPUs: the captured step trains as the eager one does.
+
+Skipped without CUDA; run on the device machine:
+    .venv/bin/python -m pytest -q tests/gpu/test_graphs_gpu.py
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from tests.integration.trainer_helpers import TrainerRun, spec_with, train
+from trainers.events import WarningEvent
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+
+STEPS = 60
+BASE: dict[str, Any] = {
+    "name": "graphs",
+    "model": {"arch": "small_cnn"},
+    # 100 samples in batches of 32: an epoch every 3 steps, so replays go on across reshuffled epochs.
+    "data": {
+        "dataset": "synthetic",
+        "num_samples": 100,
+        "image_size": 32,
+        "num_classes": 10,
+        "val_fraction": 0,
+    },
+    "train": {"max_steps": STEPS, "batch_size": 32, "lr": 0.05, "seed": 0, "eval_every_epochs": 0},
+    "precision": "bf16",
+    "parallel": {"strategy": "single", "num_gpus": 1},
+    "checkpoint": {"every_n_epochs": 0, "every_n_steps": 0, "save_final": True},
+    "metrics": {"every_n_steps": 10},
+}
+
+
+def run(tmp_path: Path, graphs: str, nproc: int = 1, **sections: dict[str, Any]) -> TrainerRun:
+    spec = spec_with(BASE, performance={"cuda_graphs": graphs}, **sections)
+    return train(tmp_path / graphs, spec, nproc=nproc, cuda_devices="0,1")
+
+
+def assert_same_curve(ours: list[tuple[int, float]], eager: list[tuple[int, float]]) -> None:
+    assert [step for step, _ in ours] == [step for step, _ in eager]
+    # bf16 kernels, and cuDNN may autotune to other algorithms run to run: not bit for bit.
+    for (step, a), (_, b) in zip(ours, eager, strict=True):
+        assert a == pytest.approx(b, rel=0.03), (step, ours, eager)
+
+
+@pytest.mark.parametrize("optimizer", ["sgd", "adamw"])
+def test_the_captured_step_trains_the_eager_curve(tmp_path: Path, optimizer: str) -> None:
+    train_section = {"optimizer": optimizer, "lr": 0.05 if optimizer == "sgd" else 3e-3}
+    captured = run(tmp_path, "on", train=train_section).metric("loss")
+    eager = run(tmp_path, "off", train=train_section).metric("loss")
+    assert len(captured) == STEPS // 10 and captured[-1][1] < captured[0][1], captured
+    assert_same_curve(captured, eager)
+
+
+def test_auto_says_what_it_decided(tmp_path: Path) -> None:
+    result = run(tmp_path, "auto")
+    warnings = [e for e in result.events() if isinstance(e, WarningEvent) and e.reason == "cuda_graphs"]
+    assert len(warnings) == 1 and "performance.cuda_graphs=auto" in warnings[0].message, warnings
+    assert result.metric("loss")[-1][1] < result.metric("loss")[0][1]
