@@ -25,6 +25,7 @@ class Result:
     final_loss: float | None = None  # proof that the timed steps trained, not only ran
     error: str = ""  # set by the parent when the child gave no result
     tail_s: float | None = None  # overheads: from the last step's report to done (the final checkpoint)
+    phases: tuple[tuple[str, float], ...] = ()  # Trainyard only: the job's start-up timings, phase by phase
 
 
 def failed(variant: str, error: str) -> Result:

@@ -88,6 +88,9 @@ def job_result(variant: str, finished: Finished, warmup: int, on_gpu: bool, worl
         latency_s=finished.start_latency_s(),
         world_size=world_size,
         final_loss=finished.job["latest_metrics"].get("loss"),
+        phases=tuple(
+            (p["phase"], p["seconds"]) for p in (finished.job.get("timings") or {}).get("phases", [])
+        ),
     )
 
 

@@ -52,12 +52,15 @@ def test_each_rounds_cost_is_against_that_rounds_quiet_run() -> None:
     assert metrics == "| metrics (job failed) | 2/3 | 943 | +0.75 % | +0.50 … +1.00 % | 0.30 |"
 
 
-def test_latency_table_gives_p50_max_and_the_failures() -> None:
-    runs = [Result("1 GPU single", 1.0, None, latency_s=s) for s in (8.0, 9.0, 12.0)]
+def test_latency_table_gives_p50_max_the_failures_and_each_phase() -> None:
+    phases = (("queued", 0.5), ("imports", 2.0))
+    runs = [Result("1 GPU single", 1.0, None, latency_s=s, phases=phases) for s in (8.0, 9.0, 12.0)]
     runs.append(failed("2 GPU ddp", "job failed"))
-    one, two = latency_table(runs).splitlines()[2:]
-    assert one == "| 1 GPU single | 3/3 | 9.0 | 12.0 | p50 ≤ 10 | 8.0, 9.0, 12.0 |"
-    assert two == "| 2 GPU ddp | 0/1 | — | — | p50 ≤ 15 | 2 GPU ddp (failed: job failed) |"
+    lines = latency_table(runs).splitlines()
+    one, two = lines[2:4]
+    assert one == "| 1 GPU single | 3/3 | 9.0 | 12.0 | p50 ≤ 5 | 8.0, 9.0, 12.0 |"
+    assert two == "| 2 GPU ddp | 0/1 | — | — | p50 ≤ 7 | 2 GPU ddp (failed: job failed) |"
+    assert lines[-2:] == ["| queued | 0.50 | — |", "| imports | 2.00 | — |"]
 
 
 def test_profile_summary_counts_innermost_libraries_and_our_functions_once() -> None:
