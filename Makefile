@@ -42,7 +42,7 @@ servers:
 	@test -x /usr/bin/chromium || (apt-get update -qq && apt-get install -y -qq chromium >/dev/null)
 
 test: install servers lint
-	$(VENV)/bin/pytest -q -p no:cacheprovider
+	$(VENV)/bin/pytest -q -p no:cacheprovider --durations=15  # the slowest, so the suite stays under its 20 minutes
 
 test-unit: install
 	$(VENV)/bin/pytest -q tests/unit
