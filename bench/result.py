@@ -46,5 +46,8 @@ def parse(stdout: str) -> Result | None:
     """The last result line of a child's stdout, or None when it printed none."""
     for line in reversed(stdout.splitlines()):
         if line.startswith(PREFIX):
-            return Result(**json.loads(line[len(PREFIX) :]))
+            fields = json.loads(line[len(PREFIX) :])
+            # JSON has no tuples: the phases come back as lists of lists.
+            fields["phases"] = tuple((name, seconds) for name, seconds in fields.get("phases", ()))
+            return Result(**fields)
     return None
