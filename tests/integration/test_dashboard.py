@@ -202,6 +202,9 @@ def test_the_record_of_finished_jobs_side_by_side_and_a_failure(
     assert overflowing == []
     expect(page.locator('[data-record="spec"]')).to_contain_text("sgd · lr 0.1 · momentum 0.9")
     expect(page.locator('[data-record="plan"]')).to_contain_text("2 processes on cpu (gloo)")
+    startup = page.locator('[data-record="start-up"]')
+    for phase in [p["phase"].replace("_", " ") for p in finished["timings"]["phases"]] + ["to first step"]:
+        expect(startup).to_contain_text(phase)
     page.context.grant_permissions(["clipboard-read", "clipboard-write"], origin=embedded_stack.url)
     page.locator('[data-record="spec"]').get_by_role("button", name="Copy as JSON").click()
     assert json.loads(page.evaluate("navigator.clipboard.readText()")) == finished["spec"]
