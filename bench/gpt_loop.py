@@ -62,6 +62,19 @@ class GPT(nn.Module):
         return self.head(self.ln_f(x))
 
 
+def nanogpt_adamw(params: list[nn.Parameter], device: torch.device) -> torch.optim.Optimizer:
+    """nanoGPT's AdamW: betas 0.9/0.95, weight decay on matrices only, fused on the GPU."""
+    return torch.optim.AdamW(
+        [
+            {"params": [p for p in params if p.dim() >= 2], "weight_decay": 0.1},
+            {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
+        ],
+        lr=6e-4,
+        betas=(0.9, 0.95),
+        fused=device.type == "cuda",
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     for flag, default in (("layers", 12), ("heads", 12), ("width", 768), ("block", 1024), ("vocab", 50304)):
@@ -76,15 +89,7 @@ def main() -> None:
         torch.manual_seed(0)
         model = GPT(args.vocab, args.layers, args.heads, args.width, args.block).to(rank.device)
         params = list(model.parameters())
-        optimizer = torch.optim.AdamW(
-            [
-                {"params": [p for p in params if p.dim() >= 2], "weight_decay": 0.1},
-                {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
-            ],
-            lr=6e-4,
-            betas=(0.9, 0.95),
-            fused=rank.device.type == "cuda",
-        )
+        optimizer = nanogpt_adamw(params, rank.device)
         forward = model if args.no_compile else torch.compile(model)
         dtype = torch.bfloat16
         loss = torch.zeros((), device=rank.device)

@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from torch import nn
 from torchvision import models
 
-from bench.gpt_loop import GPT
+from bench.gpt_loop import GPT, nanogpt_adamw
 from bench.runtime import Rank, joined
 from bench.timing import measure, report
 
@@ -97,15 +97,7 @@ def gpt_step(block: int, batch: int, rank: Rank) -> tuple[Callable[[], None], Ca
     s = GPT_SHAPE
     model = GPT(s["vocab_size"], s["n_layer"], s["n_head"], s["n_embd"], block).to(rank.device)
     params = list(model.parameters())
-    optimizer = torch.optim.AdamW(
-        [
-            {"params": [p for p in params if p.dim() >= 2], "weight_decay": 0.1},
-            {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
-        ],
-        lr=6e-4,
-        betas=(0.9, 0.95),
-        fused=rank.device.type == "cuda",
-    )
+    optimizer = nanogpt_adamw(params, rank.device)
     ids = [torch.randint(0, s["vocab_size"], (batch, block + 1), device=rank.device) for _ in range(POOL)]
     state = {"i": 0, "loss": torch.zeros((), device=rank.device)}
 
