@@ -30,8 +30,8 @@ RUN apt-get update \
 COPY . .
 RUN pip install --no-cache-dir --no-deps . \
     && useradd --create-home --uid 1000 trainyard \
-    && mkdir -p /var/lib/trainyard/runs /var/lib/trainyard/data \
-    && chown -R trainyard /var/lib/trainyard
+    && mkdir -p /var/lib/trainyard/runs /var/lib/trainyard/data /var/cache/trainyard/compile \
+    && chown -R trainyard /var/lib/trainyard /var/cache/trainyard
 
 # The worker runs as this user, and so do jobs: a job with a code bundle in bubblewrap, this uid mapped in a
 # user namespace of its own, seeing only its run directory writable (docs/security.md).

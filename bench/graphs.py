@@ -1,7 +1,8 @@
 """performance.cuda_graphs on launch-bound models (issue 21): the trainer with the whole step captured, the
-trainer eager, and a hand-written eager loop, on four small workloads, one GPU.
+trainer eager, and a hand-written eager loop, on four small workloads, one GPU or DDP over several.
 
-    python -m bench.graphs [--workloads resnet18,small_cnn,mlp,gpt] [--warmup N] [--steps N] [--smoke]
+    python -m bench.graphs [--workloads resnet18,small_cnn,mlp,gpt] [--gpus N] [--warmup N] [--steps N]
+                           [--smoke]
 
 Workloads (bench/graphs_loop.py SHAPES): ResNet-18 and a small BatchNorm convnet on 32 px images (batch 128),
 a 3-layer MLP on 32 px images (batch 256), a 4-layer GPT of width 256 over 128 tokens (batch 32); bf16, fused
@@ -9,7 +10,9 @@ optimizers, batches resident on the GPU. Throughput is the median of the trainer
 after the warm-up (steps already taken between two reports, host included), and the loop's timed steps.
 The loss column compares the captured run's reported losses with the eager run's, step for step, from the
 same seed (the largest difference, over the first loss), and a second eager run's with the first: the
-noise floor.
+noise floor. With --gpus N > 1 every row is DDP over N GPUs with the per-GPU batch above (the job's
+strategy ddp; the loop under torchrun, wrapped in DistributedDataParallel), so the captured step holds the
+gradients' all-reduce.
 Target: captured >= 1.3x the hand-written loop, same curve to bf16 tolerance. --smoke runs every row on the
 CPU with cuda_graphs off (the planner refuses it there): nothing is timed, nothing is recorded.
 """
@@ -85,7 +88,8 @@ def data_section(workload: str, size: int, samples: int) -> dict[str, Any]:
 
 
 def trainer_spec(workload: str, graphs: str, args: argparse.Namespace) -> dict[str, Any]:
-    size, batch = (SMOKE_SHAPES if args.smoke else SHAPES)[workload]
+    size, per_rank = (SMOKE_SHAPES if args.smoke else SHAPES)[workload]
+    batch = per_rank * args.gpus  # train.batch_size is global
     steps = args.warmup + args.steps
     gpt = workload == "gpt"
     train: dict[str, Any] = {"max_steps": steps, "batch_size": batch, "eval_every_epochs": 0}
@@ -97,7 +101,10 @@ def trainer_spec(workload: str, graphs: str, args: argparse.Namespace) -> dict[s
         # One epoch covers the run: an epoch's end waits for the device once.
         "data": data_section(workload, size, max(16, steps * batch)),
         "train": train,
-        "parallel": {"strategy": "single", **({} if args.smoke else {"num_gpus": 1})},
+        "parallel": {
+            "strategy": "ddp" if args.gpus > 1 else "single",
+            **({"nproc_per_node": args.gpus} if args.smoke else {"num_gpus": args.gpus}),
+        },
         "precision": "fp32" if args.smoke else "bf16",
         "performance": {"cuda_graphs": graphs, "channels_last": workload in ("resnet18", "small_cnn")},
         "checkpoint": {"every_n_steps": 0, "every_n_epochs": 0, "save_final": False},
@@ -114,8 +121,9 @@ def trainer_row(
         return Row(workload, f"{variant} ({SKIPPED}: out of time)", None, [])
     run_dir = scratch / f"{workload}-{graphs}{'-again' if again else ''}"
     write_config(run_dir, trainer_spec(workload, "off" if args.smoke else graphs, args))
-    done = launch(run_dir, nproc=1, timeout=timeout, cuda_devices="" if args.smoke else "0")
-    run = TrainerRun(run_dir, 1)
+    gpus = "" if args.smoke else ",".join(str(i) for i in range(args.gpus))
+    done = launch(run_dir, nproc=args.gpus, timeout=timeout, cuda_devices=gpus)
+    run = TrainerRun(run_dir, args.gpus)
     if done.returncode:
         print(done.stdout[-2000:], done.stderr[-2000:], run.log(0)[-4000:], file=sys.stderr)
         return Row(workload, f"{variant} (failed: exit {done.returncode})", None, [])
@@ -128,7 +136,15 @@ def loop_row(workload: str, args: argparse.Namespace, budget: Budget) -> Row:
     timeout = budget.timeout(CHILD_TIMEOUT_S)
     if timeout is None:
         return Row(workload, f"{variant} ({SKIPPED}: out of time)", None, [])
-    argv = [sys.executable, "-m", "bench.graphs_loop", "--workload", workload]
+    torchrun = ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(args.gpus)]
+    argv = [
+        sys.executable,
+        *(torchrun if args.gpus > 1 else []),
+        "-m",
+        "bench.graphs_loop",
+        "--workload",
+        workload,
+    ]
     argv += ["--warmup", str(args.warmup), "--steps", str(args.steps)] + (["--smoke"] if args.smoke else [])
     done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
     result = parse(done.stdout)
@@ -181,6 +197,7 @@ def main() -> int:
         "--warmup", type=int, default=50, help="steps before the timed ones (capture included)"
     )
     parser.add_argument("--steps", type=int, default=500, help="timed steps")
+    parser.add_argument("--gpus", type=int, default=1, help="more than 1: DDP over this many GPUs")
     parser.add_argument("--budget-s", type=float, default=560, help="no variant starts past it")
     parser.add_argument("--smoke", action="store_true", help="every row on the CPU, eager, tiny")
     args = parser.parse_args()
@@ -194,7 +211,7 @@ def main() -> int:
             rows, ran_on = workload_rows(workload, args, Path(scratch), budget)
             body, device = body + rows, ran_on if ran_on != "cpu" else device
     text = markdown(COLUMNS, body) + "\n\nTarget: cuda_graphs=on at >= 1.3x the hand-written eager loop."
-    record(section(device, 1, text), args.smoke)
+    record(section(device, args.gpus, text), args.smoke)
     return 0 if all(row[2] for row in body) else 1
 
 

@@ -2,8 +2,9 @@
 
 Each workload is the model bench.graphs asks the trainer for, written here without trainers/: batches made on
 the device once and cycled, bf16 autocast, channels_last for convolutions, cuDNN autotuning, fused
-optimizers, and no host sync in the step (the loss is read after the clock stops). This is the loop people
-write by hand today; on these models Python's kernel launches bound it, which is what CUDA graphs remove.
+optimizers, and no host sync in the step (the loss is read after the clock stops). Under torchrun with
+several ranks the model is wrapped in DistributedDataParallel. This is the loop people write by hand today;
+on these models Python's kernel launches bound it, which is what CUDA graphs remove.
 Prints bench.result's line (images_per_s: samples per second).
 """
 
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -18,7 +20,7 @@ from torch import nn
 from torchvision import models
 
 from bench.gpt_loop import GPT, nanogpt_adamw
-from bench.runtime import Rank, joined
+from bench.runtime import Rank, data_parallel, joined
 from bench.timing import measure, report
 
 NUM_CLASSES = 10
@@ -30,6 +32,22 @@ SMOKE_SHAPES = {"resnet18": (32, 4), "small_cnn": (32, 4), "mlp": (32, 4), "gpt"
 MLP_HIDDEN, MLP_DEPTH = 1024, 3
 CNN_CHANNELS = 32
 GPT_SHAPE = {"n_layer": 4, "n_head": 4, "n_embd": 256, "vocab_size": 1024}
+
+
+@dataclass
+class Cycle:
+    """Which of the pooled batches comes next, and the last step's loss (read after the clock stops)."""
+
+    i: int = 0
+    loss: torch.Tensor | None = None
+
+    def next_slot(self) -> int:
+        slot = self.i % POOL
+        self.i = slot + 1
+        return slot
+
+    def last_loss(self) -> float:
+        return float("nan") if self.loss is None else float(self.loss.item())
 
 
 def small_cnn() -> nn.Module:
@@ -71,6 +89,7 @@ def image_step(
     convolutional = workload != "mlp"
     if convolutional:
         model = model.to(memory_format=torch.channels_last)
+    model = data_parallel(model, rank, gradient_as_bucket_view=True)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, fused=rank.device.type == "cuda")
     layout = torch.channels_last if convolutional else torch.contiguous_format
     images = [
@@ -78,32 +97,31 @@ def image_step(
         for _ in range(POOL)
     ]
     labels = [torch.randint(0, NUM_CLASSES, (batch,), device=rank.device) for _ in range(POOL)]
-    state = {"i": 0, "loss": torch.zeros((), device=rank.device)}
+    cycle = Cycle()
 
     def step() -> None:
-        slot = state["i"] % POOL  # type: ignore[operator]
-        state["i"] = slot + 1
+        slot = cycle.next_slot()
         with torch.autocast(rank.device.type, dtype=torch.bfloat16):
             loss = F.cross_entropy(model(images[slot]), labels[slot])
         loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
-        state["loss"] = loss.detach()
+        cycle.loss = loss.detach()
 
-    return step, lambda: float(state["loss"].item())  # type: ignore[union-attr]
+    return step, cycle.last_loss
 
 
 def gpt_step(block: int, batch: int, rank: Rank) -> tuple[Callable[[], None], Callable[[], float]]:
     s = GPT_SHAPE
-    model = GPT(s["vocab_size"], s["n_layer"], s["n_head"], s["n_embd"], block).to(rank.device)
+    gpt = GPT(s["vocab_size"], s["n_layer"], s["n_head"], s["n_embd"], block).to(rank.device)
+    model = data_parallel(gpt, rank, gradient_as_bucket_view=True)
     params = list(model.parameters())
     optimizer = nanogpt_adamw(params, rank.device)
     ids = [torch.randint(0, s["vocab_size"], (batch, block + 1), device=rank.device) for _ in range(POOL)]
-    state = {"i": 0, "loss": torch.zeros((), device=rank.device)}
+    cycle = Cycle()
 
     def step() -> None:
-        slot = state["i"] % POOL  # type: ignore[operator]
-        state["i"] = slot + 1
+        slot = cycle.next_slot()
         with torch.autocast(rank.device.type, dtype=torch.bfloat16):
             logits = model(ids[slot][:, :-1])
             loss = F.cross_entropy(logits.flatten(0, 1), ids[slot][:, 1:].flatten())
@@ -111,9 +129,9 @@ def gpt_step(block: int, batch: int, rank: Rank) -> tuple[Callable[[], None], Ca
         nn.utils.clip_grad_norm_(params, 1.0)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
-        state["loss"] = loss.detach()
+        cycle.loss = loss.detach()
 
-    return step, lambda: float(state["loss"].item())  # type: ignore[union-attr]
+    return step, cycle.last_loss
 
 
 def main() -> None:

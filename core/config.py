@@ -52,6 +52,11 @@ class Settings(BaseSettings):
     runs_dir: Path = VAR_DIR / "runs"
     data_dir: Path = VAR_DIR / "data"
     code_dir: Path = Field(VAR_DIR / "code", description="code bundles, unpacked read-only, one folder each")
+    compile_cache_dir: Path = Field(
+        VAR_DIR / "compile-cache",
+        description="torch.compile's caches (Inductor's compiled graphs and autotuning, Triton's kernels), "
+        "shared by this host's jobs outside the sandbox, so a repeated compiled job does not compile again",
+    )
     environments: str = Field(
         "",
         description="named Python environments a spec may pick with `environment`: name=/path/to/venv,...",
@@ -188,7 +193,7 @@ class Settings(BaseSettings):
         None, description="test only: comma-separated fake GPU ids that replace NVML discovery"
     )
 
-    @field_validator("runs_dir", "data_dir", "code_dir")
+    @field_validator("runs_dir", "data_dir", "code_dir", "compile_cache_dir")
     @classmethod
     def absolute(cls, path: Path) -> Path:
         return path.resolve()

@@ -104,7 +104,12 @@ def launch_env(
     run_dir: Path,
     data_dir: Path,
     cpu_count: int,
+    compile_cache: Path | None,
 ) -> dict[str, str]:
+    # A compiled job's graphs and kernels are kept for the next job like it. A sandboxed one, which may run a
+    # user's code, compiles into its own /tmp (a tmpfs of the sandbox's), so that it can neither read nor
+    # plant another job's compiled code.
+    cache = {} if compile_cache is None else {"TORCHINDUCTOR_CACHE_DIR": str(compile_cache)}
     return {
         **inherited(worker_env),
         # Physical ids in PCI order, the numbering NVML and users see; a CPU job sees no GPU at all.
@@ -126,6 +131,7 @@ def launch_env(
         # worker's environment says.
         "HF_HUB_OFFLINE": "1",
         "TRANSFORMERS_OFFLINE": "1",
+        **cache,
     }
 
 
@@ -142,8 +148,10 @@ def build_launch(
     worker_env: Mapping[str, str] | None = None,
     cpu_count: int | None = None,
     rendezvous: Rendezvous | None = None,
+    compile_cache: Path | None = None,
 ) -> Launch:
-    """`worker_env` (default: os.environ) passes through the allow-list."""
+    """`worker_env` (default: os.environ) passes through the allow-list. `compile_cache`: the host's
+    torch.compile cache the job may share; None keeps the job's compilations to itself."""
     if plan.device == "cuda" and len(gpu_ids) != plan.num_gpus:
         raise ValueError(f"plan needs {plan.num_gpus} GPUs but {len(gpu_ids)} were leased: {gpu_ids}")
     env = launch_env(
@@ -154,5 +162,6 @@ def build_launch(
         run_dir,
         data_dir,
         cpu_count or os.cpu_count() or 1,
+        compile_cache,
     )
     return Launch(argv=torchrun_argv(plan, run_dir, python, rendezvous), env=env)

@@ -161,9 +161,10 @@ def graph_blockers(spec: JobSpec, strategy: Strategy, device: str) -> list[tuple
     blockers = []
     if device != "cuda":
         blockers.append(("CUDA graphs need a GPU", "ask for parallel.gpus"))
-    if strategy is not Strategy.SINGLE:
-        # DDP's all-reduce inside a capture hung on 2 GPUs (torch 2.11): not offered until it works.
-        blockers.append((f"only strategy single is captured, not {strategy}", "use strategy single"))
+    if strategy not in (Strategy.SINGLE, Strategy.DDP):
+        blockers.append(
+            (f"only strategies single and ddp are captured, not {strategy}", "use strategy single or ddp")
+        )
     if spec.parallel.placement:
         blockers.append(("parallel.placement keeps modules on the CPU", "drop parallel.placement"))
     if spec.program is not None:

@@ -6,11 +6,15 @@ A graph replays fixed kernels on fixed memory. So the batch is copied into buffe
 optimizer's lr is a device tensor the graph reads (filled before each replay, so schedules still apply), the
 gradients live in the graph's own memory, and autocast keeps no cache of cast weights across the capture.
 Capture follows eager steps on the capture stream (torch's recipe: lazily made state such as optimizer
-moments and cuDNN's autotuned plans must exist first). A step whose batch has another shape (a ragged last
-batch) runs eagerly on the same parameters and optimizer state.
+moments and cuDNN's autotuned plans must exist first). Under ddp the gradients' all-reduce is captured
+too: DDP was built on the capture stream (trainers/components.py) and needs more eager steps first (see
+DDP_WARMUP_STEPS). A step whose batch has another shape (a ragged last batch) runs eagerly on the same
+parameters and optimizer state.
 
 Under `auto`, the eager warm-up steps and the first replays are timed with CUDA events, read once, and the
-graph is kept only if replaying beats the eager step; either way a warning event says what was decided.
+graph is kept only if replaying beats the eager step; either way a warning event says what was decided. Under
+ddp the ranks decide on their timings' mean, so all of them replay or none does: a rank replaying its
+captured all-reduce while another runs DDP's eager one would pair collectives that do not match.
 The planner refuses `on` where capture cannot work (trainers/combinations.py graph_blockers).
 """
 
@@ -31,8 +35,12 @@ from trainers.spec import CudaGraphs, JobSpec
 Done = list[tuple[LossValues, int]]  # each micro-batch's loss values and sample count
 FullStep = Callable[[list[Batch]], Done]  # forward, backward and update over one step's micro-batches
 Note = Callable[[int, str], None]  # (step, message)
+Agree = Callable[[list[float]], list[float]]  # these values' mean over every rank: a collective
 
 WARMUP_STEPS = 3
+# DDP times its first ten iterations with CUDA events and reads them in the next iteration's forward, which a
+# capture cannot hold; torch's CUDA graphs notes ask for 11 eager DDP iterations before capture.
+DDP_WARMUP_STEPS = 11
 TIMED_STEPS = 5  # replays timed under auto, against the last eager warm-up steps
 
 
@@ -79,13 +87,16 @@ class StepGraph:
         optimizer: torch.optim.Optimizer,
         stream: torch.cuda.Stream,
         *,
+        warmup_steps: int,
         decide_by_timing: bool,
         note: Note,
+        agree: Agree,
     ) -> None:
         self.full_step = full_step
         self.optimizer = optimizer
+        self.agree = agree
         # Under auto the warm-up also gives the eager steps timed against the replays.
-        self.warmup_steps = max(WARMUP_STEPS, TIMED_STEPS + 1) if decide_by_timing else WARMUP_STEPS
+        self.warmup_steps = max(warmup_steps, TIMED_STEPS + 1) if decide_by_timing else warmup_steps
         self.note = note
         self.timing = _Timing() if decide_by_timing else None
         self.stream = stream
@@ -174,7 +185,7 @@ class StepGraph:
     def _decide(self, timing: _Timing) -> None:
         self.timing = None
         timing.replayed[-1][1].synchronize()  # the one wait for the device that auto costs
-        eager, replayed = _Timing.median_ms(timing.eager), _Timing.median_ms(timing.replayed)
+        eager, replayed = self.agree([_Timing.median_ms(timing.eager), _Timing.median_ms(timing.replayed)])
         speedup = f"{eager / replayed:.2f}x the eager step ({eager:.2f} ms eager, {replayed:.2f} ms replayed)"
         if replayed < eager:
             self.note(self.step, f"performance.cuda_graphs=auto: replaying the captured step, {speedup}")

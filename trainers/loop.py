@@ -18,7 +18,7 @@ from trainers.checkpoint import load_checkpoint, restore
 from trainers.components import Components, build
 from trainers.data.batches import Batch, batch_size
 from trainers.dist_env import DistEnv
-from trainers.graphs import Done, StepGraph
+from trainers.graphs import DDP_WARMUP_STEPS, WARMUP_STEPS, Done, StepGraph
 from trainers.lora import trainable_state
 from trainers.metrics import TrainMetrics
 from trainers.plan import Plan, RunConfig
@@ -32,7 +32,7 @@ from trainers.progress import (
     total_steps,
 )
 from trainers.schedule import LrSchedule, lr_at, observe_eval_loss, plateau_state, set_lr
-from trainers.spec import CudaGraphs, OnNonFinite, TrainSpec
+from trainers.spec import CudaGraphs, OnNonFinite, Strategy, TrainSpec
 from trainers.strategies import ParallelStrategy
 
 
@@ -48,6 +48,16 @@ def any_left(strategy: ParallelStrategy) -> Callable[[bool], bool]:
         return any_rank(strategy, torch.tensor(has_batch))
 
     return agreed
+
+
+def mean_over_ranks(strategy: ParallelStrategy) -> Callable[[list[float]], list[float]]:
+    """Each value's mean over every rank: a collective."""
+
+    def mean(values: list[float]) -> list[float]:
+        sums = strategy.reduce_metrics(torch.tensor(values, dtype=torch.float64, device=strategy.env.device))
+        return [total / strategy.env.world_size for total in sums.tolist()]
+
+    return mean
 
 
 def evaluate(c: Components, batch_size: int) -> dict[str, float]:
@@ -109,8 +119,10 @@ def step_graph(config: RunConfig, c: Components, output: RunOutput) -> StepGraph
         lambda micro_batches: whole_step(c, micro_batches, spec.train),
         c.optimizer,
         c.capture_stream,
+        warmup_steps=DDP_WARMUP_STEPS if config.plan.strategy is Strategy.DDP else WARMUP_STEPS,
         decide_by_timing=spec.performance.cuda_graphs is CudaGraphs.AUTO,
         note=output.note_graphs,
+        agree=mean_over_ranks(c.strategy),
     )
 
 

@@ -246,6 +246,7 @@ def launch(mark: JobMark, task: NodeTask, settings: Settings, uploads: Uploads) 
         rendezvous = meet(task, plan.nnodes, settings, SHUTDOWN)
         if rendezvous is None:
             return None
+    sandboxed = is_sandboxed(settings, spec)
     command = build_launch(
         plan,
         job_id=task.job_id,
@@ -256,9 +257,10 @@ def launch(mark: JobMark, task: NodeTask, settings: Settings, uploads: Uploads) 
         gpu_ids=node.gpu_ids,
         python=settings.environment_pythons[spec.environment] if spec.environment else sys.executable,
         rendezvous=rendezvous,
+        compile_cache=None if sandboxed else settings.compile_cache_dir,
     )
     box = None
-    if is_sandboxed(settings, spec):
+    if sandboxed:
         box = sandbox_for(settings, spec, plan, mark.run_dir, bundle, PROJECT_ROOT)
         command = confine(command, box)
     plan = plan.model_copy(update={"argv": command.argv})

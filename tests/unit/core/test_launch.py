@@ -51,7 +51,9 @@ def plan_for(**parallel: object) -> Plan:
     return resolve_plan(JobSpec.model_validate(spec))
 
 
-def launch(plan: Plan, gpu_ids: list[int]) -> tuple[list[str], dict[str, str]]:
+def launch(
+    plan: Plan, gpu_ids: list[int], compile_cache: Path | None = None
+) -> tuple[list[str], dict[str, str]]:
     built = build_launch(
         plan,
         job_id=7,
@@ -63,6 +65,7 @@ def launch(plan: Plan, gpu_ids: list[int]) -> tuple[list[str], dict[str, str]]:
         python="/venv/bin/python",
         worker_env={**NEEDED, **SECRETS, "CUDA_VISIBLE_DEVICES": "0,1,2,3"},
         cpu_count=16,
+        compile_cache=compile_cache,
     )
     return built.argv, built.env
 
@@ -107,6 +110,13 @@ def test_env_is_the_allow_list_and_the_job_s_own() -> None:
     assert sorted(name for name in env if name.startswith("TRAINYARD_")) == [
         *("TRAINYARD_DATA_DIR", JOB_TOKEN_ENV, RUN_DIR_ENV),
     ]
+
+
+def test_the_host_s_compile_cache_is_shared_only_when_the_worker_says_so() -> None:
+    _, shared = launch(plan_for(num_gpus=1), [0], compile_cache=Path("/var/trainyard/compile-cache"))
+    assert shared["TORCHINDUCTOR_CACHE_DIR"] == "/var/trainyard/compile-cache"
+    _, own = launch(plan_for(num_gpus=1), [0])  # a sandboxed job: Inductor's default, its own /tmp
+    assert "TORCHINDUCTOR_CACHE_DIR" not in own
 
 
 def test_cpu_job_sees_no_gpu_even_when_the_worker_does() -> None:

@@ -19,12 +19,7 @@ CANNOT: list[tuple[str, dict[str, Any], str]] = [
     (
         "under fsdp",
         {"parallel": {"num_gpus": 2, "strategy": "fsdp"}},
-        "only strategy single is captured, not fsdp",
-    ),
-    (
-        "under ddp",
-        {"parallel": {"num_gpus": 2, "strategy": "ddp"}},
-        "only strategy single is captured, not ddp",
+        "only strategies single and ddp are captured, not fsdp",
     ),
     ("in fp16", {"parallel": ONE_GPU, "precision": "fp16"}, "use bf16"),
     (
@@ -61,9 +56,12 @@ def test_auto_plans_and_says_the_job_trains_without_graphs(sections: dict[str, A
     assert len(said) == 1 and why in said[0], warnings
 
 
-def test_on_plans_for_a_single_gpu() -> None:
-    plan = resolve_plan(spec("on", {"parallel": ONE_GPU}))
-    assert plan.strategy == "single" and not plan.warnings
+@pytest.mark.parametrize(
+    ("parallel", "strategy"), [(ONE_GPU, "single"), ({"num_gpus": 2, "strategy": "ddp"}, "ddp")]
+)
+def test_on_plans_for_single_and_ddp(parallel: dict[str, Any], strategy: str) -> None:
+    plan = resolve_plan(spec("on", {"parallel": parallel}))
+    assert plan.strategy == strategy and not plan.warnings
 
 
 def test_true_and_false_read_as_on_and_off() -> None:
