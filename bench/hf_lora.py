@@ -25,9 +25,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 
 from bench.report import record, section
 from bench.run import CHILD_TIMEOUT_S
+from bench.runtime import device_name
 from bench.table import markdown, number, percent, ratio, times
 from tests.integration.trainer_helpers import TrainerRun, launch, write_config
 from trainers.datadir import DATA_DIR_ENV
@@ -160,7 +162,7 @@ def main() -> int:
         write_model_and_data(data_dir, shape, tokens)
         os.environ[DATA_DIR_ENV] = str(data_dir)
         full, lora = (trainer_row(shape, args, Path(scratch) / f"run{i}", i == 1) for i in range(2))
-    device = "cpu" if args.smoke else "cuda"
+    device = "cpu" if args.smoke else device_name(torch.device("cuda", 0))
     record(section(device, None if args.smoke else args.gpus, table([full, lora], full)), args.smoke)
     return 0 if full.tokens_per_s is not None and lora.tokens_per_s is not None else 1
 

@@ -125,6 +125,14 @@ class StepGraph:
                     mine.copy_(theirs, non_blocking=True)
         return self._replay()
 
+    def release(self) -> None:
+        """Free the graph and its memory. Under ddp it holds NCCL's captured all-reduce, and leaving the
+        process group waits, without end, for the graphs that hold its work to be destroyed."""
+        if self.graph is not None:
+            self.graph.reset()
+        self.graph = None
+        self.static_batches, self.static_done, self.lrs = [], [], []
+
     def _on_capture_stream(self, micro_batches: list[Batch]) -> Done:
         self.stream.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(self.stream):
@@ -192,5 +200,4 @@ class StepGraph:
             return
         self.note(self.step, f"performance.cuda_graphs=auto: training eagerly, as replaying ran at {speedup}")
         self.off = True
-        self.graph = None  # its memory pool goes with it
-        self.static_batches, self.static_done, self.lrs = [], [], []
+        self.release()

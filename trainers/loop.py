@@ -203,6 +203,8 @@ def train(config: RunConfig, run_dir: Path, env: DistEnv) -> bool:
         if stopping:
             break
     profiler.close()
+    if graph is not None:
+        graph.release()
     if c.export is not None and not stopping:
         # A collective: every rank gathers, rank 0 writes the merged weights before the run reports done.
         model_state, _ = c.strategy.full_state(c.optimizer)
