@@ -124,8 +124,9 @@ class PerformanceSpec(Section):
     )
     cuda_graphs: Choice[CudaGraphs] = Field(
         CudaGraphs.OFF,
-        description="capture the whole training step (forward, backward, update) in a CUDA graph and replay "
-        "it: on, off, or auto (on where the spec allows it and replays beat eager steps)",
+        description="capture the whole training step (forward, backward, update; under ddp the gradients' "
+        "all-reduce too) in a CUDA graph and replay it: on, off, or auto (on where the spec allows it and "
+        "replays beat eager steps). Strategies single and ddp, on GPUs, bf16 or fp32",
     )
 
     @field_validator("cuda_graphs", mode="before")

@@ -7,7 +7,7 @@ import argparse
 import pytest
 
 from bench.api_load import Phase, results_table
-from bench.overheads import latency_table, reporting_table
+from bench.overheads import COMPILED_TARGETS, latency_table, reporting_table
 from bench.profile_stacks import summarize
 from bench.result import Result, failed
 from bench.scaling import gpu_counts, scaling_rows
@@ -54,13 +54,25 @@ def test_each_rounds_cost_is_against_that_rounds_quiet_run() -> None:
 
 def test_latency_table_gives_p50_max_the_failures_and_each_phase() -> None:
     phases = (("queued", 0.5), ("imports", 2.0))
-    runs = [Result("1 GPU single", 1.0, None, latency_s=s, phases=phases) for s in (8.0, 9.0, 12.0)]
+    first_steps = [(*phases, ("first_step", s)) for s in (3.0, 1.0, 2.0)]
+    runs = [
+        Result("1 GPU single", 1.0, None, latency_s=s, phases=p)
+        for s, p in zip((8.0, 9.0, 12.0), first_steps, strict=True)
+    ]
     runs.append(failed("2 GPU ddp", "job failed"))
     lines = latency_table(runs).splitlines()
     one, two = lines[2:4]
-    assert one == "| 1 GPU single | 3/3 | 9.0 | 12.0 | p50 ≤ 5 | 8.0, 9.0, 12.0 |"
-    assert two == "| 2 GPU ddp | 0/1 | — | — | p50 ≤ 7 | 2 GPU ddp (failed: job failed) |"
-    assert lines[-2:] == ["| queued | 0.50 | — |", "| imports | 2.00 | — |"]
+    assert one == "| 1 GPU single | 3/3 | 9.0 | 12.0 | p50 ≤ 5 | 8.0, 9.0, 12.0 | 2.0 |"
+    assert two == "| 2 GPU ddp | 0/1 | — | — | p50 ≤ 7 | 2 GPU ddp (failed: job failed) | — |"
+    assert lines[-3:] == ["| queued | 0.50 | — |", "| imports | 2.00 | — |", "| first_step | 2.00 | — |"]
+
+
+def test_the_compiled_table_has_no_target_for_the_empty_cache_job() -> None:
+    cold = Result("1 GPU compiled, empty cache", 1.0, None, latency_s=15.0, phases=(("first_step", 55.0),))
+    warm = [Result("1 GPU compiled, repeated", 1.0, None, latency_s=s, phases=()) for s in (6.0, 7.0)]
+    lines = latency_table([cold, *warm], COMPILED_TARGETS).splitlines()
+    assert lines[2] == "| 1 GPU compiled, empty cache | 1/1 | 15.0 | 15.0 |  | 15.0 | 55.0 |"
+    assert lines[3] == "| 1 GPU compiled, repeated | 2/2 | 6.5 | 7.0 | p50 ≤ 10 | 6.0, 7.0 | — |"
 
 
 def test_profile_summary_counts_innermost_libraries_and_our_functions_once() -> None:
