@@ -40,7 +40,7 @@ from bench.graphs_loop import (
 )
 from bench.report import record, section
 from bench.result import SKIPPED, parse
-from bench.run import CHILD_TIMEOUT_S
+from bench.run import CHILD_TIMEOUT_S, launcher
 from bench.table import markdown, number, ratio, times
 from tests.integration.trainer_helpers import TrainerRun, launch, write_config
 
@@ -136,15 +136,7 @@ def loop_row(workload: str, args: argparse.Namespace, budget: Budget) -> Row:
     timeout = budget.timeout(CHILD_TIMEOUT_S)
     if timeout is None:
         return Row(workload, f"{variant} ({SKIPPED}: out of time)", None, [])
-    torchrun = ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(args.gpus)]
-    argv = [
-        sys.executable,
-        *(torchrun if args.gpus > 1 else []),
-        "-m",
-        "bench.graphs_loop",
-        "--workload",
-        workload,
-    ]
+    argv = [*launcher(args.gpus), "-m", "bench.graphs_loop", "--workload", workload]
     argv += ["--warmup", str(args.warmup), "--steps", str(args.steps)] + (["--smoke"] if args.smoke else [])
     done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
     result = parse(done.stdout)

@@ -37,12 +37,16 @@ class Child:
     argv: list[str]
 
 
+def launcher(procs: int) -> list[str]:
+    """What precedes `-m module`: the interpreter, and torchrun when there is more than one process (gloo
+    ranks on the CPU)."""
+    torchrun = ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(procs)]
+    return [sys.executable, *(torchrun if procs > 1 else [])]
+
+
 def child_argv(module: str, workload: Workload, procs: int, extra: list[str]) -> list[str]:
-    """`python -m module ...`, under torchrun when there is more than one process (gloo ranks on the CPU)."""
-    launcher = [sys.executable]
-    if procs > 1:
-        launcher += ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(procs)]
-    return [*launcher, "-m", module, *workload_argv(workload), *extra]
+    """`python -m module ...`, under torchrun when there is more than one process."""
+    return [*launcher(procs), "-m", module, *workload_argv(workload), *extra]
 
 
 def children(workload: Workload, gpus: int, compile_model: bool, seed_amp: bool) -> list[Child]:

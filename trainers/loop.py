@@ -18,7 +18,7 @@ from trainers.checkpoint import load_checkpoint, restore
 from trainers.components import Components, build
 from trainers.data.batches import Batch, batch_size
 from trainers.dist_env import DistEnv
-from trainers.graphs import DDP_WARMUP_STEPS, WARMUP_STEPS, Done, StepGraph
+from trainers.graphs import DDP_WARMUP_STEPS, WARMUP_STEPS, Agree, Done, StepGraph
 from trainers.lora import trainable_state
 from trainers.metrics import TrainMetrics
 from trainers.plan import Plan, RunConfig
@@ -50,7 +50,7 @@ def any_left(strategy: ParallelStrategy) -> Callable[[bool], bool]:
     return agreed
 
 
-def mean_over_ranks(strategy: ParallelStrategy) -> Callable[[list[float]], list[float]]:
+def mean_over_ranks(strategy: ParallelStrategy) -> Agree:
     """Each value's mean over every rank: a collective."""
 
     def mean(values: list[float]) -> list[float]:

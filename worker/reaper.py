@@ -13,6 +13,7 @@ from datetime import datetime, timedelta
 
 from sqlalchemy import ColumnElement, and_, func, or_, select, update
 
+from core.clock import as_utc
 from core.config import get_settings
 from core.db import session_scope
 from core.models import Job, JobEvent, JobNode, Worker, utcnow
@@ -22,7 +23,6 @@ from worker.gpus import host_gpus
 from worker.heartbeat import OWNED
 from worker.kill import kill_job, mark_for
 from worker.leases import release_leases, ring_waiting_jobs, worker_id
-from worker.supervise import as_utc
 
 log = logging.getLogger(__name__)
 

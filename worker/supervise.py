@@ -9,7 +9,7 @@ import logging
 import subprocess
 import threading
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 
 from sqlalchemy import func, select
@@ -80,11 +80,6 @@ def exit_outcome(run_dir: Path, code: int) -> Outcome:
         return Outcome(JobStatus.SUCCEEDED, "completed", "training finished")
     kind = classify_failure(run_dir, code)
     return Outcome(JobStatus.FAILED, kind, root_cause(run_dir, code), retryable=kind.retryable)
-
-
-def as_utc(moment: datetime) -> datetime:
-    # SQLite hands back naive datetimes; every stored time is UTC.
-    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
 
 
 def finish(job_id: int, attempt: int, outcome: Outcome) -> bool:

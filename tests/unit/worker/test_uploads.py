@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 import pytest
 from sqlalchemy import select
 
+from core.clock import as_utc
 from core.config import get_settings
 from core.db import session_scope
 from core.models import Checkpoint, utcnow
@@ -24,7 +25,6 @@ from core.storage import ObjectStore
 from worker import uploads
 from worker.reaper import Rings, reap
 from worker.runner import run_job
-from worker.supervise import as_utc
 
 if TYPE_CHECKING:
     from tests.unit.worker_fixtures import Doorbell, WorkerDb
