@@ -28,6 +28,7 @@ INHERITED_PREFIXES = ("LC_", "CUDA_", "NCCL_", "GLOO_", "TORCH_", "NVSHMEM_")
 class Launch:
     argv: list[str]
     env: dict[str, str]
+    pass_fds: tuple[int, ...] = ()  # descriptors the command inherits (core/sandbox.py's BoundFile)
 
 
 @dataclass(frozen=True)

@@ -1,11 +1,13 @@
 """The bubblewrap sandbox around a job's torchrun: a pure builder of the command's prefix, as core/launch.py.
 
-What the ranks of a sandboxed job see: the host's system and Python environment read-only; the service's own
-state (the run, code and data stores, the SQLite database's and broker's folders) and the worker's private
-places (its home, /run's sockets, /tmp) under empty tmpfs, with this job's run directory bound back read-write
-and its bundle and data root read-only; their own process table, SysV IPC and /dev/shm; only their own GPUs'
-device files; no network but loopback unless the job spans hosts; a uid of no account. docs/security.md is
-the threat model and says why each flag is there.
+What the ranks of a sandboxed job see, on a root of bwrap's own that is read-only and empty otherwise: the
+host's system (/usr, its libraries, /sys and the few files of /etc that programs read to start) and the
+Python environment, read-only; of the project only the runtime packages the ranks import; this job's run
+directory read-write; its bundle, its data and exactly the checkpoint file it resumes from read-only; their
+own /tmp, process table, SysV IPC and /dev/shm; only their own GPUs' device files; no network but loopback
+unless the job spans hosts; a uid of no account. Nothing else of the host is there at all: not its other
+folders, not the service's state, not the worker's home. docs/security.md is the threat model and says why
+each flag is there.
 """
 
 from __future__ import annotations
@@ -21,8 +23,21 @@ from core.launch import Launch
 # Empty and the job's alone, writable by any of its uids as on any host: /tmp, and POSIX shared memory, which
 # NCCL and the data loaders' workers pass tensors through.
 SCRATCH = (Path("/tmp"), Path("/dev/shm"))
-# Hidden in every sandbox: the sockets of the host's services (PostgreSQL's, Docker's) live under /run.
-ALWAYS_PRIVATE = (Path("/run"),)
+# The host's system, shown read-only where present: programs and libraries (on a merged-/usr system the
+# top-level ones are links into /usr, and are made as links), and /sys, where the GPU driver and NCCL read
+# the machine's topology.
+SYSTEM_FOLDERS = tuple(
+    Path(p) for p in ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/sys")
+)
+# What programs read of /etc to start and to name hosts (a multi-host job resolves its peers): the dynamic
+# linker's cache, the time zone, certificates, the name service's files. The rest of /etc is the host's.
+SYSTEM_ETC = tuple(
+    Path("/etc", name)
+    for name in (
+        *("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "alternatives", "localtime", "ssl", "ca-certificates"),
+        *("nsswitch.conf", "host.conf", "gai.conf", "hosts", "resolv.conf", "passwd", "group"),
+    )
+)
 # The GPU driver's shared device files, bound when present: a CUDA context needs the first two.
 GPU_SUPPORT_FILES = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia-modeset")
 
@@ -41,14 +56,32 @@ class GpuDevice:
 
 
 @dataclass(frozen=True)
+class HostSystem:
+    """What SYSTEM_FOLDERS and SYSTEM_ETC are on this host (worker/sandbox.py reads it)."""
+
+    shown: tuple[Path, ...]  # real folders and files, bound read-only
+    links: tuple[tuple[Path, str], ...] = ()  # (path, its target): /bin -> usr/bin
+
+
+@dataclass(frozen=True)
+class BoundFile:
+    """A file bound read-only from a descriptor the worker opened without following any link, so that what
+    the job sees is the file checked, whatever its name leads to by the time bwrap runs."""
+
+    fd: int
+    path: Path  # where the job sees it: the path the plan names
+
+
+@dataclass(frozen=True)
 class Sandbox:
     run_dir: Path  # the one writable place
     cwd: Path  # where torchrun starts: the project root, so `-m trainers.run` imports
     limits: Rlimits
-    state: tuple[Path, ...]  # the service's own folders: hidden, and never shown again inside
-    private: tuple[Path, ...] = ()  # the worker's home: hidden, but what `shown` names in it comes back
-    shown: tuple[Path, ...] = ()  # read-only again under a private folder: the project, the Python env
+    system: HostSystem
+    state: tuple[Path, ...]  # the service's own folders: hidden where a shown folder holds them
+    shown: tuple[Path, ...] = ()  # read-only: the project's runtime packages, the Python environment
     read_only: tuple[Path, ...] = ()  # the job's bundle and data root
+    resume: BoundFile | None = None  # the checkpoint it resumes from, when that lies outside its run dir
     gpus: tuple[GpuDevice, ...] = ()
     gpu_support: tuple[str, ...] = ()  # those of GPU_SUPPORT_FILES present on the host
     share_network: bool = False  # a multi-host job: its ranks and rendezvous reach other hosts
@@ -86,15 +119,17 @@ def _check(box: Sandbox) -> None:
 
 class _Mounts:
     """bwrap's mount arguments, in order. bwrap applies them in turn, and a bind's source is always the
-    host's path, never what an earlier tmpfs covered: hide, then show again what must be seen.
+    host's path, never what an earlier tmpfs covered: show, then hide what a shown folder holds of the
+    service's state, then show again the job's own.
 
     bwrap makes the missing folders on the way to a mount point with mode 0700, its own, which the job's uid
-    could not pass; inside a fresh tmpfs each is made first with --dir (0755): they hold nothing but the way.
+    could not pass; inside a fresh tmpfs (the sandbox's root is one) each is made first with --dir (0755):
+    they hold nothing but the way.
     """
 
     def __init__(self) -> None:
-        self.args = ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
-        self._mounted: dict[Path, bool] = {Path("/"): False}  # mount point -> is a fresh tmpfs
+        self.args = ["--dev", "/dev", "--proc", "/proc"]
+        self._mounted: dict[Path, bool] = {Path("/"): True}  # mount point -> is a fresh tmpfs
         self._made: set[Path] = set()
 
     def _way_to(self, dest: Path) -> None:
@@ -113,31 +148,39 @@ class _Mounts:
         self.args += ["--tmpfs", str(folder)]
         self._mounted[folder] = True
 
-    def bind(self, option: str, path: Path) -> None:
+    def bind(self, option: str, path: Path, source: str | None = None) -> None:
         self._way_to(path)
-        self.args += [option, str(path), str(path)]
+        self.args += [option, source or str(path), str(path)]
         self._mounted[path] = False
+
+    def link(self, path: Path, target: str) -> None:
+        self._way_to(path)
+        self.args += ["--symlink", target, str(path)]
 
 
 def _mounts(box: Sandbox) -> list[str]:
     mounts = _Mounts()
+    for path in box.system.shown:
+        mounts.bind("--ro-bind", path)
+    for path, target in box.system.links:
+        mounts.link(path, target)
     for folder in SCRATCH:
         mounts.tmpfs(folder)
         mounts.args += ["--chmod", "1777", str(folder)]
-    private = _outermost((*ALWAYS_PRIVATE, *box.private))
-    for folder in private:
-        mounts.tmpfs(folder)
-    hidden = (*SCRATCH, *private)
-    for path in _outermost(box.shown):
-        if any(path.is_relative_to(folder) for folder in hidden):
-            mounts.bind("--ro-bind", path)
+    shown = [p for p in _outermost(box.shown) if not any(p.is_relative_to(s) for s in box.system.shown)]
+    for path in shown:
+        mounts.bind("--ro-bind", path)
     for folder in _outermost(box.state):
-        mounts.tmpfs(folder)
+        if any(folder.is_relative_to(path) for path in shown):
+            mounts.tmpfs(folder)
     mounts.bind("--bind", box.run_dir)
     for path in box.read_only:
         mounts.bind("--ro-bind", path)
+    if box.resume is not None:
+        mounts.bind("--ro-bind-fd", box.resume.path, str(box.resume.fd))
     for device in (*(gpu.path for gpu in box.gpus), *box.gpu_support):
         mounts.args += ["--dev-bind", device, device]
+    mounts.args += ["--remount-ro", "/"]  # the root's folders are the way to mounts, never a place to write
     return mounts.args
 
 
@@ -182,8 +225,10 @@ def sandbox_argv(box: Sandbox) -> list[str]:
 
 
 def confine(command: Launch, box: Sandbox) -> Launch:
-    """`command` run inside the sandbox; its GPUs named by UUID when it has any (see GpuDevice)."""
+    """`command` run inside the sandbox; its GPUs named by UUID when it has any (see GpuDevice); the file it
+    resumes from handed to bwrap as a descriptor."""
     env = command.env
     if box.gpus:
         env = {**env, "CUDA_VISIBLE_DEVICES": ",".join(gpu.uuid for gpu in box.gpus)}
-    return replace(command, argv=[*sandbox_argv(box), *command.argv], env=env)
+    fds = () if box.resume is None else (box.resume.fd,)
+    return replace(command, argv=[*sandbox_argv(box), *command.argv], env=env, pass_fds=fds)

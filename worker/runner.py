@@ -16,14 +16,14 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from sqlalchemy import select, update
+from sqlalchemy import update
 
 from core.config import ArtifactStore, Settings, get_settings
 from core.db import session_scope
 from core.doorbell import dispatch_node
 from core.launch import Launch, build_launch
-from core.models import Checkpoint, Job, JobNode, utcnow
-from core.sandbox import confine
+from core.models import Job, JobNode, utcnow
+from core.sandbox import Sandbox, confine
 from core.states import JobStatus
 from trainers.events import EVENTS_FILE, LAUNCHER_LOG, LOG_DIR, PhaseEvent, StartupEvent, WarningEvent
 from trainers.plan import Plan, RunConfig
@@ -34,12 +34,12 @@ from worker.heartbeat import Heartbeat
 from worker.kill import JobMark, kill_job, mark_for
 from worker.leases import claim_next, worker_id
 from worker.nodes import NodeTask, claim_launch, dispatch_other_nodes, meet
-from worker.publish import UnusableCheckpoint, resume_file
+from worker.resume import leased_plan
 from worker.rundir import append_no_follow, prepare_run_dir, set_aside_stale
-from worker.sandbox import check_starts, is_sandboxed, job_bundle, sandbox_for
+from worker.sandbox import check_starts, close_sandbox, is_sandboxed, job_bundle, sandbox_for
 from worker.standby import WarmLauncher
 from worker.supervise import CANCELLED, Outcome, RunningJob, Supervisor, finish, ring_others
-from worker.tail import EventTail, add_marks, apply_events, note
+from worker.tail import EventTail, add_marks, apply_events
 from worker.uploads import Uploads
 
 log = logging.getLogger(__name__)
@@ -135,55 +135,6 @@ def _catch_up(job_id: int, run_dir: Path, uploads: Uploads, settings: Settings) 
             return tail
 
 
-def _resume_from(job: Job, plan: Plan, attempt: int, run_dir: Path) -> str | None:
-    """The file this attempt resumes from. A requeued attempt continues from the job's newest checkpoint
-    still there with the bytes recorded, and a job event names each one it passed over and why; failing
-    that, and on a first attempt, from what the API chose, which must be sound too. One held in the object
-    store is downloaded into `run_dir` unless this host wrote it."""
-    with session_scope() as session:
-        newest_first = (
-            select(Checkpoint.id, Checkpoint.step, Checkpoint.path, Checkpoint.sha256)
-            .where(Checkpoint.job_id == job.id)
-            .order_by(Checkpoint.step.desc(), Checkpoint.id.desc())
-        )
-        saved = session.execute(newest_first).all() if attempt > 1 else []
-        chosen = plan.resume_path
-        recorded = select(Checkpoint.sha256).where(Checkpoint.path == chosen).limit(1)
-        chosen_sha256 = None if chosen is None else session.scalar(recorded)
-    passed_over: list[str] = []
-    for checkpoint in saved:
-        name = f"checkpoint {checkpoint.id} (step {checkpoint.step})"
-        try:
-            found = resume_file(checkpoint.path, checkpoint.sha256, run_dir)
-        except UnusableCheckpoint as why:
-            passed_over.append(f"{name}: {why}")
-            continue
-        _note_passed_over(job.id, passed_over, f"resuming from {name}")
-        return found
-    _note_passed_over(
-        job.id, passed_over, "resuming from checkpoint.resume_from" if chosen else "starting over"
-    )
-    if chosen is None:
-        return None
-    try:
-        return resume_file(chosen, chosen_sha256, run_dir)
-    except UnusableCheckpoint as why:
-        raise UnusableCheckpoint(f"cannot resume from checkpoint.resume_from: {why}") from why
-
-
-def _note_passed_over(job_id: int, passed_over: list[str], then: str) -> None:
-    if passed_over:
-        with session_scope() as session:
-            note(session, job_id, "checkpoint_skipped", f"{then}; passed over {'; '.join(passed_over)}")
-
-
-def _leased_plan(job: Job, gpu_ids: list[int], attempt: int, run_dir: Path) -> Plan:
-    """The plan with the GPUs leased and the file to resume from."""
-    plan = Plan.model_validate(job.plan)
-    gpus = gpu_ids if plan.device == "cuda" else plan.gpus
-    return plan.model_copy(update={"gpus": gpus, "resume_path": _resume_from(job, plan, attempt, run_dir)})
-
-
 def _start_if_starting(
     task: NodeTask, plan: Plan, command: Launch, run_dir: Path
 ) -> subprocess.Popen[bytes] | None:
@@ -224,6 +175,27 @@ def _tails_events(node_rank: int, settings: Settings) -> bool:
     return node_rank == 0 or settings.artifact_store is not ArtifactStore.SHARED
 
 
+def _start_sandboxed(
+    task: NodeTask,
+    spec: JobSpec,
+    plan: Plan,
+    command: Launch,
+    run_dir: Path,
+    box: Sandbox | None,
+    bundle: Path | None,
+) -> subprocess.Popen[bytes] | None:
+    """Lay out the run directory and start torchrun, inside `box` when the job is sandboxed."""
+    if box is not None:
+        command = confine(command, box)
+    plan = plan.model_copy(update={"argv": command.argv})
+    code_dir = None if bundle is None else str(bundle)
+    config = RunConfig(job_id=task.job_id, attempt=task.attempt, spec=spec, plan=plan, code_dir=code_dir)
+    prepare_run_dir(run_dir, config, owner=None if box is None else box.run_as)
+    if box is not None:
+        check_starts(box)
+    return _start_if_starting(task, plan, command, run_dir)
+
+
 def launch(mark: JobMark, task: NodeTask, settings: Settings, uploads: Uploads) -> RunningJob | None:
     """Start torchrun for this node, or return None when the attempt left `starting` or is not this host's."""
     with session_scope() as session:
@@ -240,7 +212,7 @@ def launch(mark: JobMark, task: NodeTask, settings: Settings, uploads: Uploads) 
         if _tails_events(task.node_rank, settings)
         else None
     )
-    plan = _leased_plan(job, node.gpu_ids, task.attempt, mark.run_dir)
+    plan = leased_plan(job, node.gpu_ids, task.attempt, mark.run_dir)
     rendezvous = None
     if plan.nnodes > 1:
         rendezvous = meet(task, plan.nnodes, settings, SHUTDOWN)
@@ -259,17 +231,11 @@ def launch(mark: JobMark, task: NodeTask, settings: Settings, uploads: Uploads) 
         rendezvous=rendezvous,
         compile_cache=None if sandboxed else settings.compile_cache_dir,
     )
-    box = None
-    if sandboxed:
-        box = sandbox_for(settings, spec, plan, mark.run_dir, bundle, PROJECT_ROOT)
-        command = confine(command, box)
-    plan = plan.model_copy(update={"argv": command.argv})
-    code_dir = None if bundle is None else str(bundle)
-    config = RunConfig(job_id=job.id, attempt=task.attempt, spec=spec, plan=plan, code_dir=code_dir)
-    prepare_run_dir(mark.run_dir, config, owner=None if box is None else box.run_as)
-    if box is not None:
-        check_starts(box)
-    process = _start_if_starting(task, plan, command, mark.run_dir)
+    box = sandbox_for(settings, spec, plan, mark.run_dir, bundle, PROJECT_ROOT) if sandboxed else None
+    try:
+        process = _start_sandboxed(task, spec, plan, command, mark.run_dir, box, bundle)
+    finally:
+        close_sandbox(box)
     if process is None:
         return None
     log.info(

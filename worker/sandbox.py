@@ -15,13 +15,27 @@ from pathlib import Path
 
 from core.code_store import ensure_unpacked
 from core.config import SandboxMode, Settings
-from core.sandbox import GPU_SUPPORT_FILES, Rlimits, Sandbox, sandbox_argv, service_state
+from core.sandbox import (
+    GPU_SUPPORT_FILES,
+    SYSTEM_ETC,
+    SYSTEM_FOLDERS,
+    BoundFile,
+    HostSystem,
+    Rlimits,
+    Sandbox,
+    sandbox_argv,
+    service_state,
+)
 from trainers.datadir import resolve_data_root
+from trainers.files import open_job_file
 from trainers.plan import Plan
 from trainers.spec import JobSpec
 from worker.gpus import gpu_devices
 
 GB = 1024**3
+# What the ranks import of the project (trainers.run, and `trainyard` for a program's `import trainyard.job`);
+# the rest of the checkout (the service, its tests, a var/ with its state) is not theirs to see.
+RANK_PACKAGES = ("trainers", "app/sdk/trainyard")
 PROBE_TIMEOUT_S = 30.0
 FIX = (
     "install bubblewrap (`make servers` does), allow unprivileged user namespaces (docs/security.md says "
@@ -65,16 +79,47 @@ def rlimits(settings: Settings) -> Rlimits:
 
 
 def _python_paths(project: Path) -> tuple[Path, ...]:
-    """What the ranks import from: the project, the Python environment and the worker's PYTHONPATH."""
+    """What the ranks import from: the project's runtime packages, the Python environment and the worker's
+    PYTHONPATH."""
     entries = os.environ.get("PYTHONPATH", "").split(os.pathsep)
     extra = [Path(p) for p in entries if os.path.isabs(p) and os.path.exists(p)]  # else bwrap cannot bind it
-    paths = (project, Path(sys.prefix), Path(sys.base_prefix), *extra)
+    packages = [project / name for name in RANK_PACKAGES]
+    paths = (*packages, Path(sys.prefix), Path(sys.base_prefix), *extra)
     return tuple(path.resolve() for path in paths)
+
+
+def host_system() -> HostSystem:
+    """SYSTEM_FOLDERS and SYSTEM_ETC as this host has them: real ones shown, links made again as links."""
+    shown: list[Path] = []
+    links: list[tuple[Path, str]] = []
+    for path in (*SYSTEM_FOLDERS, *SYSTEM_ETC):
+        if path.is_symlink() and path.parent == Path("/"):  # /bin -> usr/bin: the link, not the way out
+            links.append((path, os.readlink(path)))
+        elif path.exists():
+            shown.append(path)
+    return HostSystem(tuple(shown), tuple(links))
+
+
+def resume_binding(settings: Settings, resume_path: str | None, run_dir: Path) -> BoundFile | None:
+    """The checkpoint a job resumes from, opened for its sandbox when it lies outside the job's own run
+    directory (another job's, on a retry or checkpoint.resume_from): inside that job's run directory and
+    never through a link, since that job's ranks could have made one. The caller closes the descriptor."""
+    path = None if resume_path is None else Path(resume_path)
+    if path is None or not path.is_absolute() or path.is_relative_to(run_dir.resolve()):
+        return None  # a relative one is taken from the run directory (trainers/job/session.py)
+    runs = settings.runs_dir.resolve()
+    if not path.is_relative_to(runs) or path == runs:
+        raise ValueError(f"the checkpoint to resume from, {path}, lies outside the runs directory")
+    owner, *name = path.relative_to(runs).parts
+    with open_job_file(runs / owner, "/".join(name), max_bytes=None) as checkpoint:
+        return BoundFile(os.dup(checkpoint.file.fileno()), path)
 
 
 def sandbox_for(
     settings: Settings, spec: JobSpec, plan: Plan, run_dir: Path, bundle: Path | None, project: Path
 ) -> Sandbox:
+    """The sandbox of a job's node; when it resumes from another job's checkpoint, its `resume` holds an
+    open descriptor that the caller closes once the job has started (close_sandbox)."""
     read_only = [] if bundle is None else [bundle]
     if spec.environment is not None:  # a registered venv may live in the worker's home, which is hidden
         read_only.append(Path(settings.environment_pythons[spec.environment]).parent.parent)
@@ -89,16 +134,17 @@ def sandbox_for(
             read_only.append(resolve_data_root(settings.data_dir, folder, field))
     # Fake GPUs (tests) have no device files; a real GPU job gets exactly its own.
     gpus = gpu_devices(plan.gpus or []) if plan.device == "cuda" and settings.gpu_inventory is None else []
-    home = Path.home().resolve()
     return Sandbox(
         run_dir=run_dir,
         cwd=project,
         limits=rlimits(settings),
-        # tmpfs covers only a folder that exists (the root is read-only); one that does not hides nothing.
+        system=host_system(),
+        # tmpfs covers only a folder that exists (a shown folder is read-only); one that does not hides
+        # nothing.
         state=tuple(folder for folder in service_state(settings) if folder.is_dir()),
-        private=(home,) if home != Path("/") and home.is_dir() else (),
         shown=_python_paths(project),
         read_only=tuple(read_only),
+        resume=resume_binding(settings, plan.resume_path, run_dir),
         gpus=tuple(gpus),
         gpu_support=tuple(path for path in GPU_SUPPORT_FILES if gpus and os.path.exists(path)),
         share_network=plan.nnodes > 1,
@@ -114,6 +160,7 @@ def check_starts(box: Sandbox) -> None:
             [*sandbox_argv(box), "true"],
             env={"PATH": os.environ.get("PATH", os.defpath)},
             cwd="/",
+            pass_fds=() if box.resume is None else (box.resume.fd,),
             capture_output=True,
             text=True,
             timeout=PROBE_TIMEOUT_S,
@@ -123,3 +170,9 @@ def check_starts(box: Sandbox) -> None:
     if probe.returncode != 0:
         said = probe.stderr.strip() or f"exit status {probe.returncode}"
         raise SandboxUnavailable(f"the sandbox cannot start on this host: {said}; {FIX}")
+
+
+def close_sandbox(box: Sandbox | None) -> None:
+    """Close what the sandbox held open for bwrap; its job holds its own binding once started."""
+    if box is not None and box.resume is not None:
+        os.close(box.resume.fd)

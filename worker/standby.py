@@ -152,6 +152,7 @@ class WarmLauncher:
                 command.argv,
                 env=command.env,
                 cwd=self.cwd,
+                pass_fds=command.pass_fds,
                 stdin=subprocess.DEVNULL,
                 stdout=output,
                 stderr=subprocess.STDOUT,

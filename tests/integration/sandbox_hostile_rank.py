@@ -90,6 +90,7 @@ def main() -> None:
     ]
     seen["pids"] = sorted(int(name) for name in os.listdir("/proc") if name.isdigit())
     seen["devices"] = sorted(os.listdir("/dev"))
+    seen["listed"] = {folder: sorted(os.listdir(folder)) for folder in ("/", "/etc", os.getcwd())}
     seen["fork"] = fork_until_refused(plan["fork_at_most"])
     seen["big file"] = write_past(plan["big_file"], plan["big_file_bytes"])
     with open(sys.argv[2], "w") as report:

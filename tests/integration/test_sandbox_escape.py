@@ -11,6 +11,7 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -21,9 +22,10 @@ from typing import Any
 import psutil
 import pytest
 
-from core.sandbox import sandbox_argv
+from core.sandbox import SYSTEM_ETC, Sandbox, sandbox_argv
 from tests.integration.sandbox_launch import SECRET, Deployment, deploy, sandboxed_job, start
 from worker.kill import kill_job
+from worker.sandbox import RANK_PACKAGES
 
 HOSTILE = Path(__file__).with_name("sandbox_hostile_rank.py")
 WORKER_SECRETS = {
@@ -104,7 +106,25 @@ def hostile_plan(deployment: Deployment, listeners: list[socket.socket], victim:
     return path
 
 
-def assert_contained(seen: dict[str, Any], deployment: Deployment, listeners: list[socket.socket]) -> None:
+def assert_sees_only_its_own(listed: dict[str, list[str]], box: Sandbox) -> None:
+    """Of the host's top-level folders only the system's and the ways to what the job was given; of /etc
+    only what programs read to start; of the project only the packages the ranks import."""
+    given = (*box.shown, box.run_dir, *box.read_only)
+    system = {path.parts[1] for path in (*box.system.shown, *(link for link, _ in box.system.links))}
+    assert set(listed["/"]) == {"dev", "proc", "tmp", *system, *(path.parts[1] for path in given)}
+    assert {"home", "var", "opt", "srv", "mnt", "boot", "media"}.isdisjoint(
+        set(listed["/"]) - {path.parts[1] for path in given}
+    )
+    assert set(listed["/etc"]) <= {path.name for path in SYSTEM_ETC} and "shadow" not in listed["/etc"]
+    if box.cwd != Path("/"):
+        venv = Path(sys.prefix).resolve()  # the Python environment, when it lives in the checkout
+        inner = {venv.relative_to(box.cwd).parts[0]} if venv.is_relative_to(box.cwd) else set()
+        assert set(listed[str(box.cwd)]) == {Path(name).parts[0] for name in RANK_PACKAGES} | inner
+
+
+def assert_contained(
+    seen: dict[str, Any], deployment: Deployment, listeners: list[socket.socket], box: Sandbox
+) -> None:
     refused = {
         name: outcome["error"]
         for name, outcome in seen.items()
@@ -136,6 +156,7 @@ def assert_contained(seen: dict[str, Any], deployment: Deployment, listeners: li
     assert "CapEff:\t0000000000000000" in seen["status"] and "NoNewPrivs:\t1" in seen["status"]
     assert max(seen["pids"]) < 50  # its own pid namespace: bwrap's init, torchrun, itself
     assert seen["devices"] == [*BWRAP_DEV, "urandom", "zero"]  # no disk, no GPU, no host tty
+    assert_sees_only_its_own(seen["listed"], box)
     assert seen["environ"]["HOME"] == str(deployment.run_dir)
     assert seen["fork"]["refused"] == "EAGAIN" and 0 < seen["fork"]["forked"] < LIMITS["job_max_processes"]
     limit = 1 << 20
@@ -149,7 +170,9 @@ def test_a_hostile_rank_under_torchrun_reaches_nothing_of_the_worker(
     """As this worker launches it: root here, so the job's uid is 65534; a worker without root maps its own
     uid in a user namespace (the next test)."""
     deployment = deploy(tmp_path / "var", **LIMITS)  # type: ignore[arg-type]
-    rank = [str(HOSTILE), str(deployment.run_dir / "plan.json"), str(deployment.run_dir / "report.json")]
+    script = deployment.run_dir / HOSTILE.name  # the project's tests are not shown to the job
+    shutil.copy(HOSTILE, script)
+    rank = [str(script), str(deployment.run_dir / "plan.json"), str(deployment.run_dir / "report.json")]
     command, box, _ = sandboxed_job(deployment, rank, worker_env)
     job_uid = box.run_as if box.run_as is not None else os.geteuid()
     victim = sentinel(job_uid)
@@ -159,7 +182,7 @@ def test_a_hostile_rank_under_torchrun_reaches_nothing_of_the_worker(
         output, _ = process.communicate(timeout=120)
         assert process.returncode == 0, output.decode(errors="replace")
         seen = json.loads((deployment.run_dir / "report.json").read_text())
-        assert_contained(seen, deployment, listeners)
+        assert_contained(seen, deployment, listeners, box)
         assert seen["uid"] == job_uid and victim.poll() is None
     finally:
         victim.kill()
@@ -194,7 +217,7 @@ def test_a_hostile_rank_of_an_unprivileged_worker_reaches_nothing_either(
         shutil.copy(HOSTILE, script)
         rank = ["/usr/bin/python3", str(script), str(plan), str(report)]
         command, box, _ = sandboxed_job(deployment, rank, worker_env)
-        box = replace(box, run_as=None, private=(home,), shown=(), cwd=Path("/"))
+        box = replace(box, run_as=None, shown=(), cwd=Path("/"))
         subprocess.run(["chown", "-R", str(UNPRIVILEGED_UID), str(unprivileged_var.parent)], check=True)
         worker = [
             "setpriv",
@@ -207,7 +230,7 @@ def test_a_hostile_rank_of_an_unprivileged_worker_reaches_nothing_either(
         done = subprocess.run(argv, env=command.env, capture_output=True, timeout=60, start_new_session=True)
         assert done.returncode == 0, done.stdout + done.stderr
         seen = json.loads(report.read_text())
-        assert_contained(seen, deployment, listeners)
+        assert_contained(seen, deployment, listeners, box)
         assert seen["uid"] == UNPRIVILEGED_UID and victim.poll() is None
     finally:
         victim.kill()

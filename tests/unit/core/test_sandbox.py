@@ -9,7 +9,16 @@ import pytest
 
 from core.config import Settings
 from core.launch import Launch
-from core.sandbox import GpuDevice, Rlimits, Sandbox, confine, sandbox_argv, service_state
+from core.sandbox import (
+    BoundFile,
+    GpuDevice,
+    HostSystem,
+    Rlimits,
+    Sandbox,
+    confine,
+    sandbox_argv,
+    service_state,
+)
 
 VAR = Path("/srv/trainyard/var")
 RUN_DIR = VAR / "runs" / "7"
@@ -17,6 +26,11 @@ BUNDLE = VAR / "code" / "ab12"
 DATA_ROOT = VAR / "data" / "cifar"
 PROJECT = Path("/root/trainyard")
 LIMITS = Rlimits(processes=512, open_files=4096, file_bytes=2**30)
+SYSTEM = HostSystem(
+    shown=(Path("/usr"), Path("/sys"), Path("/etc/ld.so.cache")),
+    links=((Path("/bin"), "usr/bin"), (Path("/lib"), "usr/lib")),
+)
+VENV = Path("/opt/venv")
 
 
 def box(**changes: object) -> Sandbox:
@@ -24,9 +38,9 @@ def box(**changes: object) -> Sandbox:
         "run_dir": RUN_DIR,
         "cwd": PROJECT,
         "limits": LIMITS,
+        "system": SYSTEM,
         "state": (VAR / "runs", VAR / "code", VAR / "data", VAR),
-        "private": (Path("/root"),),
-        "shown": (PROJECT, PROJECT / ".venv", Path("/usr")),
+        "shown": (PROJECT / "trainers", VENV, Path("/usr/lib/python3")),
         "read_only": (BUNDLE, DATA_ROOT),
         "run_as": 65534,
     }
@@ -70,30 +84,53 @@ def test_a_multi_host_job_keeps_the_hosts_network() -> None:
     assert "--unshare-net" not in sandbox_argv(box(share_network=True))
 
 
-def test_state_is_hidden_after_the_environment_is_shown_and_the_job_s_own_comes_back_after_it() -> None:
+def binds(argv: list[str], option: str = "--ro-bind") -> list[str]:
+    return [argv[i + 2] for i, arg in enumerate(argv) if arg == option]
+
+
+def test_the_job_sees_the_system_its_packages_and_its_own_files_and_nothing_else_of_the_host() -> None:
     argv = sandbox_argv(box())
-    # One tmpfs over var/ hides the stores, the database and the broker, which all live in it.
-    assert [argv[i + 1] for i, arg in enumerate(argv) if arg == "--tmpfs"] == [
-        *("/tmp", "/dev/shm", "/root", "/run", str(VAR)),
-    ]
-    assert after(argv, "--tmpfs", "/root") < after(argv, "--ro-bind", str(PROJECT), str(PROJECT))
-    assert after(argv, "--ro-bind", str(PROJECT), str(PROJECT)) < after(argv, "--tmpfs", str(VAR))
-    assert "/usr" not in argv  # outside every hidden folder: seen read-only through `--ro-bind / /`
-    hidden = after(argv, "--tmpfs", str(VAR))
-    assert hidden < after(argv, "--bind", str(RUN_DIR), str(RUN_DIR))
-    assert hidden < after(argv, "--ro-bind", str(BUNDLE), str(BUNDLE))
-    assert hidden < after(argv, "--ro-bind", str(DATA_ROOT), str(DATA_ROOT))
-    assert argv.count("--bind") == 1  # the run directory is the one writable place
+    assert "/" not in binds(argv)  # no `--ro-bind / /`: the root is bwrap's own, empty but for the mounts
+    assert binds(argv) == [
+        *("/usr", "/sys", "/etc/ld.so.cache", str(VENV), str(PROJECT / "trainers")),
+        *(str(BUNDLE), str(DATA_ROOT)),
+    ]  # /usr/lib/python3 is seen through /usr; the project root itself is not shown, nor /root
+    assert after(argv, "--symlink", "usr/bin", "/bin") < after(argv, "--symlink", "usr/lib", "/lib")
+    assert binds(argv, "--bind") == [str(RUN_DIR)]  # the run directory is the one writable place
+    assert argv[argv.index("--remount-ro") : argv.index("--remount-ro") + 2] == ["--remount-ro", "/"]
+    assert after(argv, "--bind", str(RUN_DIR)) < after(argv, "--remount-ro", "/")
+    assert [argv[i + 1] for i, arg in enumerate(argv) if arg == "--tmpfs"] == ["/tmp", "/dev/shm"]
     assert after(argv, "--tmpfs", "/tmp") < after(argv, "--chmod", "1777", "/tmp")
     assert after(argv, "--tmpfs", "/dev/shm") < after(argv, "--chmod", "1777", "/dev/shm")
+    assert "--ro-bind-fd" not in argv and confine(Launch(["python"], {}), box()).pass_fds == ()
 
 
-def test_the_way_to_each_mount_point_in_a_tmpfs_is_made_passable() -> None:
-    argv = sandbox_argv(box(private=(Path("/home/worker"),), cwd=Path("/home/worker/p"), shown=()))
+def test_state_inside_a_shown_folder_is_hidden_after_it_is_shown() -> None:
+    """A deployment that keeps var/ inside the Python environment's folder still hides it."""
+    var = VENV / "var"
+    argv = sandbox_argv(box(state=(var / "runs", var), run_dir=var / "runs" / "7"))
+    assert after(argv, "--ro-bind", str(VENV), str(VENV)) < after(argv, "--tmpfs", str(var))
+    assert after(argv, "--tmpfs", str(var)) < after(argv, "--dir", str(var / "runs"))
+    assert after(argv, "--dir", str(var / "runs")) < after(argv, "--bind", str(var / "runs" / "7"))
+
+
+def test_the_way_to_each_mount_point_in_the_empty_root_is_made_passable() -> None:
+    argv = sandbox_argv(box())
     # bwrap would make /srv/trainyard/var/runs itself, mode 0700: the job's uid could not reach its run dir.
-    assert after(argv, "--tmpfs", str(VAR)) < after(argv, "--dir", str(VAR / "runs")) < after(argv, "--bind")
+    for folder in ("/srv", "/srv/trainyard", str(VAR), str(VAR / "runs")):
+        assert after(argv, "--dir", folder) < after(argv, "--bind", str(RUN_DIR))
     assert after(argv, "--dir", str(VAR / "code")) < after(argv, "--ro-bind", str(BUNDLE))
-    assert "/srv" not in argv and "/home" not in argv  # outside any tmpfs: they exist already
+    assert after(argv, "--dir", str(PROJECT)) < after(argv, "--ro-bind", str(PROJECT / "trainers"))
+    assert "--dir" not in argv[: after(argv, "--ro-bind", "/usr")]
+
+
+def test_a_checkpoint_of_another_job_is_bound_from_the_descriptor_the_worker_opened() -> None:
+    parent = VAR / "runs" / "3" / "checkpoints" / "step-00000010.pt"
+    sandbox = box(resume=BoundFile(fd=9, path=parent))
+    command = confine(Launch(["python"], {}), sandbox)
+    assert after(command.argv, "--ro-bind-fd", "9", str(parent)) > after(command.argv, "--bind", str(RUN_DIR))
+    assert after(command.argv, "--dir", str(parent.parent)) < after(command.argv, "--ro-bind-fd")
+    assert command.pass_fds == (9,)
 
 
 def test_only_the_job_s_own_gpus_are_bound_and_named_by_uuid() -> None:
