@@ -31,12 +31,14 @@ from app.services.errors import (
     JobStateConflict,
     KeyNotFound,
     ProfileNotFound,
+    ProfileUnreadable,
     QuotaExceeded,
     RunDirStuck,
     TensorBoardNotFound,
     UnsafeCode,
 )
 from core.transitions import InvalidTransition
+from trainers.files import JobFileMissing, JobFileRefused, JobFileTooLarge
 from trainers.problems import SpecError
 from trainers.spec import JobSpec
 
@@ -56,6 +58,11 @@ STATUS_OF: dict[type[Exception], int] = {
     KeyNotFound: 404,
     CodeInUse: 409,
     CheckpointCorrupt: 409,
+    # A job's file the service will not read: a link, a FIFO, a folder (409), or more than its reader takes.
+    JobFileMissing: 404,
+    JobFileRefused: 409,
+    JobFileTooLarge: 413,
+    ProfileUnreadable: 422,
     CodeTooLarge: 413,
     UnsafeCode: 422,
     JobStateConflict: 409,

@@ -36,6 +36,10 @@ class ProfileNotFound(DomainError):
     pass
 
 
+class ProfileUnreadable(DomainError):
+    """A profile summary that is not one: the job's own processes write it, so it may hold anything."""
+
+
 class TensorBoardNotFound(DomainError):
     pass
 

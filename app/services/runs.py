@@ -4,7 +4,6 @@ in the object store when there is one (artifact_store=s3)."""
 from __future__ import annotations
 
 import logging
-import os
 import shutil
 from pathlib import Path
 
@@ -18,7 +17,7 @@ from core.rundirs import set_aside
 from core.states import JobStatus
 from core.storage import object_store
 from trainers.events import LAUNCHER_LOG, LOG_DIR, rank_log_name
-from trainers.files import open_inside
+from trainers.files import JobFileMissing, open_job_file
 
 log = logging.getLogger(__name__)
 
@@ -69,23 +68,22 @@ def log_path(settings: Settings, job_id: int, rank: int | None) -> Path:
 
 def _read_log_bytes(settings: Settings, job_id: int, rank: int | None, offset: int, length: int) -> bytes:
     """From the file when this host has it (a shared runs directory, or the worker's own host), else from
-    the parts the worker uploads of it; a log not written yet reads as empty, and so does one a rank
-    replaced with a link (to another job's files, or the server's): it is never followed."""
+    the parts the worker uploads of it; a log not written yet reads as empty. A log the job's ranks replaced
+    with a link, a FIFO or a folder is refused (JobFileRefused): never followed. Reads are ranges, so a log
+    of any size is read."""
     try:
-        fd = open_inside(log_path(settings, job_id, rank), run_dir(settings, job_id))
-    except PermissionError:
-        return b""
-    except FileNotFoundError:
+        opened = open_job_file(run_dir(settings, job_id), log_name(rank), None)
+    except JobFileMissing:
         if (store := object_store(settings)) is None:
             return b""
         return store.read_parts(store.run_key(job_id, log_name(rank)), offset, length)
-    with os.fdopen(fd, "rb") as f:
+    with opened:
         # Past the end there is nothing yet; and a seek beyond the filesystem's largest file size (ext4:
         # 16 TiB) fails with EINVAL rather than reading nothing.
-        if offset >= os.fstat(f.fileno()).st_size:
+        if offset >= opened.size:
             return b""
-        f.seek(offset)
-        return f.read(length)
+        opened.file.seek(offset)
+        return opened.file.read(length)
 
 
 def _utf8_boundary(data: bytes) -> int:

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from pathlib import Path as FilePath
-
 from fastapi import APIRouter, Request
-from fastapi.responses import FileResponse, Response, StreamingResponse
+from fastapi.responses import StreamingResponse
 
 from app.api.deps import CallerDep, CheckpointId, OwnedJob, SessionDep, SettingsDep
+from app.api.downloads import attachment
 from app.api.openapi import problem, problems
 from app.schemas import CheckpointPublic, CheckpointsPublic
 from app.services.artifacts import checkpoint_content, export_file, list_checkpoints
@@ -36,12 +35,22 @@ def get_checkpoints(job: OwnedJob, session: SessionDep, request: Request) -> Che
     )
 
 
+# The job's own processes write its run directory: what is there is never read through a link.
+JOB_FILE_PROBLEMS = {
+    413: problem("the file is larger than TRAINYARD_JOB_MAX_FILE_GB, the largest a job may write"),
+}
+
+
 @router.get(
     "/checkpoints/{checkpoint_id}/download",
-    response_class=FileResponse,
+    response_class=StreamingResponse,
     responses={
         200: {"content": {OCTET_STREAM: {}}},
-        409: problem("its bytes are not the ones written: the sha256 recorded then differs"),
+        409: problem(
+            "its bytes are not the ones written (the sha256 recorded then differs), or the job left a link, "
+            "a FIFO or a folder where its file belongs"
+        ),
+        **JOB_FILE_PROBLEMS,
     },
 )
 def download_checkpoint(
@@ -49,30 +58,29 @@ def download_checkpoint(
     session: SessionDep,
     settings: SettingsDep,
     caller: CallerDep,
-) -> Response:
+) -> StreamingResponse:
     """From the API's disk, or streamed from the object store through the API: a redirect to a presigned URL
     would reach S3 with the client's bearer key still attached, and S3 refuses two kinds of auth at once."""
     checkpoint, content = checkpoint_content(session, settings, checkpoint_id, caller)
     filename = f"job{checkpoint.job_id}-step{checkpoint.step}-{content.name}"
-    if isinstance(content, FilePath):
-        return FileResponse(content, media_type=OCTET_STREAM, filename=filename)
-    headers = {
-        "Content-Length": str(content.size),
-        "Content-Disposition": f'attachment; filename="{filename}"',
-    }
-    return StreamingResponse(content.chunks, media_type=OCTET_STREAM, headers=headers)
+    return attachment(content.chunks, content.size, OCTET_STREAM, filename)
 
 
 @router.get(
     "/jobs/{job_id}/export",
-    response_class=FileResponse,
+    response_class=StreamingResponse,
     responses={
         200: {"content": {TAR: {}}},
-        409: problem("its bytes are not the ones written: the sha256 written beside it differs"),
+        409: problem(
+            "its bytes are not the ones written (the sha256 written beside it differs), or the job left a "
+            "link, a FIFO or a folder where it belongs"
+        ),
+        **JOB_FILE_PROBLEMS,
     },
 )
-def download_export(job: OwnedJob, settings: SettingsDep) -> Response:
+def download_export(job: OwnedJob, settings: SettingsDep) -> StreamingResponse:
     """A finished hf_causal_lm job's weights, LoRA adapters merged in, as a tar of config.json,
     model.safetensors and model.path's tokenizer files: unpacked, a directory that
     AutoModelForCausalLM.from_pretrained loads."""
-    return FileResponse(export_file(settings, job.id), media_type=TAR, filename=f"job{job.id}-export.tar")
+    export = export_file(settings, job.id)
+    return attachment(export.served(), export.size, TAR, f"job{job.id}-export.tar")

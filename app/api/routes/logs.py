@@ -7,7 +7,7 @@ from typing import Annotated
 from fastapi import APIRouter, Query
 
 from app.api.deps import OFFSET_MAX, CanonicalInt, OwnedJob, SettingsDep
-from app.api.openapi import problems
+from app.api.openapi import problem, problems
 from app.schemas import LogChunk
 from app.services.runs import read_log
 
@@ -16,7 +16,10 @@ router = APIRouter(prefix="/jobs", tags=["logs"], responses=problems(404))
 MAX_LOG_CHUNK = 1 << 20
 
 
-@router.get("/{job_id}/logs")
+@router.get(
+    "/{job_id}/logs",
+    responses={409: problem("the job's processes left a link, a FIFO or a folder where the log belongs")},
+)
 def get_logs(
     job: OwnedJob,
     settings: SettingsDep,

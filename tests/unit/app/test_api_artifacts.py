@@ -138,7 +138,8 @@ def test_a_log_a_rank_replaced_with_a_link_is_never_followed(
     (tmp_path / "rank0.log").write_text("outside the run directory\n")
     for job_id in (linked_file, linked_folder):
         shown = client.get(f"/v1/jobs/{job_id}/logs", params={"rank": 0})
-        assert shown.status_code == 200 and shown.json()["text"] == ""
+        assert shown.status_code == 409 and shown.headers["content-type"] == "application/problem+json"
+        assert "is a symbolic link" in shown.json()["detail"] and "secret" not in shown.text
 
 
 def test_missing_log_is_empty_and_limits_are_bounded(client: TestClient) -> None:
@@ -195,5 +196,6 @@ def test_a_checkpoint_path_leading_out_of_its_run_directory_is_not_served(
     session.commit()
     for checkpoint in client.get(f"/v1/jobs/{job_id}/checkpoints").json()["data"]:
         answer = client.get(checkpoint["download_url"])
-        assert answer.status_code == 404, answer.text
-        assert "leads outside" in answer.json()["detail"]
+        assert answer.status_code == 409, answer.text
+        assert "is refused" in answer.json()["detail"] or "not a plain name" in answer.json()["detail"]
+        assert "root:" not in answer.text and "another job's" not in answer.text

@@ -81,7 +81,8 @@ def test_an_export_leading_out_of_its_run_directory_is_not_served(
     run_dir = settings.runs_dir / str(job_id)
     run_dir.mkdir(parents=True)
     (run_dir / "export.tar").symlink_to("/etc/passwd")
-    assert client.get(f"/v1/jobs/{job_id}/export").status_code == 404
+    refused = client.get(f"/v1/jobs/{job_id}/export")
+    assert refused.status_code == 409 and "export.tar is refused" in refused.json()["detail"]
 
 
 def test_another_users_export_is_a_404(auth_on: Settings, session: Session) -> None:
