@@ -26,6 +26,7 @@ from trainers.metrics import EventLog
 from trainers.precision import MixedPrecision
 from trainers.snapshot import Snapshot
 from trainers.strategies.base import ParallelStrategy
+from trainers.user_errors import PlatformError
 
 _WRAPPER_PREFIXES = ("module.", "_orig_mod.")  # DistributedDataParallel, torch.compile
 
@@ -122,6 +123,10 @@ def load_checkpoint(path: Path, device: torch.device) -> dict[str, Any]:
     """Refuses a file whose bytes differ from the sha256 beside it. One with no sidecar (written before
     checksums, or fetched from the object store, which the worker checked against the job's record) loads
     as it is."""
+    if not path.is_file():
+        # The worker checked the file before it started the job and showed it to the sandbox: not the code's
+        # fault, whichever line of it called ty.restore.
+        raise PlatformError(f"the checkpoint to resume from, {path}, is not there for the job's ranks")
     recorded = sidecar(path)
     if recorded.is_file():
         expected = recorded.read_text(encoding="utf-8").partition(" ")[0]

@@ -23,9 +23,17 @@ MARKER = "user_code_error"
 _FRAME = re.compile(r'^(?P<indent>\s*)File "(?P<file>[^"]+)", line (?P<line>\d+)(?:, in (?P<name>.+))?$')
 # DataLoader re-raises a worker's exception with the worker's traceback as text inside the message.
 _WORKER_TRACEBACK = "Original Traceback"
+
+
+class PlatformError(Exception):
+    """The service's fault, not the user's, wherever it surfaces (a checkpoint the worker handed the job that
+    the job cannot read): the worker reads "PlatformError: " in the error file and restarts the job while
+    its restarts last, rather than blaming the user's code."""
+
+
 # Failures that are not the code's fault however deep in it they surface: a peer or a collective gone (which
-# the worker may retry), memory exhausted (which the worker reports as such).
-_NOT_THE_CODE = (dist.DistError, torch.OutOfMemoryError)
+# the worker may retry), memory exhausted (which the worker reports as such), the platform's own.
+_NOT_THE_CODE = (dist.DistError, torch.OutOfMemoryError, PlatformError)
 
 
 class UserCodeError(Exception):

@@ -82,3 +82,6 @@ def test_classification(tmp_path: Path) -> None:
     diverged = "NonFiniteLoss: the training loss was not finite (NaN or inf) at step 7; lower train.lr"
     assert classify_failure(_error_file(tmp_path / "e", diverged), 1) is FailureKind.NONFINITE_LOSS
     assert not FailureKind.NONFINITE_LOSS.retryable
+    gone = "PlatformError: the checkpoint to resume from, /var/runs/3/checkpoints/s.pt, is not there"
+    assert classify_failure(_error_file(tmp_path / "f", gone), 1) is FailureKind.PLATFORM
+    assert FailureKind.PLATFORM.retryable  # the platform's fault: the restart policy tries again
