@@ -12,6 +12,8 @@ client_header_timeout) closes slow heads as well.
 
 from __future__ import annotations
 
+import os
+
 import uvicorn
 
 from core.config import AuthMode, Settings, get_settings
@@ -37,9 +39,22 @@ def banner(settings: Settings) -> str:
     return f"{where}  (auth off: every request acts as the local admin; keep it on loopback)"
 
 
+def root_warning() -> str | None:
+    """The API reads files that jobs wrote through one confined opener; run as root, a flaw in it would
+    reach every file of the box, so root is a risk to be told about (docs/security.md)."""
+    if os.geteuid() != 0:
+        return None
+    return (
+        "warning: the API runs as root; run it as an unprivileged user (docker-compose.yml does), as "
+        "docs/security.md explains"
+    )
+
+
 def main() -> None:
     settings = get_settings()
     print(banner(settings), flush=True)
+    if warning := root_warning():
+        print(warning, flush=True)
     uvicorn.Server(uvicorn_config(settings)).run()
 
 

@@ -192,3 +192,14 @@ def test_the_image_has_the_c_compiler_that_performance_compile_needs() -> None:
     ]
     packages = {word for words in installs for word in words if not word.startswith("-")}
     assert {"gcc", "libc6-dev"} <= packages, packages
+
+
+def test_no_service_of_the_image_runs_as_root(services: dict[str, Any]) -> None:
+    """The API and the worker read files that jobs wrote: as root, a link a job planted could reach any file
+    of the box (docs/security.md)."""
+    users = [rest for kind, rest in dockerfile_instructions() if kind == "USER"]
+    assert users and users[-1] not in ("root", "0")
+    assert services["api"]["user"] == users[-1]
+    for name, service in services.items():
+        if service.get("image") == "trainyard:latest":
+            assert service.get("user", users[-1]) not in ("root", "0"), name

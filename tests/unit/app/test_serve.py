@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from app.serve import banner, uvicorn_config
+from app.serve import banner, root_warning, uvicorn_config
 from core.config import AuthMode, HttpParser, Settings
 from tests.integration.servers import ROOT, free_port, stop, wait_for
 
@@ -87,3 +87,10 @@ def test_the_server_holds_its_limits(server: tuple[int, str]) -> None:
         slow.sendall(HEAD)
         late.sendall(HEAD + b"\r\n")
         assert _status(late) == b"HTTP/1.1 503 Service Unavailable"
+
+
+def test_an_api_run_as_root_says_so_and_where_to_read_why(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(os, "geteuid", lambda: 0)
+    assert "docs/security.md" in (root_warning() or "")
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    assert root_warning() is None
