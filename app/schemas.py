@@ -51,6 +51,10 @@ class JobPublic(BaseModel):
         description="the job this one was made from: the one it retries, or the one whose checkpoint it "
         "resumes from; null for a fresh job, or once that job is deleted"
     )
+    requested_by: str | None = Field(
+        description="who asked for the job: its owner, or an admin who retried the owner's job; null for "
+        "jobs made before this was recorded"
+    )
     created_at: UtcDatetime
     started_at: UtcDatetime | None
     running_at: UtcDatetime | None
@@ -61,7 +65,10 @@ class JobPublic(BaseModel):
     progress: JobProgress
     latest_metrics: dict[str, Any]
     timings: JobTimings | None = Field(description="the current attempt's start-up; null until claimed")
-    spec: dict[str, Any] = Field(description="the spec as submitted, defaults filled in")
+    spec: dict[str, Any] = Field(
+        description="the spec as submitted: the fields written (a retry's checkpoint.resume_from too), "
+        "without defaults; the plan holds what they resolved to"
+    )
     plan: dict[str, Any] = Field(description="what the worker runs: world size, per-rank batch, argv")
 
 

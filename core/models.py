@@ -61,6 +61,9 @@ class Job(Base):
     # Which retry of the parent this is (1, 2, ...); null for any other job. Unique per parent, so concurrent
     # retries of one job make one child, and another only when asked for.
     retry_generation: Mapped[int | None] = mapped_column(Integer)
+    # Who asked for the job: its owner, or an admin who retried the owner's job (which stays the owner's).
+    # Null for jobs made before it was recorded.
+    requested_by: Mapped[str | None] = mapped_column(String(128))
     host: Mapped[str | None] = mapped_column(String(255))
     gpu_ids: Mapped[list[int] | None] = mapped_column(JSON)
     worker_id: Mapped[str | None] = mapped_column(String(255))

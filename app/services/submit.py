@@ -16,16 +16,18 @@ from app.services.artifacts import owned_checkpoint
 from app.services.code import check_code
 from app.services.confine import check_checkpoint_path, check_data_root
 from app.services.errors import CheckpointNotFound, IdempotencyConflict, InvalidSpec, JobStateConflict
+from app.services.factories import check_factories
 from app.services.gpus import read_inventory
 from app.services.jobs import check_priority, get_owned_job
 from app.services.keys import Caller
 from app.services.quotas import check_quota
 from app.services.runs import run_dir
 from app.services.shown import shown_plan
+from app.services.stored_spec import revalidated, same_spec, stored_form
 from core.config import Settings
 from core.doorbell import enqueue_job
 from core.launch import Rendezvous, torchrun_argv
-from core.models import Checkpoint, Job, JobEvent
+from core.models import ApiKey, Checkpoint, Job, JobEvent
 from core.states import JobStatus
 from trainers.cluster import Inventory, cluster_problems
 from trainers.hf_files import check_model_dir
@@ -81,6 +83,7 @@ def _plan(
     the checkpoint it resumes from; the checks around it need the disk or the database: a code bundle and a
     checkpoint the caller owns, a data root inside the data directory."""
     check_code(session, settings, spec, caller)
+    check_factories(session, settings, spec, caller)
     check_priority(settings, spec.priority, caller)
     check_environment(settings, spec.environment)
     if spec.program is None:  # a program reads its data itself, from its bundle or the run directory
@@ -119,7 +122,7 @@ def job_by_key(session: Session, owner: str, key: str) -> Job | None:
 
 
 def _replay(job: Job, spec: JobSpec, key: str) -> int:
-    if job.spec != spec.model_dump(mode="json"):
+    if not same_spec(job.spec, stored_form(spec)):
         raise IdempotencyConflict(key, job.id)
     return job.id
 
@@ -141,9 +144,11 @@ def submit_job(
     idempotency_key: str | None = None,
     message: str | None = None,
     retry: RetryOf | None = None,
+    requested_by: str | None = None,
 ) -> tuple[int, bool]:
     """Returns the job's id and whether this call created it (False: an earlier request with the same key
-    did). The job's parent is the one it retries, else the one whose checkpoint it resumes from."""
+    did). The job is the caller's, and `requested_by` (default: the caller) who asked for it. Its parent is
+    the one it retries, else the one whose checkpoint it resumes from."""
     if idempotency_key and (earlier := job_by_key(session, caller.user, idempotency_key)):
         return _replay(earlier, spec, idempotency_key), False
     plan, resumed = _plan(session, settings, spec, caller, read_inventory(session, settings))
@@ -153,13 +158,14 @@ def submit_job(
         name=spec.name,
         owner=caller.user,
         status=JobStatus.QUEUED,
-        spec=spec.model_dump(mode="json"),
+        spec=stored_form(spec),
         plan=plan.public(),
         total_gpus=plan.total_gpus,
         priority=spec.priority,
         idempotency_key=idempotency_key,
         parent_id=parent_id,
         retry_generation=retry.generation if retry else None,
+        requested_by=requested_by or caller.user,
     )
     try:
         session.add(job)
@@ -201,12 +207,21 @@ def _retry_spec(session: Session, job: Job, start: RetryFrom) -> tuple[JobSpec, 
     latest = None if start is RetryFrom.SCRATCH else _latest_checkpoint(session, job.id)
     resumed = {"checkpoint": {**job.spec.get("checkpoint", {}), "resume_from": latest}}
     try:
-        spec = JobSpec.model_validate(job.spec if latest is None else job.spec | resumed)
+        spec = revalidated(job.spec if latest is None else job.spec | resumed)
     except ValidationError as exc:
         raise InvalidSpec(
             "spec", f"job {job.id}'s spec no longer validates ({exc}); submit a fixed one"
         ) from exc
     return spec, f"retry of job {job.id}" + ("" if latest is None else f" from its checkpoint {latest}")
+
+
+def _owner(session: Session, job: Job, caller: Caller) -> Caller:
+    """Who a job made from `job` belongs to: its owner, with the owner's own rights, whoever asks. An admin's
+    retry of a user's job is the user's: theirs to see, and counted against their quota and fair share."""
+    if job.owner == caller.user:
+        return caller
+    admin = select(ApiKey.id).where(ApiKey.user == job.owner, ApiKey.is_admin).limit(1)
+    return Caller(job.owner, is_admin=session.scalar(admin) is not None)
 
 
 def _retries(session: Session, job_id: int) -> list[Job]:
@@ -224,16 +239,21 @@ def retry_job(
     again: bool = False,
     idempotency_key: str | None = None,
 ) -> tuple[int, bool]:
-    """A new job, owned by the caller, that runs a failed, timed-out or cancelled job's spec again, from that
-    job's latest checkpoint unless `start` says scratch; the old one stays as it ended, for the record.
-    Returns the job's id and whether this call created it: a retry that the caller can see with the same
-    spec is answered again rather than made twice, unless `again` is set or a new Idempotency-Key sent."""
-    spec, message = _retry_spec(session, _retryable(session, job_id, caller), start)
-    wanted = spec.model_dump(mode="json")
+    """A new job, owned by the job's owner (whoever asks: the caller is recorded as requested_by), that runs
+    a failed, timed-out or cancelled job's spec again, from that job's latest checkpoint unless `start` says
+    scratch; the old one stays as it ended, for the record. Returns the job's id and whether this call
+    created it: a retry that the caller can see with the same spec is answered again rather than made
+    twice, unless `again` is set or a new Idempotency-Key sent."""
+    job = _retryable(session, job_id, caller)
+    spec, message = _retry_spec(session, job, start)
+    owner = _owner(session, job, caller)
+    if owner.user != caller.user:
+        message += f", asked by {caller.user}"
+    wanted = stored_form(spec)
     for _ in range(_RETRY_ROUNDS):
         parent = _retryable(session, job_id, caller)  # deleted meanwhile: answered as missing
         retries = _retries(session, parent.id)
-        same = next((job for job in retries if job.spec == wanted and caller.may_see(job.owner)), None)
+        same = next((r for r in retries if same_spec(r.spec, wanted) and caller.may_see(r.owner)), None)
         if same is not None and not (again or idempotency_key):
             return same.id, False
         generation = 1 + max((job.retry_generation for job in retries if job.retry_generation), default=0)
@@ -242,10 +262,11 @@ def retry_job(
                 session,
                 settings,
                 spec,
-                caller,
+                owner,
                 idempotency_key=idempotency_key,
                 message=message,
                 retry=RetryOf(parent.id, generation),
+                requested_by=caller.user,
             )
         except IntegrityError:
             continue

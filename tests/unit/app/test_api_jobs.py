@@ -18,11 +18,12 @@ from tests.unit.conftest import enqueued, job_body, submit
 def test_submit_stores_the_job_and_rings_the_doorbell_after_commit(
     client: TestClient, session: Session, settings: Settings
 ) -> None:
-    response = client.post("/v1/jobs", json=job_body(parallel={"nproc_per_node": 2}, priority=5))
+    body = job_body(parallel={"nproc_per_node": 2}, priority=5)
+    response = client.post("/v1/jobs", json=body)
     assert response.status_code == 201, response.text
     job, plan = response.json()["job"], response.json()["plan"]
     assert job["status"] == "queued" and job["priority"] == 5 and job["queue_position"] == 1
-    assert job["spec"]["train"]["lr"] == 0.05, "the stored spec has defaults filled in"
+    assert job["spec"] == body, "the spec as submitted, without the defaults the plan resolved"
     assert plan == job["plan"]
     assert plan["strategy"] == "ddp" and plan["world_size"] == 2 and plan["per_rank_batch"] == 4
     assert plan["argv"] == [], "the worker stores the argv it runs, with its own interpreter, at launch"
