@@ -142,6 +142,12 @@ class Settings(BaseSettings):
         le=2**30,
         description="every job: its run directory's size, when limits.max_disk_gb is unset or larger",
     )
+    job_max_metric_names: int = Field(
+        256, ge=1, le=100_000, description="every job: distinct metric names stored; later names are dropped"
+    )
+    job_max_metric_rows: int = Field(
+        100_000, ge=1, le=2**31 - 1, description="every job: rows stored per metric name; later rows dropped"
+    )
     heartbeat_s: float = Field(2.0, gt=0, le=300)
     lease_timeout_s: float = Field(30.0, gt=0, le=3600, description="older heartbeat: reaped")
     requeue_after_s: float = Field(10.0, gt=0, le=3600, description="re-ring the doorbell for queued jobs")

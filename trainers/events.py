@@ -6,6 +6,7 @@ The worker tails it into SQL. Shared by both sides; no torch import.
 from __future__ import annotations
 
 import json
+import re
 import time
 from pathlib import Path, PurePosixPath
 from typing import Annotated, Literal
@@ -40,9 +41,42 @@ def _inside_run_dir(path: str) -> str:
 RunPath = Annotated[str, Field(max_length=1024), AfterValidator(_inside_run_dir)]
 Sha256 = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
 
+# Bounds on what the worker takes from the file into SQL, so that no event can fail an insert: a line of
+# any kind that breaks one is skipped whole (worker/tail.py) and the job is told, once.
+MAX_EVENT_BYTES = 64 << 10  # a line longer than this is not read whole; the largest event is about 30 KiB
+# The columns steps, epochs and counts go into (core/models.py) are INTEGER, which is 32 bits on PostgreSQL.
+SQL_INT_MAX = 2**31 - 1
+Count = Annotated[int, Field(ge=0, le=SQL_INT_MAX)]
+# checkpoints.size_bytes must hold a file over 2 GiB: bounded by a BIGINT.
+ByteSize = Annotated[int, Field(ge=0, le=2**63 - 1)]
+# Epoch seconds the worker turns into datetimes, which end with the year 9999.
+EpochSeconds = Annotated[float, Field(ge=0, lt=253_402_300_800, allow_inf_nan=False)]
+# metrics.name is VARCHAR(64). ASCII only keeps a name one byte a character in the file and safe to show in
+# a terminal, a URL or a page; the punctuation is what frameworks put in names (lr-Adam/pg1, val_loss_epoch).
+_METRIC_NAME = re.compile(r"[A-Za-z0-9_.:/@%+=()\[\] -]{1,64}")
+MAX_METRICS_PER_EVENT = 256
+
+
+def _metric_name(name: str) -> str:
+    if _METRIC_NAME.fullmatch(name) is None:
+        shown = name if len(name) <= 64 else f"{name[:64]}… ({len(name)} characters)"
+        allowed = "ASCII letters, digits, space and _.:/@%+=()[]-"
+        raise ValueError(f"metric name {shown!r} is not 1 to 64 of: {allowed}; rename it")
+    return name
+
+
+MetricName = Annotated[str, AfterValidator(_metric_name)]
+
+
+def _no_nul(text: str) -> str:
+    # PostgreSQL refuses NUL in text columns, where SQLite stores it.
+    if "\0" in text:
+        raise ValueError("text with a NUL character cannot be stored")
+    return text
+
 
 class _Event(BaseModel):
-    time: float = Field(default_factory=time.time)
+    time: EpochSeconds = Field(default_factory=time.time)
 
 
 class PhaseEvent(_Event):
@@ -59,25 +93,26 @@ class StartupEvent(_Event):
 
     kind: Literal["startup"] = "startup"
     # Known names and finite times only: the worker stores them in a JSON column, which refuses NaN.
-    marks: dict[Mark, Annotated[float, Field(allow_inf_nan=False)]] = Field(max_length=len(Mark))
+    marks: dict[Mark, EpochSeconds] = Field(max_length=len(Mark))
 
 
 class MetricsEvent(_Event):
-    """Values reduced over all ranks at `step` (optimizer steps done so far)."""
+    """Values reduced over all ranks at `step` (optimizer steps done so far). A value that is not finite (a
+    diverged loss, written as NaN or Infinity) is kept as null in the job's latest metrics, with no row."""
 
     kind: Literal["metrics"] = "metrics"
-    step: int
-    total_steps: int
-    epoch: int
-    values: dict[str, float]
+    step: Count
+    total_steps: Count
+    epoch: Count
+    values: dict[MetricName, float] = Field(max_length=MAX_METRICS_PER_EVENT)
 
 
 class CheckpointEvent(_Event):
     kind: Literal["checkpoint"] = "checkpoint"
-    step: int
-    epoch: int
+    step: Count
+    epoch: Count
     path: RunPath
-    size_bytes: int
+    size_bytes: ByteSize
     sha256: Sha256 | None = None  # of the file's bytes; None from trainers older than checksums
 
 
@@ -91,15 +126,15 @@ class DoneEvent(_Event):
     that a SIGTERM stopped after a final checkpoint writes none."""
 
     kind: Literal["done"] = "done"
-    step: int
+    step: Count
 
 
 class ProfileEvent(_Event):
     """The profile.steps profiled steps are written: a summary and a Chrome trace, relative to the run dir."""
 
     kind: Literal["profile"] = "profile"
-    first_step: int
-    steps: int
+    first_step: Count
+    steps: Count
     summary: RunPath
     trace: RunPath
 
@@ -110,9 +145,9 @@ class WarningEvent(_Event):
     the first of each attempt and reason as a job event."""
 
     kind: Literal["warning"] = "warning"
-    step: int
+    step: Count
     reason: Literal["nonfinite_loss", "cuda_graphs"]
-    message: str = Field(max_length=2000)
+    message: Annotated[str, Field(max_length=2000), AfterValidator(_no_nul)]
 
 
 Event = Annotated[

@@ -29,6 +29,7 @@ from worker.failure import classify_failure, root_cause
 from worker.heartbeat import own
 from worker.kill import JobMark, kill_job
 from worker.leases import release_leases, ring_waiting_jobs
+from worker.metric_caps import MetricCounts
 from worker.nodes import NodeTask, next_attempt_of_nodes, unfinished_after
 from worker.preempt import PREEMPTED_REASON
 from worker.tail import EventTail, add_marks, apply_events
@@ -177,6 +178,7 @@ class Supervisor:
         self.settings = get_settings()
         self.next_attempt: int | None = None
         self.disk = DiskWatch(job.mark.run_dir, job.max_disk)
+        self.metric_counts = MetricCounts.from_settings()  # read from the table at the first batch only
 
     def run(self) -> int | None:
         """Supervise until the attempt ends; the attempt to launch next when it ended in a restart."""
@@ -232,9 +234,10 @@ class Supervisor:
             return
         try:
             with session_scope() as session:
-                apply_events(session, self.job.job_id, events, self.uploads)
+                apply_events(session, self.job.job_id, events, self.uploads, self.metric_counts)
         except SQLAlchemyError:
             tail.offset = start
+            self.metric_counts.forget()
             raise
 
     def _stop_processes(self, grace_s: float) -> None:

@@ -11,8 +11,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pydantic import ValidationError
-from sqlalchemy import select
+from sqlalchemy import Row, inspect, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
@@ -20,18 +19,19 @@ from core.models import Base, Job, JobEvent, Metric, utcnow
 from core.states import JobStatus
 from core.transitions import move
 from trainers.events import (
+    EVENTS_FILE,
     CheckpointEvent,
     CheckpointRemovedEvent,
     DoneEvent,
-    Event,
     MetricsEvent,
     PhaseEvent,
     StartupEvent,
     WarningEvent,
-    parse_event,
 )
 from trainers.files import inside
 from trainers.startup import WORKER_MARKS, Mark
+from worker.event_lines import BadLine, Read, parse_line, split_lines
+from worker.metric_caps import Admitted, MetricCounts
 
 if TYPE_CHECKING:
     from worker.uploads import Uploads
@@ -40,32 +40,38 @@ log = logging.getLogger(__name__)
 
 MAX_READ_BYTES = 1 << 20  # one batch, one transaction: bounded even when catching up on a long file
 INSERT_CHUNK_ROWS = 500
+BAD_EVENT = "bad_event"
+METRIC_NAMES_CAP = "metric_names_cap"
+METRIC_ROWS_CAP = "metric_rows_cap"
 
 
 class EventTail:
-    """Reads complete lines past a byte offset; a half-written last line waits for its newline."""
+    """Reads complete lines past a byte offset; a half-written last line waits for its newline, unless it is
+    already too long to be an event: then it is skipped as far as it is read, and its rest when it comes."""
 
     def __init__(self, path: Path, offset: int = 0) -> None:
         self.path = path
         self.offset = offset
 
-    def read(self) -> list[Event]:
+    def read(self) -> list[Read]:
         try:
             with self.path.open("rb") as f:
                 if f.seek(0, 2) < self.offset:  # the file was replaced or truncated: start over
                     self.offset = 0
-                f.seek(self.offset)
+                # From the byte before the offset, which tells whether the offset is at a line's start.
+                f.seek(max(self.offset - 1, 0))
                 chunk = f.read(MAX_READ_BYTES)
         except FileNotFoundError:
             return []
-        complete = chunk[: chunk.rfind(b"\n") + 1]
+        mid_line = self.offset > 0 and chunk[:1] != b"\n"
+        consumed, lines = split_lines(chunk[1:] if self.offset else chunk, mid_line)
         start = self.offset
-        self.offset += len(complete)
-        return [event for line in complete.splitlines() if (event := _parse(line, start)) is not None]
+        self.offset += consumed
+        return [event for at, line in lines if (event := parse_line(line, start + at)) is not None]
 
-    def drain(self) -> list[Event]:
+    def drain(self) -> list[Read]:
         """Everything complete that is left, for when the writer has exited."""
-        events: list[Event] = []
+        events: list[Read] = []
         while True:
             before = self.offset
             events += self.read()
@@ -73,27 +79,22 @@ class EventTail:
                 return events
 
 
-def _parse(line: bytes, batch_offset: int) -> Event | None:
-    if not line.strip():
-        return None
-    try:
-        return parse_event(line.decode("utf-8"))
-    except (ValidationError, UnicodeDecodeError) as exc:
-        # One bad line must not stop the stream, nor be retried forever.
-        log.warning("skipping an unreadable event in the batch from byte %d: %s", batch_offset, exc)
-        return None
-
-
 def _insert(session: Session, model: type[Base]) -> postgresql.Insert | sqlite.Insert:
     postgres = session.get_bind().dialect.name == "postgresql"
     return postgresql.insert(model) if postgres else sqlite.insert(model)
 
 
-def insert_ignoring_duplicates(session: Session, model: type[Base], rows: list[dict[str, Any]]) -> None:
+def insert_ignoring_duplicates(
+    session: Session, model: type[Base], rows: Sequence[dict[str, Any]]
+) -> list[Row[Any]]:
+    """The rows whose primary key is not stored yet; the primary keys of those that went in."""
+    inserted: list[Row[Any]] = []
     # Chunks keep each statement under SQLite's limit on bound parameters.
     for start in range(0, len(rows), INSERT_CHUNK_ROWS):
-        chunk = rows[start : start + INSERT_CHUNK_ROWS]
-        session.execute(_insert(session, model).values(chunk).on_conflict_do_nothing())
+        insert = _insert(session, model).values(rows[start : start + INSERT_CHUNK_ROWS])
+        returning = insert.on_conflict_do_nothing().returning(*inspect(model).primary_key)
+        inserted += session.execute(returning).all()
+    return inserted
 
 
 def insert_or_update(session: Session, model: type[Base], row: dict[str, Any], keys: list[str]) -> None:
@@ -121,14 +122,26 @@ def _metric_rows(job_id: int, event: MetricsEvent) -> list[dict[str, Any]]:
     ]
 
 
-def apply_events(session: Session, job_id: int, events: Sequence[Event], uploads: Uploads) -> None:
+def apply_events(
+    session: Session,
+    job_id: int,
+    events: Sequence[Read],
+    uploads: Uploads,
+    counts: MetricCounts | None = None,
+) -> None:
     """Write one batch of events; the caller's transaction makes the batch all or nothing. Checkpoints queued
-    for upload before a failed commit are queued again when the batch is re-read, which stores them once."""
+    for upload before a failed commit are queued again when the batch is re-read, which stores them once.
+
+    `counts` are the job's metric rows per name, which a supervisor keeps across its batches (and forgets
+    when a transaction fails); without them they are counted for this batch alone."""
     metrics: list[dict[str, Any]] = []
     latest: dict[str, float | None] = {}
     progress: tuple[int, int | None] | None = None
+    bad: list[BadLine] = []
     for event in events:
-        if isinstance(event, PhaseEvent):
+        if isinstance(event, BadLine):
+            bad.append(event)
+        elif isinstance(event, PhaseEvent):
             move(session, job_id, JobStatus.STARTING, JobStatus.RUNNING, running_at=utcnow())
         elif isinstance(event, StartupEvent):
             _rank_marks(session, job_id, event)
@@ -144,9 +157,61 @@ def apply_events(session: Session, job_id: int, events: Sequence[Event], uploads
             progress = (event.step, progress[1] if progress else None)
         elif isinstance(event, WarningEvent):
             note(session, job_id, event.reason, event.message)
-    insert_ignoring_duplicates(session, Metric, metrics)
+    if bad:
+        _skipped(session, job_id, bad)
+    if latest:
+        latest = _store_metrics(session, job_id, metrics, latest, counts or MetricCounts.from_settings())
     if progress is not None:
         _update_progress(session, job_id, progress, latest)
+
+
+def _skipped(session: Session, job_id: int, bad: list[BadLine]) -> None:
+    first = bad[0]
+    log.warning(
+        "job %s: skipped %d bad lines of %s; the first, at byte %d: %s",
+        job_id,
+        len(bad),
+        EVENTS_FILE,
+        first.offset,
+        first.why,
+    )
+    message = (
+        f"skipped lines of {EVENTS_FILE} that are no event Trainyard can store ({len(bad)} in this read; "
+        f"later ones are skipped without another event). The first, at byte {first.offset}: {first.why}"
+    )
+    note(session, job_id, BAD_EVENT, message)
+
+
+def _store_metrics(
+    session: Session,
+    job_id: int,
+    rows: list[dict[str, Any]],
+    latest: dict[str, float | None],
+    counts: MetricCounts,
+) -> dict[str, float | None]:
+    """The rows within the job's caps, each cap reached said once; the latest values of the names kept."""
+    admitted = counts.admit(session, job_id, latest, rows)
+    counts.stored(row.name for row in insert_ignoring_duplicates(session, Metric, admitted.rows))
+    _note_caps(session, job_id, admitted, counts)
+    return {name: value for name, value in latest.items() if name in admitted.names}
+
+
+def _note_caps(session: Session, job_id: int, admitted: Admitted, counts: MetricCounts) -> None:
+    if admitted.names_refused:
+        refused = ", ".join(repr(name) for name in admitted.names_refused[:5])
+        message = (
+            f"this job reports more than {counts.max_names} metric names (TRAINYARD_JOB_MAX_METRIC_NAMES): "
+            f"later names are not stored, starting with {refused}; report fewer names"
+        )
+        note(session, job_id, METRIC_NAMES_CAP, message)
+    if admitted.rows_capped:
+        message = (
+            f"metric {admitted.rows_capped[0]!r} reached {counts.max_rows} rows "
+            "(TRAINYARD_JOB_MAX_METRIC_ROWS): its later rows are not stored, and neither are those of any "
+            "other metric that reaches it; its latest value is still shown. Report less often "
+            "(metrics.every_n_steps)"
+        )
+        note(session, job_id, METRIC_ROWS_CAP, message)
 
 
 def _rank_marks(session: Session, job_id: int, event: StartupEvent) -> None:
@@ -170,7 +235,12 @@ def add_marks(job: Job, marks: Mapping[Mark, float]) -> None:
 def _checkpoint_saved(session: Session, job_id: int, event: CheckpointEvent, uploads: Uploads) -> None:
     # Any rank can write the events file and links in its run directory: the event's text was checked as it
     # was parsed, and here where a link on its way leads.
-    if inside(uploads.run_dir / event.path, uploads.run_dir) is None:
+    try:
+        found = inside(uploads.run_dir / event.path, uploads.run_dir)
+    except (OSError, RuntimeError) as exc:  # RuntimeError: a loop of links, which a rank can make
+        log.warning("job %s: not recording checkpoint %s: %s", job_id, event.path, exc)
+        return
+    if found is None:
         log.warning(
             "job %s: not recording checkpoint %s: it leads outside the run directory", job_id, event.path
         )

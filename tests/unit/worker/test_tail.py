@@ -20,6 +20,7 @@ from trainers.events import (
     append_event,
 )
 from trainers.plan import RunConfig
+from worker.event_lines import BadLine
 from worker.leases import WAITING_FOR_GPUS, claim_job
 from worker.runner import run_job
 from worker.tail import EventTail, apply_events
@@ -56,7 +57,10 @@ def test_missing_file_and_bad_lines_are_skipped(tmp_path: Path) -> None:
     assert tail.read() == []
     path.write_text('{"kind": "nonsense"}\nnot json\n')
     append_event(path, PhaseEvent(phase="running"))
-    assert [type(e) for e in tail.drain()] == [PhaseEvent]
+    nonsense, not_json, phase = tail.drain()
+    assert isinstance(nonsense, BadLine) and nonsense.offset == 0 and "kind" in nonsense.why
+    assert isinstance(not_json, BadLine) and not_json.offset == 21 and "Invalid JSON" in not_json.why
+    assert isinstance(phase, PhaseEvent)
 
 
 def test_replaced_file_is_read_from_the_start(tmp_path: Path) -> None:
