@@ -12,6 +12,7 @@ from sqlalchemy.orm import Session
 from app.schemas import ComparedJob, SpecDiff, SpecDifference
 from app.services.jobs import get_owned_job
 from app.services.keys import Caller
+from app.services.stored_spec import expanded
 from core.models import Job
 
 # What the planner resolved stands for what the spec asked: "auto" and "ddp" that both ran ddp are alike.
@@ -38,7 +39,7 @@ def _flatten(value: Any, prefix: str = "") -> dict[str, Any]:
 def run_record(job: Job) -> dict[str, Any]:
     """The plan's choices, then the spec as stored (defaults filled in), flattened."""
     planned = {f"plan.{key}": job.plan.get(key) for key in PLANNED}
-    return planned | {path: v for path, v in _flatten(job.spec).items() if path not in SKIPPED}
+    return planned | {path: v for path, v in _flatten(expanded(job.spec)).items() if path not in SKIPPED}
 
 
 def shown(value: Any) -> str:

@@ -30,8 +30,11 @@ function card(title, value, ...body) {
 }
 
 function specCard(spec) {
-  const { model, data, program, train } = spec;
-  const length = train.max_steps ? plural(train.max_steps, "step") : plural(train.epochs || 1, "epoch");
+  // The spec as the user submitted it: a field left to its default is not there (the plan card shows what
+  // it resolved to), so each fact shows only what was written.
+  const { model, data, program } = spec;
+  const train = spec.train ?? {};
+  const length = train.max_steps ? plural(train.max_steps, "step") : train.epochs && plural(train.epochs, "epoch");
   return card("Spec", spec, factList([
     // A program job runs the user's own script, which builds its model and data and picks its batches.
     ["program", program && program.entrypoint.join(" ")],
@@ -39,14 +42,14 @@ function specCard(spec) {
     // Their kwargs are a built-in model's sizes, or the hyperparameters of user code.
     ["model", model && joined(model.arch || model.factory, keywords(model.kwargs))],
     ["data", data && joined(data.dataset || data.factory, data.root, data.image_size && `${data.image_size} px`, keywords(data.kwargs))],
-    ["batch", !program && joined(`${train.batch_size} global`, train.grad_accum_steps > 1 && `${train.grad_accum_steps} accumulation steps`)],
+    ["batch", !program && joined(train.batch_size && `${train.batch_size} global`, train.grad_accum_steps > 1 && `${train.grad_accum_steps} accumulation steps`)],
     ["length", length],
-    ["optimizer", joined(train.optimizer, `lr ${train.lr}`, train.optimizer === "sgd" && `momentum ${train.momentum}`,
+    ["optimizer", joined(train.optimizer, train.lr !== undefined && `lr ${train.lr}`, train.optimizer === "sgd" && train.momentum !== undefined && `momentum ${train.momentum}`,
       train.weight_decay && `weight decay ${train.weight_decay}`)],
     ["schedule", joined(train.schedule, train.warmup_steps && `warm-up ${plural(train.warmup_steps, "step")}`,
-      train.lr_scaling !== "none" && `${train.lr_scaling} lr scaling`)],
+      train.lr_scaling && train.lr_scaling !== "none" && `${train.lr_scaling} lr scaling`)],
     ["precision", spec.precision],
-    ["seed", String(train.seed)],
+    ["seed", train.seed !== undefined && String(train.seed)],
     ["code", spec.code],
   ]), allFields(spec));
 }
