@@ -124,7 +124,7 @@ class Checkpoint(Base):
     step: Mapped[int] = mapped_column(Integer)
     epoch: Mapped[int] = mapped_column(Integer)
     path: Mapped[str] = mapped_column(Text)  # an absolute path, or an s3:// URI with artifact_store=s3
-    size_bytes: Mapped[int] = mapped_column(Integer)
+    size_bytes: Mapped[int] = mapped_column(BigInteger)
     # Of the file's bytes as the trainer wrote them: resumes and downloads refuse a file that differs. None
     # for checkpoints recorded before checksums.
     sha256: Mapped[str | None] = mapped_column(String(64))

@@ -33,6 +33,7 @@ from worker.disk import disk_limit
 from worker.heartbeat import Heartbeat
 from worker.kill import JobMark, kill_job, mark_for
 from worker.leases import claim_next, worker_id
+from worker.metric_caps import MetricCounts
 from worker.nodes import NodeTask, claim_launch, dispatch_other_nodes, meet
 from worker.resume import leased_plan
 from worker.rundir import append_no_follow, prepare_run_dir, set_aside_stale
@@ -122,6 +123,7 @@ def _catch_up(job_id: int, run_dir: Path, uploads: Uploads, settings: Settings) 
     are stored (or upload_drain_s has passed, and the attempt resumes from an older one).
     """
     tail = EventTail(run_dir / EVENTS_FILE)
+    counts = MetricCounts.from_settings()  # counted once, not per batch
     while True:
         start = tail.offset
         events = [
@@ -129,7 +131,7 @@ def _catch_up(job_id: int, run_dir: Path, uploads: Uploads, settings: Settings) 
         ]
         if events:
             with session_scope() as session:
-                apply_events(session, job_id, events, uploads)
+                apply_events(session, job_id, events, uploads, counts)
         if tail.offset == start:
             uploads.settle(settings.upload_drain_s)
             return tail

@@ -2,7 +2,7 @@
 
 Revision ID: 0011
 Revises: 0010
-Create Date: 2026-12-03
+Create Date: 2026-11-27
 """
 
 from collections.abc import Sequence

@@ -15,6 +15,7 @@ from tests.unit.worker.event_bounds import (
     MAX_ROWS,
     caps_names_and_rows,
     skips_bad_lines_and_stores_the_rest,
+    stores_a_checkpoint_past_2_gib,
 )
 from tests.unit.worker_fixtures import WorkerDb, worker_db
 
@@ -34,3 +35,7 @@ def test_bad_lines_are_skipped_on_postgresql(postgres_db: WorkerDb) -> None:
 
 def test_metric_caps_hold_on_postgresql(postgres_db: WorkerDb) -> None:
     caps_names_and_rows(postgres_db)
+
+
+def test_a_checkpoint_past_2_gib_is_recorded_on_postgresql(postgres_db: WorkerDb) -> None:
+    stores_a_checkpoint_past_2_gib(postgres_db)

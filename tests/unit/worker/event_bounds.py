@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import func, select
 
 from core.db import session_scope
-from core.models import JobEvent, Metric
+from core.models import Checkpoint, JobEvent, Metric
 from trainers.events import MetricsEvent, append_event
 from worker.metric_caps import MetricCounts
 from worker.tail import BAD_EVENT, METRIC_NAMES_CAP, METRIC_ROWS_CAP, EventTail, apply_events
@@ -117,3 +117,22 @@ def caps_names_and_rows(database: WorkerDb) -> None:
     assert "more than 3 metric names" in names and "'m3', 'm4', 'm5'" in names
     (rows,) = job_events(job_id, METRIC_ROWS_CAP)
     assert rows.startswith("metric 'm0' reached 4 rows")
+
+
+def stores_a_checkpoint_past_2_gib(database: WorkerDb) -> None:
+    """A real checkpoint passes 2 GiB: its row holds its size (a 32-bit column failed the insert at every
+    tick on PostgreSQL, and the job never finished)."""
+    job_id = database.add_job()
+    run_dir = database.runs_dir / str(job_id)
+    (run_dir / "checkpoints").mkdir(parents=True)
+    (run_dir / "checkpoints" / "step-00000001.pt").write_bytes(b"weights")
+    size = 3 << 30
+    event = {"kind": "checkpoint", "step": 1, "epoch": 0, "path": "checkpoints/step-00000001.pt"}
+    (run_dir / "events.jsonl").write_text(json.dumps({**event, "size_bytes": size}) + "\n")
+
+    pump(job_id, run_dir, MetricCounts.from_settings())
+
+    with session_scope() as session:
+        assert session.scalars(select(Checkpoint.size_bytes).where(Checkpoint.job_id == job_id)).all() == [
+            size
+        ]

@@ -15,7 +15,13 @@ from core import launch
 from core.config import get_settings
 from core.launch import Launch
 from core.states import JobStatus
-from tests.unit.worker.event_bounds import LINES, job_events, metrics, skips_bad_lines_and_stores_the_rest
+from tests.unit.worker.event_bounds import (
+    LINES,
+    job_events,
+    metrics,
+    skips_bad_lines_and_stores_the_rest,
+    stores_a_checkpoint_past_2_gib,
+)
 from trainers.events import MAX_EVENT_BYTES, MetricsEvent
 from trainers.plan import Plan
 from worker import runner
@@ -31,6 +37,10 @@ pytest_plugins = ["tests.unit.worker_fixtures"]
 
 def test_bad_lines_are_skipped_and_the_good_ones_around_them_stored(database: WorkerDb) -> None:
     skips_bad_lines_and_stores_the_rest(database)
+
+
+def test_a_checkpoint_past_2_gib_is_recorded(database: WorkerDb) -> None:
+    stores_a_checkpoint_past_2_gib(database)
 
 
 def test_each_bad_line_is_named_with_its_offset_and_why(tmp_path: Path) -> None:
