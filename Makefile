@@ -23,7 +23,7 @@ migrate: install
 
 # Both processes share the terminal's process group, so Ctrl-C reaches both; the trap also stops the
 # other one when either exits on its own. The API prints its address and auth mode (app/serve.py); its
-# connection limits are TRAINYARD_* settings (README, "Configuration").
+# connection limits are TRAINYARD_* settings (docs/operations.md, "Configuration").
 run: migrate
 	@echo "make run: the API and a worker; Ctrl-C stops both"
 	@trap 'kill -TERM $$api $$wrk 2>/dev/null; wait' INT TERM EXIT; \

@@ -26,8 +26,8 @@ HEADER = """# Job spec reference
 Generated from `trainers/spec.py` by `python -m app.specdoc > docs/spec.md`; do not edit by hand.
 
 A job spec is the JSON body of `POST /v1/jobs`. Every section is optional except `model` and `data`, or
-`program` in their place: a training script of your own (README, "Bring your own script"). Unknown
-fields are refused (422, naming the field and the fields allowed there), and every number is bounded.
+`program` in their place: a training script of your own ([user-code.md](user-code.md#bring-your-own-script)).
+Unknown fields are refused (422, naming the field and the fields allowed there), and every number is bounded.
 `POST /v1/jobs?dry_run=true` shows the plan a spec resolves to without storing anything.
 """
 

@@ -56,8 +56,8 @@ def parse_entrypoint(entrypoint: list[str]) -> Target:
 
 
 class ProgramSpec(Section):
-    """Your own training script, run by torchrun on every rank (README: "Bring your own script"). It reports
-    through `trainyard.job`; a script that does not still runs, with its logs and exit status."""
+    """Your own training script, run by torchrun on every rank (docs/user-code.md: "Bring your own script").
+    It reports through `trainyard.job`; a script that does not still runs, with its logs and exit status."""
 
     entrypoint: list[Arg] = Field(
         min_length=1,

@@ -12,7 +12,8 @@ from trainers.spec import JobSpec
 
 RUN_DIR = Path("/runs/7")
 DATA_DIR = Path("/data")
-# What a deployed worker's environment holds (docker-compose.yml, README): none of it may reach a rank.
+# What a deployed worker's environment holds (docker-compose.yml, docs/operations.md): none of it may reach
+# a rank.
 SECRETS = {
     "TRAINYARD_DATABASE_URL": "postgresql+psycopg://trainyard:hunter2@postgres:5432/trainyard",
     "TRAINYARD_BROKER_URL": "redis://:hunter2@redis:6379/0",
