@@ -4,8 +4,10 @@ once per host into a read-only folder that jobs import from.
 On disk, under TRAINYARD_CODE_DIR:
     <hex>/                      the bundle, unpacked, read-only; what the sandbox binds into a job
     archives/<hex>.tar[.gz]     the archive as uploaded, from which a host that lacks the folder unpacks it
-    .incoming/, .unpack-*       uploads being received and archives being unpacked: nothing outside them is
-                                written until an archive has passed every check (core/code_unpack.py)
+    .incoming/<user>/           uploads being received, a folder per user: their files count against the
+                                user's quota while they arrive
+    .unpack-*                   archives being unpacked: nothing outside these two is written until an
+                                archive has passed every check (core/code_unpack.py)
 With artifact_store=s3 the archive is also stored at <s3_prefix>/code/<hex>, so that a worker on another
 host fetches it, checks its hash and unpacks it (`ensure_unpacked`).
 """
@@ -18,6 +20,7 @@ import hashlib
 import logging
 import os
 import tempfile
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -72,8 +75,8 @@ def is_stored(settings: Settings, code_id: str) -> bool:
     return bundle_dir(settings, code_id).is_dir() and stored_archive(settings, code_id) is not None
 
 
-def limits(settings: Settings) -> Limits:
-    return Limits(settings.code_max_unpacked_bytes, settings.code_max_files)
+def limits(settings: Settings, room: int | None = None) -> Limits:
+    return Limits(settings.code_max_unpacked_bytes, settings.code_max_files, room)
 
 
 def sha256_file(path: Path) -> str:
@@ -84,13 +87,39 @@ def sha256_file(path: Path) -> str:
     return digest.hexdigest()
 
 
+def uploads_folder(settings: Settings, owner: str) -> Path:
+    """Where `owner`'s uploads arrive, named by a hash as a user name may hold any character."""
+    return settings.code_dir / INCOMING / hashlib.sha256(owner.encode()).hexdigest()[:32]
+
+
+def receiving_bytes(settings: Settings, owner: str, besides: Path | None = None) -> int:
+    """The bytes that `owner`'s uploads in progress on this host (but `besides`) have written so far. A file
+    untouched for longer than an upload may last is no upload's: a process that died left it."""
+    live_since = time.time() - settings.code_upload_timeout_s
+    total = 0
+    try:
+        with os.scandir(uploads_folder(settings, owner)) as entries:
+            for entry in entries:
+                try:
+                    info = entry.stat()
+                except FileNotFoundError:  # that upload ended meanwhile
+                    continue
+                if entry.path != str(besides) and info.st_mtime >= live_since:
+                    total += info.st_size
+    except FileNotFoundError:  # no upload of the owner's yet
+        pass
+    return total
+
+
 class Incoming:
     """An upload as it arrives: into a temporary file, hashed on the way, refused once past `max_bytes`."""
 
-    def __init__(self, file: IO[bytes], path: Path, max_bytes: int) -> None:
+    def __init__(self, file: IO[bytes], path: Path, settings: Settings, owner: str) -> None:
         self.file = file
         self.path = path
-        self.max_bytes = max_bytes
+        self.settings = settings
+        self.owner = owner
+        self.max_bytes = settings.code_max_bytes
         self.size = 0
         self._digest = hashlib.sha256()
 
@@ -100,6 +129,11 @@ class Incoming:
             raise ArchiveTooLarge(self.max_bytes)
         self._digest.update(chunk)
         self.file.write(chunk)
+        self.file.flush()  # on disk at once, where the owner's other uploads count it (receiving_bytes)
+
+    def pending(self) -> int:
+        """The bytes this upload has received and those of its owner's other uploads in progress."""
+        return self.size + receiving_bytes(self.settings, self.owner, besides=self.path)
 
     @property
     def code_id(self) -> str:
@@ -107,10 +141,9 @@ class Incoming:
 
 
 @contextmanager
-def _temporary_file(settings: Settings) -> Iterator[Path]:
-    """A new file under the code directory (so that keeping it is a rename), removed on the way out unless
-    it was kept; `.part` is where ObjectStore.download writes before its own rename."""
-    folder = settings.code_dir / INCOMING
+def _temporary_file(folder: Path) -> Iterator[Path]:
+    """A new file in `folder`, under the code directory (so that keeping it is a rename), removed on the way
+    out unless it was kept; `.part` is where ObjectStore.download writes before its own rename."""
     folder.mkdir(parents=True, exist_ok=True)
     descriptor, name = tempfile.mkstemp(dir=folder)
     os.close(descriptor)
@@ -122,9 +155,9 @@ def _temporary_file(settings: Settings) -> Iterator[Path]:
 
 
 @contextmanager
-def incoming(settings: Settings) -> Iterator[Incoming]:
-    with _temporary_file(settings) as path, path.open("wb") as file:
-        yield Incoming(file, path, settings.code_max_bytes)
+def incoming(settings: Settings, owner: str) -> Iterator[Incoming]:
+    with _temporary_file(uploads_folder(settings, owner)) as path, path.open("wb") as file:
+        yield Incoming(file, path, settings, owner)
 
 
 @contextmanager
@@ -137,13 +170,13 @@ def locked(settings: Settings) -> Iterator[None]:
         yield
 
 
-def _unpack_into_place(settings: Settings, archive: Path, code_id: str) -> Manifest:
+def _unpack_into_place(settings: Settings, archive: Path, code_id: str, room: int | None = None) -> Manifest:
     """Unpacks into a temporary sibling of the bundle's folder, then renames it into place: a job never sees
     half a bundle, and a refused archive leaves nothing but the temporary folder, which is removed."""
     settings.code_dir.mkdir(parents=True, exist_ok=True)
     temporary = Path(tempfile.mkdtemp(dir=settings.code_dir, prefix=".unpack-"))
     try:
-        manifest = unpack(archive, temporary, limits(settings))
+        manifest = unpack(archive, temporary, limits(settings, room))
         try:
             temporary.rename(bundle_dir(settings, code_id))
         except OSError as exc:
@@ -155,11 +188,11 @@ def _unpack_into_place(settings: Settings, archive: Path, code_id: str) -> Manif
     return manifest
 
 
-def store(settings: Settings, upload: Incoming) -> Manifest:
-    """Checks and unpacks a received archive, keeps it (and puts it in the object store, if there is one).
-    Idempotent: the same bytes again find the same places. Raises UnsafeArchive with nothing kept."""
-    upload.file.flush()
-    manifest = _unpack_into_place(settings, upload.path, upload.code_id)
+def store(settings: Settings, upload: Incoming, room: int | None = None) -> Manifest:
+    """Checks and unpacks a received archive into at most `room` bytes on disk, keeps it (and puts it in the
+    object store, if there is one). Idempotent: the same bytes again find the same places. Raises
+    UnsafeArchive or QuotaPassed with nothing kept."""
+    manifest = _unpack_into_place(settings, upload.path, upload.code_id, room)
     kept = archive_path(settings, upload.code_id, is_gzip(upload.path))
     kept.parent.mkdir(parents=True, exist_ok=True)
     upload.path.chmod(0o444)
@@ -177,7 +210,7 @@ def _fetch(settings: Settings, code_id: str) -> Path:
             f"code bundle {code_id} is not in this host's TRAINYARD_CODE_DIR nor in an object store; "
             "push it again with `trainyard code push DIR`, or share TRAINYARD_CODE_DIR between hosts"
         )
-    with _temporary_file(settings) as fetched:
+    with _temporary_file(settings.code_dir / INCOMING) as fetched:
         objects.download(key, fetched)
         if sha256_file(fetched) != code_hex(code_id):
             raise BundleUnavailable(f"the object store's copy of code bundle {code_id} does not match its id")

@@ -3,7 +3,9 @@
 The archive is untrusted: every member is checked before a byte of it is written, and only regular files and
 folders are made, by this module's own code rather than tarfile's extract, so that nothing can land outside
 the folder. Refused: absolute paths, `..`, links of any kind, devices, fifos, sparse files, a path given
-twice, more members than `max_files`, more file bytes than `max_unpacked_bytes`.
+twice, paths deeper than MAX_DEPTH or longer than MAX_PATH_CHARS, more files and folders than `max_files`
+(the folders a path implies count as if listed), more bytes on disk than `max_unpacked_bytes` (see
+`disk_bytes`) or than the owner's quota leaves (`room`).
 
 Sizes are read from each member's header, so a gzip bomb is refused before its bytes are inflated. Headers
 themselves (pax records, GNU long names) are read by tarfile into memory whole, so the stream under tarfile
@@ -28,6 +30,14 @@ HEADER_ALLOWANCE = 1 << 20
 # The files a bundle's row lists; file_count counts them all.
 FILES_LISTED = 1000
 COPY_CHUNK = 1 << 20
+# What a file system allocates: a file takes whole blocks, a folder one. Charging it keeps a bundle of
+# empty folders or files (a few bytes of archive each) from filling the disk inside its caps.
+BLOCK = 4096
+# Deep enough for any source tree; shallow enough that no walk of the folder (os.walk, rmtree, both
+# recursive) nears Python's recursion limit, and that removing a bundle stays quick.
+MAX_DEPTH = 64
+MAX_PATH_CHARS = 1024
+SHOWN_CHARS = 200
 FILE_MODE, EXEC_MODE, DIR_MODE = 0o444, 0o555, 0o555
 # Errors of a path inside the archive (a file where a folder should be, a name too long), not of the disk.
 _PATH_ERRNOS = frozenset({errno.EEXIST, errno.ENOTDIR, errno.EISDIR, errno.ENAMETOOLONG})
@@ -37,17 +47,32 @@ class UnsafeArchive(Exception):
     """The archive was refused; the message names the member and what to change."""
 
 
+class QuotaPassed(Exception):
+    """The bundle takes more than its owner's quota leaves (`Limits.room`); the caller says whose and how."""
+
+    def __init__(self, charged: int) -> None:
+        super().__init__(f"the bundle unpacks to {charged} bytes or more, past what the quota leaves")
+        self.charged = charged
+
+
 @dataclass(frozen=True)
 class Limits:
     max_unpacked_bytes: int
     max_files: int
+    room: int | None = None  # bytes the owner's quota leaves for the files; None: none counted (a worker)
 
 
 @dataclass
 class Manifest:
-    unpacked_bytes: int = 0
+    unpacked_bytes: int = 0  # what the files and folders take on disk, as disk_bytes counts them
     file_count: int = 0
+    entries: int = 0  # files and folders made, those a path implies included: what max_files caps
     files: list[dict[str, int | str]] = field(default_factory=list)  # {path, size}, the first FILES_LISTED
+
+
+def disk_bytes(size: int) -> int:
+    """A file's `size` bytes in whole blocks, one at least: an empty file's entry is charged a block too."""
+    return BLOCK * max(1, -(-size // BLOCK))
 
 
 def is_gzip(path: Path) -> bool:
@@ -80,15 +105,6 @@ class _MeteredStream:
         return data
 
 
-def _relative(member: tarfile.TarInfo) -> PurePosixPath:
-    path = PurePosixPath(member.name)
-    if path.is_absolute():
-        raise UnsafeArchive(f"{member.name!r} is an absolute path; pack paths relative to the bundle's top")
-    if ".." in path.parts:
-        raise UnsafeArchive(f"{member.name!r} climbs out of the bundle with '..'; pack the folder itself")
-    return path
-
-
 def _kind(member: tarfile.TarInfo) -> str | None:
     """What a member is, when it is something a bundle may not hold; None for a file or a folder."""
     if member.issym():
@@ -104,6 +120,37 @@ def _kind(member: tarfile.TarInfo) -> str | None:
     return None if member.isreg() or member.isdir() else f"of tar type {member.type!r}"
 
 
+def _shown(name: str) -> str:
+    """A member's name for a message: a name may be up to HEADER_ALLOWANCE long."""
+    return repr(name if len(name) <= SHOWN_CHARS else f"{name[:SHOWN_CHARS]}...")
+
+
+def _path(member: tarfile.TarInfo) -> PurePosixPath:
+    """The member's path inside the bundle, or UnsafeArchive for what a bundle may not hold."""
+    if (kind := _kind(member)) is not None:
+        raise UnsafeArchive(f"{_shown(member.name)} is {kind}; a bundle holds only files and folders")
+    path = PurePosixPath(member.name)
+    if path.is_absolute():
+        raise UnsafeArchive(
+            f"{_shown(member.name)} is an absolute path; pack paths relative to the bundle's top"
+        )
+    if ".." in path.parts:
+        raise UnsafeArchive(
+            f"{_shown(member.name)} climbs out of the bundle with '..'; pack the folder itself"
+        )
+    if len(path.parts) > MAX_DEPTH:
+        raise UnsafeArchive(
+            f"{_shown(member.name)} is {len(path.parts)} levels deep, over the {MAX_DEPTH} a bundle's paths "
+            "may have; move it nearer the bundle's top"
+        )
+    if len(member.name) > MAX_PATH_CHARS:
+        raise UnsafeArchive(
+            f"{_shown(member.name)} is a path of {len(member.name)} characters, over the {MAX_PATH_CHARS} a "
+            "bundle's paths may have; shorten its folders' names"
+        )
+    return path
+
+
 def _write_file(source: IO[bytes], target: Path, executable: bool) -> None:
     # O_EXCL: a path the archive names twice is refused rather than overwritten; O_NOFOLLOW for good measure,
     # as no link is ever made in the folder.
@@ -113,64 +160,98 @@ def _write_file(source: IO[bytes], target: Path, executable: bool) -> None:
     target.chmod(EXEC_MODE if executable else FILE_MODE)
 
 
-def _take(tar: tarfile.TarFile, member: tarfile.TarInfo, into: Path, manifest: Manifest) -> None:
-    path = _relative(member)
-    if not path.parts:  # the archive's top folder, "./"
-        return
-    target = into.joinpath(*path.parts)
-    if member.isdir():
-        target.mkdir(parents=True, exist_ok=True)
-        return
-    target.parent.mkdir(parents=True, exist_ok=True)
-    source = tar.extractfile(member)
-    assert source is not None  # a regular file always has a reader
-    _write_file(source, target, executable=bool(member.mode & 0o111))
-    manifest.file_count += 1
-    if len(manifest.files) < FILES_LISTED:
-        manifest.files.append({"path": str(path), "size": member.size})
+class _Unpacker:
+    """An archive's members into `into`, each checked, counted and charged before anything of it is made.
+    The folders it made are remembered, so that a path's implicit folders (`a/b/` of a member `a/b/f.py`
+    that the archive never lists) count and cost like listed ones, each once."""
 
+    def __init__(self, tar: tarfile.TarFile, stream: _MeteredStream, into: Path, limits: Limits) -> None:
+        self.tar = tar
+        self.stream = stream
+        self.into = into
+        self.limits = limits
+        self.manifest = Manifest()
+        self.folders: set[PurePosixPath] = set()
 
-def _check(member: tarfile.TarInfo, size: int, members: int, manifest: Manifest, limits: Limits) -> None:
-    if (kind := _kind(member)) is not None:
-        raise UnsafeArchive(f"{member.name!r} is {kind}; a bundle holds only files and folders")
-    if members > limits.max_files:
-        raise UnsafeArchive(
-            f"the archive holds more than {limits.max_files} files and folders "
-            f"(TRAINYARD_CODE_MAX_FILES); leave data and outputs out with .trainyardignore"
-        )
-    if manifest.unpacked_bytes + size > limits.max_unpacked_bytes:
-        raise UnsafeArchive(
-            f"the archive unpacks to more than {limits.max_unpacked_bytes} bytes "
-            f"(TRAINYARD_CODE_MAX_UNPACKED_BYTES; {member.name!r} alone is {size}); leave data and "
-            "weights out with .trainyardignore and read them from TRAINYARD_DATA_DIR"
-        )
+    def take(self, member: tarfile.TarInfo) -> None:
+        path = _path(member)
+        if not path.parts:  # the archive's top folder, "./"
+            return
+        folders = self._new_folders(path if member.isdir() else path.parent)
+        size = member.size if member.isreg() else 0
+        files = 0 if member.isdir() else 1
+        self._charge(member, size, len(folders) + files, BLOCK * len(folders) + files * disk_bytes(size))
+        # The file's data may pass through tarfile now, and no more than it.
+        self.stream.allowed = self.stream.consumed + tarfile.BLOCKSIZE * -(-size // tarfile.BLOCKSIZE)
+        self.stream.allowed += HEADER_ALLOWANCE
+        for folder in folders:
+            self.into.joinpath(*folder.parts).mkdir()
+            self.folders.add(folder)
+        if files:
+            self._write(member, path)
+
+    def _new_folders(self, folder: PurePosixPath) -> list[PurePosixPath]:
+        """`folder` and those above it that are not made yet, the topmost first."""
+        new: list[PurePosixPath] = []
+        while folder.parts and folder not in self.folders:
+            new.append(folder)
+            folder = folder.parent
+        return new[::-1]
+
+    def _charge(self, member: tarfile.TarInfo, size: int, entries: int, charge: int) -> None:
+        manifest, limits = self.manifest, self.limits
+        if manifest.entries + entries > limits.max_files:
+            raise UnsafeArchive(
+                f"the archive holds more than {limits.max_files} files and folders "
+                "(TRAINYARD_CODE_MAX_FILES, which counts the folders a path implies too, as those of "
+                f"{_shown(member.name)}); leave data and outputs out with .trainyardignore"
+            )
+        if manifest.unpacked_bytes + charge > limits.max_unpacked_bytes:
+            raise UnsafeArchive(
+                f"the archive unpacks to more than {limits.max_unpacked_bytes} bytes "
+                f"(TRAINYARD_CODE_MAX_UNPACKED_BYTES; {_shown(member.name)} alone is {size}); leave data and "
+                "weights out with .trainyardignore and read them from TRAINYARD_DATA_DIR"
+            )
+        if limits.room is not None and manifest.unpacked_bytes + charge > limits.room:
+            raise QuotaPassed(manifest.unpacked_bytes + charge)
+        manifest.entries += entries
+        manifest.unpacked_bytes += charge
+
+    def _write(self, member: tarfile.TarInfo, path: PurePosixPath) -> None:
+        source = self.tar.extractfile(member)
+        assert source is not None  # a regular file always has a reader
+        _write_file(source, self.into.joinpath(*path.parts), executable=bool(member.mode & 0o111))
+        self.manifest.file_count += 1
+        if len(self.manifest.files) < FILES_LISTED:
+            self.manifest.files.append({"path": str(path), "size": member.size})
+
+    def seal(self) -> None:
+        """Every folder made read-only, as the files already are."""
+        for folder in self.folders:
+            self.into.joinpath(*folder.parts).chmod(DIR_MODE)
 
 
 def _unpack_stream(stream: _MeteredStream, into: Path, limits: Limits) -> Manifest:
-    manifest = Manifest()
     # Stream mode ("r|"): tarfile reads forward only, through the metered stream and nothing else.
     with tarfile.open(fileobj=stream, mode="r|") as tar:  # type: ignore[call-overload]
-        for members, member in enumerate(tar, start=1):
-            size = member.size if member.isreg() else 0
-            _check(member, size, members, manifest, limits)
-            manifest.unpacked_bytes += size
-            stream.allowed = stream.consumed + tarfile.BLOCKSIZE * -(-size // tarfile.BLOCKSIZE)
-            stream.allowed += HEADER_ALLOWANCE
+        unpacker = _Unpacker(tar, stream, into, limits)
+        for member in tar:
             try:
-                _take(tar, member, into, manifest)
+                unpacker.take(member)
             except OSError as exc:
                 if exc.errno not in _PATH_ERRNOS:
                     raise  # the disk's own trouble (full, read-only), not the archive's
-                message = f"{member.name!r} cannot be unpacked ({exc.strerror}): rename it"
+                message = f"{_shown(member.name)} cannot be unpacked ({exc.strerror}): rename it"
                 raise UnsafeArchive(message) from exc
-    if manifest.file_count == 0:
+    if unpacker.manifest.file_count == 0:
         raise UnsafeArchive("the archive holds no files; push a folder with your modules in it")
-    return manifest
+    unpacker.seal()
+    return unpacker.manifest
 
 
 def unpack(archive: Path, into: Path, limits: Limits) -> Manifest:
     """Unpacks `archive` into the empty folder `into`, leaving every file and folder read-only, or raises
-    UnsafeArchive; what it wrote before a refusal is left for the caller to remove with `into`."""
+    UnsafeArchive (or QuotaPassed); what it wrote before a refusal is left for the caller to remove."""
     with archive.open("rb") as raw:
         source: _Readable = gzip.GzipFile(fileobj=raw, mode="rb") if is_gzip(archive) else raw
         try:
@@ -180,8 +261,6 @@ def unpack(archive: Path, into: Path, limits: Limits) -> Manifest:
                 f"the body is not a readable tar or tar.gz archive ({exc}); send one made with "
                 "`trainyard code push DIR` or `tar -czf`"
             ) from exc
-    for folder, _, _ in os.walk(into, topdown=False):
-        Path(folder).chmod(DIR_MODE)
     return manifest
 
 

@@ -68,11 +68,31 @@ class Settings(BaseSettings):
         100 * 2**20, ge=1, le=2**40, description="the largest code bundle archive POST /v1/code accepts"
     )
     code_max_unpacked_bytes: int = Field(
-        1 << 30, ge=1, le=2**42, description="a code bundle's files, added up once unpacked"
+        1 << 30,
+        ge=1,
+        le=2**42,
+        description="a code bundle's files and folders on disk once unpacked: each file in whole 4 KiB "
+        "blocks, a block per folder",
     )
-    code_max_files: int = Field(10_000, ge=1, le=10**7, description="files and folders in one code bundle")
+    code_max_files: int = Field(
+        10_000,
+        ge=1,
+        le=10**7,
+        description="files and folders in one code bundle, the folders its paths imply included",
+    )
     code_quota_bytes: int = Field(
-        1 << 30, ge=0, le=2**50, description="the archive bytes of all of a user's code bundles together"
+        1 << 30,
+        ge=0,
+        le=2**50,
+        description="per user: their code bundles' archives and unpacked files and folders, and their "
+        "uploads in progress, together",
+    )
+    code_upload_timeout_s: float = Field(
+        300.0,
+        gt=0,
+        le=86_400,
+        description="how long POST /v1/code may take to send its body; a later one is refused (408) and its "
+        "bytes removed",
     )
     db_busy_timeout_s: float = Field(
         30.0,

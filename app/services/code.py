@@ -4,7 +4,9 @@ and the submit-time check of a spec's `code`. The files themselves are core/code
 from __future__ import annotations
 
 from collections.abc import AsyncIterable
+from dataclasses import dataclass
 
+import anyio
 from sqlalchemy import bindparam, func, select
 from sqlalchemy.orm import Session
 
@@ -12,7 +14,7 @@ from app.schemas import CodeBundleDetail, CodeBundlePublic, CodeFile
 from app.services.errors import CodeInUse, CodeNotFound, CodeTooLarge, InvalidSpec, QuotaExceeded, UnsafeCode
 from app.services.keys import Caller
 from core import code_store
-from core.code_unpack import UnsafeArchive
+from core.code_unpack import Manifest, QuotaPassed, UnsafeArchive
 from core.config import Settings
 from core.models import CodeBundle, Job
 from core.states import JobStatus
@@ -21,36 +23,82 @@ from trainers.spec_program import missing_script
 
 PUSH_HINT = "push it with `trainyard code push DIR` (POST /v1/code) and name the id it prints"
 
-_HELD_BYTES = select(func.coalesce(func.sum(CodeBundle.size_bytes), 0)).where(
+# What a bundle takes on disk: its archive, kept to unpack on other hosts, and its files and folders.
+_HELD_BYTES = select(func.coalesce(func.sum(CodeBundle.size_bytes + CodeBundle.unpacked_bytes), 0)).where(
     CodeBundle.owner == bindparam("owner")
 )
 
 
-async def receive(upload: code_store.Incoming, chunks: AsyncIterable[bytes], declared: str | None) -> None:
-    """The request's body into `upload`, refused as soon as it is known to be over the cap: from its
-    Content-Length before a byte is read, or while it streams when it has none."""
-    try:
-        if declared is not None and declared.isdigit() and int(declared) > upload.max_bytes:
-            raise code_store.ArchiveTooLarge(upload.max_bytes)
-        async for chunk in chunks:
-            upload.write(chunk)
-    except code_store.ArchiveTooLarge as exc:
-        raise CodeTooLarge(str(exc)) from exc
+class UploadTimedOut(Exception):
+    """A body still arriving after TRAINYARD_CODE_UPLOAD_TIMEOUT_S; the route answers 408."""
+
+    def __init__(self, timeout_s: float, received: int) -> None:
+        super().__init__(
+            f"the archive's body did not arrive within TRAINYARD_CODE_UPLOAD_TIMEOUT_S={timeout_s:g} s "
+            f"({received} bytes had); send it again over a faster link, or leave data and weights out with "
+            ".trainyardignore"
+        )
+
+
+@dataclass(frozen=True)
+class CodeQuota:
+    """A user's code quota, and what their stored bundles took of it when it was read."""
+
+    owner: str
+    held: int
+    quota: int
+    retry_after_s: int
+
+    def refuse(self, taking: int, what: str) -> QuotaExceeded:
+        return QuotaExceeded(
+            f"user {self.owner}'s code bundles take {self.held} bytes (their archives and unpacked files and "
+            f"folders); {what}, {taking} bytes, would pass TRAINYARD_CODE_QUOTA_BYTES={self.quota}; remove "
+            "bundles no job needs any more (`trainyard code rm ID`), or wait for your other uploads to end",
+            self.retry_after_s,
+        )
 
 
 def held_bytes(session: Session, owner: str) -> int:
     return int(session.execute(_HELD_BYTES, {"owner": owner}).scalar_one())
 
 
-def _check_quota(session: Session, settings: Settings, owner: str, size: int) -> None:
+def code_quota(session: Session, settings: Settings, owner: str) -> CodeQuota:
     held = held_bytes(session, owner)
-    if held + size > settings.code_quota_bytes:
-        raise QuotaExceeded(
-            f"user {owner}'s code bundles hold {held} bytes; this one's {size} would pass "
-            f"TRAINYARD_CODE_QUOTA_BYTES={settings.code_quota_bytes}; remove bundles no job needs any more "
-            "(`trainyard code rm ID`)",
-            settings.quota_retry_after_s,
-        )
+    return CodeQuota(owner, held, settings.code_quota_bytes, settings.quota_retry_after_s)
+
+
+async def receive(
+    upload: code_store.Incoming, chunks: AsyncIterable[bytes], declared: str | None, quota: CodeQuota
+) -> None:
+    """The request's body into `upload`, refused as soon as it is known to be over the cap (from its
+    Content-Length before a byte is read, or while it streams when it has none), as soon as it and the
+    owner's other uploads in progress pass their quota, or once TRAINYARD_CODE_UPLOAD_TIMEOUT_S is over."""
+    timeout_s = upload.settings.code_upload_timeout_s
+    try:
+        if declared is not None and declared.isdigit() and int(declared) > upload.max_bytes:
+            raise code_store.ArchiveTooLarge(upload.max_bytes)
+        with anyio.fail_after(timeout_s):
+            async for chunk in chunks:
+                upload.write(chunk)
+                if quota.held + (pending := upload.pending()) > quota.quota:
+                    raise quota.refuse(pending, "your uploads in progress, this one's bytes so far included")
+    except code_store.ArchiveTooLarge as exc:
+        raise CodeTooLarge(str(exc)) from exc
+    except TimeoutError as exc:
+        raise UploadTimedOut(timeout_s, upload.size) from exc
+
+
+def _store(session: Session, settings: Settings, upload: code_store.Incoming, counted: bool) -> Manifest:
+    """The archive unpacked; into what the owner's quota leaves, unless it is `counted` already."""
+    if counted:
+        return code_store.store(settings, upload)
+    quota = code_quota(session, settings, upload.owner)
+    pending = upload.pending()
+    try:
+        return code_store.store(settings, upload, room=quota.quota - quota.held - pending)
+    except QuotaPassed as exc:
+        what = "this bundle's archive and files unpacked so far, with your other uploads in progress"
+        raise quota.refuse(pending + exc.charged, what) from exc
 
 
 def push(
@@ -63,10 +111,8 @@ def push(
         row = session.get(CodeBundle, (code_id, caller.user))
         if row is not None and code_store.is_stored(settings, code_id):
             return row, False
-        if row is None:
-            _check_quota(session, settings, caller.user, upload.size)
         try:
-            manifest = code_store.store(settings, upload)
+            manifest = _store(session, settings, upload, counted=row is not None)
         except UnsafeArchive as exc:
             raise UnsafeCode(str(exc)) from exc
         if row is not None:  # its files had gone missing from this host: put back, the row unchanged

@@ -24,6 +24,11 @@ _ARCHIVE_BODY = {
 router = APIRouter(prefix="/code", tags=["code"])
 
 
+def _quota(settings: Settings, caller: Caller) -> code.CodeQuota:
+    with new_session() as session:
+        return code.code_quota(session, settings, caller.user)
+
+
 def _push(settings: Settings, caller: Caller, upload: code_store.Incoming) -> tuple[CodeBundleDetail, bool]:
     # A session of its own rather than run_in_session: unpacking takes seconds, which would hold one of the
     # few slots that job submissions share on SQLite.
@@ -38,10 +43,11 @@ def _push(settings: Settings, caller: Caller, upload: code_store.Incoming) -> tu
     openapi_extra={"requestBody": _ARCHIVE_BODY},
     responses={
         200: {"description": "the caller had pushed these bytes before: the same bundle"},
+        408: problem("the body took longer than TRAINYARD_CODE_UPLOAD_TIMEOUT_S"),
         413: problem("the archive is over TRAINYARD_CODE_MAX_BYTES"),
         415: problem("the Content-Type is not an archive's"),
         422: problem("the archive is unreadable or unsafe: the detail names the member"),
-        **problems(429),
+        429: problem("the bundle would pass TRAINYARD_CODE_QUOTA_BYTES"),
     },
 )
 async def push_code(
@@ -55,8 +61,12 @@ async def push_code(
             f"Content-Type {content_type!r} is not an archive's; send the tar.gz as the body with "
             "Content-Type: application/gzip (a tar: application/x-tar), as `trainyard code push DIR` does",
         )
-    with code_store.incoming(settings) as upload:
-        await code.receive(upload, request.stream(), request.headers.get("content-length"))
+    with code_store.incoming(settings, caller.user) as upload:
+        quota = await to_thread.run_sync(_quota, settings, caller)
+        try:
+            await code.receive(upload, request.stream(), request.headers.get("content-length"), quota)
+        except code.UploadTimedOut as exc:
+            raise HTTPException(status.HTTP_408_REQUEST_TIMEOUT, str(exc)) from exc
         bundle, created = await to_thread.run_sync(_push, settings, caller, upload)
     if not created:
         response.status_code = status.HTTP_200_OK

@@ -15,6 +15,7 @@ from app.main import create_app
 from app.services import code
 from app.services.errors import CodeTooLarge
 from core import code_store
+from core.code_unpack import BLOCK
 from core.config import Settings, get_settings
 from core.keys import create_key
 from tests.unit.code_archives import BUNDLE, archive, bundle_archive, code_id, member
@@ -116,7 +117,7 @@ def test_an_archive_has_its_own_cap_apart_from_the_json_limit(
     streamed = client.post("/v1/code", content=chunks, headers=GZIP)  # no Content-Length: counted as it comes
     assert streamed.status_code == 413, streamed.text
     assert client.get("/v1/code").json()["count"] == 1
-    assert os.listdir(settings.code_dir / ".incoming") == []
+    assert not any(path.is_file() for path in (settings.code_dir / ".incoming").rglob("*"))
 
 
 def test_unsafe_and_unreadable_archives_are_422_naming_the_member(
@@ -142,8 +143,9 @@ def test_a_declared_length_over_the_cap_is_refused_before_a_byte_is_read(setting
         read.append(b"x")
         yield b"x"
 
-    with code_store.incoming(settings) as upload, pytest.raises(CodeTooLarge):
-        anyio.run(code.receive, upload, body(), str(settings.code_max_bytes + 1))
+    quota = code.CodeQuota("local", 0, settings.code_quota_bytes, settings.quota_retry_after_s)
+    with code_store.incoming(settings, "local") as upload, pytest.raises(CodeTooLarge):
+        anyio.run(code.receive, upload, body(), str(settings.code_max_bytes + 1), quota)
     assert read == []
 
 
@@ -157,14 +159,16 @@ def test_a_body_that_is_not_an_archive_type_is_415(client: TestClient, content_t
 
 def test_bundle_bytes_past_the_quota_are_429(settings: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
     first, second = bundle_archive(), bundle_archive({"main.py": "print('another')\n"})
-    monkeypatch.setenv("TRAINYARD_CODE_QUOTA_BYTES", str(len(first) + len(second) - 1))
+    # Each bundle takes its archive and a block for each of its files and folders (`models/` in the first).
+    takes = [len(first) + 4 * BLOCK, len(second) + BLOCK]
+    monkeypatch.setenv("TRAINYARD_CODE_QUOTA_BYTES", str(sum(takes) - 1))
     get_settings.cache_clear()
     client = TestClient(create_app())
     push(client, first)
     refused = client.post("/v1/code", content=second, headers=GZIP)
     assert refused.status_code == 429, refused.text
     assert refused.headers["retry-after"] == str(settings.quota_retry_after_s)
-    assert f"hold {len(first)} bytes" in refused.json()["detail"]
+    assert f"take {takes[0]} bytes" in refused.json()["detail"]
     assert "TRAINYARD_CODE_QUOTA_BYTES" in refused.json()["detail"]
     assert client.post("/v1/code", content=first, headers=GZIP).status_code == 200  # already counted
 

@@ -11,22 +11,29 @@ from pathlib import Path
 import pytest
 
 from core import code_store
-from core.code_unpack import UnsafeArchive
+from core.code_unpack import BLOCK, UnsafeArchive
 from core.config import Settings, get_settings
 from core.storage import ObjectStore
 from tests.unit.code_archives import BUNDLE, archive, bundle_archive, code_id, gzip_bomb, member
 
 pytest_plugins = ["tests.unit.s3_fixtures"]
 
+OWNER = "ada"
 
-def store_bytes(settings: Settings, data: bytes) -> code_store.Manifest:
-    with code_store.incoming(settings) as upload:
+
+def store_bytes(settings: Settings, data: bytes, room: int | None = None) -> code_store.Manifest:
+    with code_store.incoming(settings, OWNER) as upload:
         upload.write(data)
-        return code_store.store(settings, upload)
+        return code_store.store(settings, upload, room)
 
 
 def tree(root: Path) -> set[str]:
     return {str(path.relative_to(root)) for path in root.rglob("*")}
+
+
+def uploads(settings: Settings) -> set[str]:
+    """The folders that an upload of OWNER's leaves, empty, under the code directory."""
+    return {".incoming", str(code_store.uploads_folder(settings, OWNER).relative_to(settings.code_dir))}
 
 
 def test_a_bundle_is_stored_read_only_under_its_hash_with_its_archive(env: Settings) -> None:
@@ -35,7 +42,8 @@ def test_a_bundle_is_stored_read_only_under_its_hash_with_its_archive(env: Setti
     folder = code_store.bundle_dir(env, code_id(data))
     assert folder.name == code_id(data).removeprefix("sha256:")
     assert {p: (folder / p).read_text() for p in BUNDLE} == BUNDLE
-    assert manifest.file_count == 3 and manifest.unpacked_bytes == sum(len(t) for t in BUNDLE.values())
+    # Three files of under a block each and the folder `models`: a block each, as on the disk.
+    assert (manifest.file_count, manifest.entries, manifest.unpacked_bytes) == (3, 4, 4 * BLOCK)
     assert {"path": "models/net.py", "size": 10} in manifest.files
     assert stat.S_IMODE((folder / "models/net.py").stat().st_mode) == 0o444
     assert stat.S_IMODE((folder / "train.sh").stat().st_mode) == 0o555  # the exec bit survives
@@ -44,9 +52,11 @@ def test_a_bundle_is_stored_read_only_under_its_hash_with_its_archive(env: Setti
     assert kept == env.code_dir / "archives" / f"{folder.name}.tar.gz" and kept.read_bytes() == data
     # The same bytes again: the same places, and nothing left behind by either push.
     store_bytes(env, data)
-    assert tree(env.code_dir) == {".incoming", "archives", f"archives/{folder.name}.tar.gz", folder.name} | {
-        f"{folder.name}/{path}" for path in [*BUNDLE, "models"]
-    }
+    assert tree(env.code_dir) == uploads(env) | {
+        "archives",
+        f"archives/{folder.name}.tar.gz",
+        folder.name,
+    } | {f"{folder.name}/{path}" for path in [*BUNDLE, "models"]}
 
 
 def test_a_plain_tar_is_kept_as_tar(env: Settings) -> None:
@@ -60,11 +70,11 @@ def test_an_upload_over_the_cap_is_refused_as_it_streams(
 ) -> None:
     monkeypatch.setenv("TRAINYARD_CODE_MAX_BYTES", "1000")
     get_settings.cache_clear()
-    with code_store.incoming(get_settings()) as upload:
+    with code_store.incoming(get_settings(), OWNER) as upload:
         upload.write(bytes(600))
         with pytest.raises(code_store.ArchiveTooLarge, match="TRAINYARD_CODE_MAX_BYTES"):
             upload.write(bytes(600))
-    assert tree(env.code_dir) == {".incoming"}
+    assert tree(env.code_dir) == uploads(env)
 
 
 HOSTILE = {
@@ -107,8 +117,10 @@ def assert_refused_with_nothing_written(settings: Settings, data: bytes, fragmen
     before = tree(root)
     with pytest.raises(UnsafeArchive, match=fragment.replace("(", r"\(").replace(")", r"\)")):
         store_bytes(settings, data)
-    # Only the empty folder for incoming uploads; no bundle, no archive, no temporary folder left.
-    assert tree(root) - before <= {"code", "code/.incoming"}, tree(root) - before
+    # Only the empty folders for incoming uploads; no bundle, no archive, no temporary folder left.
+    assert tree(root) - before <= {"code", *(f"code/{folder}" for folder in uploads(settings))}, (
+        tree(root) - before
+    )
 
 
 @pytest.mark.parametrize("case", HOSTILE)
