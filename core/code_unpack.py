@@ -226,8 +226,9 @@ class _Unpacker:
             self.manifest.files.append({"path": str(path), "size": member.size})
 
     def seal(self) -> None:
-        """Every folder made read-only, as the files already are."""
-        for folder in self.folders:
+        """Every folder made read-only, as the files already are, the top one too (a mkdtemp's 0700 would
+        keep the sandboxed ranks, another uid, out of their own bundle)."""
+        for folder in (*self.folders, PurePosixPath()):
             self.into.joinpath(*folder.parts).chmod(DIR_MODE)
 
 

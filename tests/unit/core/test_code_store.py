@@ -48,6 +48,7 @@ def test_a_bundle_is_stored_read_only_under_its_hash_with_its_archive(env: Setti
     assert stat.S_IMODE((folder / "models/net.py").stat().st_mode) == 0o444
     assert stat.S_IMODE((folder / "train.sh").stat().st_mode) == 0o555  # the exec bit survives
     assert stat.S_IMODE((folder / "models").stat().st_mode) == 0o555
+    assert stat.S_IMODE(folder.stat().st_mode) == 0o555  # the top one too: the ranks run as another uid
     kept = code_store.stored_archive(env, code_id(data))
     assert kept == env.code_dir / "archives" / f"{folder.name}.tar.gz" and kept.read_bytes() == data
     # The same bytes again: the same places, and nothing left behind by either push.
