@@ -186,6 +186,7 @@ class Stack:
             "TRAINYARD_BROKER_URL": broker_url,
             "TRAINYARD_RUNS_DIR": str(workdir / "runs"),
             "TRAINYARD_DATA_DIR": str(workdir / "data"),
+            "TRAINYARD_CODE_DIR": str(workdir / "code"),
             "TRAINYARD_COMPILE_CACHE_DIR": str(workdir / "compile-cache"),
             "TRAINYARD_HEARTBEAT_S": "0.5",
             "TRAINYARD_REQUEUE_AFTER_S": "3",

@@ -29,7 +29,7 @@ def fresh_stack(
     """A stack of its own, code bundles included: the shared one has other tests' jobs and bundles, and the
     README counts its jobs from 1."""
     workdir = tmp_path_factory.mktemp("stack-docs")
-    running = Stack.embedded(workdir, TRAINYARD_CODE_DIR=str(workdir / "code"))
+    running = Stack.embedded(workdir)
     yield running
     stopping += running.terminate()
 
