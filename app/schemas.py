@@ -289,8 +289,11 @@ class CodeBundlePublic(BaseModel):
 
     id: str = Field(description="sha256:<hex> of the archive; what a spec's `code` names")
     owner: str
-    size_bytes: int = Field(description="the archive as uploaded; what TRAINYARD_CODE_QUOTA_BYTES counts")
-    unpacked_bytes: int = Field(description="its files, added up")
+    size_bytes: int = Field(description="the archive as uploaded, kept to unpack on other hosts")
+    unpacked_bytes: int = Field(
+        description="what its files and folders take on disk: each file in whole 4 KiB blocks (one at "
+        "least), a block per folder; with size_bytes, what TRAINYARD_CODE_QUOTA_BYTES counts"
+    )
     file_count: int
     created_at: UtcDatetime
 

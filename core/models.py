@@ -214,7 +214,7 @@ class CodeBundle(Base):
 
     id: Mapped[str] = mapped_column(String(71), primary_key=True)  # "sha256:" and 64 hex digits
     owner: Mapped[str] = mapped_column(String(128), primary_key=True, index=True)
-    size_bytes: Mapped[int] = mapped_column(BigInteger)  # the archive, as uploaded; what the quota sums
+    size_bytes: Mapped[int] = mapped_column(BigInteger)  # the archive; + unpacked_bytes: what the quota sums
     unpacked_bytes: Mapped[int] = mapped_column(BigInteger)
     file_count: Mapped[int] = mapped_column(Integer)
     files: Mapped[list[dict[str, Any]]] = mapped_column(JSON, default=list)  # {path, size}, the first 1000
