@@ -1,13 +1,13 @@
 """The root cause of a failed run, for the user: torchrun's error file, else the last lines of the logs.
 
-The run directory is the job's: every file here is opened without following links, so a rank cannot turn
-`error.json` or its log into a view of a file the worker may read and the job may not.
+The run directory is the job's: every file here is opened through the confined opener (trainers/files.py), so
+a rank cannot turn `error.json` or its log into a view of a file the worker may read and the job may not, nor
+stall the worker with a FIFO in their place.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import re
 import signal
 from datetime import datetime, timedelta
@@ -15,6 +15,7 @@ from enum import StrEnum
 from pathlib import Path
 
 from trainers.events import LAUNCHER_LOG, LOG_DIR
+from trainers.files import JobFileError, job_files, open_job_file
 
 # core.launch points TORCHELASTIC_ERROR_FILE here; torchrun's @record copies the failing rank's error there.
 ERROR_FILE = "error.json"
@@ -66,15 +67,16 @@ class FailureKind(StrEnum):
         return self in (FailureKind.CRASH, FailureKind.COMMUNICATION)
 
 
-def _read_tail(path: Path, limit: int) -> str | None:
-    """The last `limit` bytes of a file, never through a link; None when it cannot be read."""
+def _read_tail(run_dir: Path, name: str, limit: int, max_bytes: int | None = None) -> str | None:
+    """The last `limit` bytes of the run directory's file `name`, opened through the confined opener (no
+    link, no FIFO, at most `max_bytes`); None when it is not there or refused."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except OSError:
+        opened = open_job_file(run_dir, name, max_bytes)
+    except JobFileError:
         return None
-    with os.fdopen(fd, "rb") as file:
-        file.seek(max(0, file.seek(0, os.SEEK_END) - limit))
-        return file.read().decode("utf-8", errors="replace")
+    with opened:
+        opened.file.seek(max(0, opened.size - limit))
+        return opened.file.read(limit).decode("utf-8", errors="replace")
 
 
 def describe_exit(code: int) -> str:
@@ -90,7 +92,7 @@ def error_file_message(run_dir: Path) -> str | None:
     """The failing rank's message in torchelastic's error file: {"message": {"message": ..., "extraInfo":
     ...}}, or a plain string in newer formats; None when there is none."""
     try:
-        data = json.loads(_read_tail(run_dir / ERROR_FILE, ERROR_FILE_MAX_BYTES) or "")
+        data = json.loads(_read_tail(run_dir, ERROR_FILE, ERROR_FILE_MAX_BYTES, ERROR_FILE_MAX_BYTES) or "")
     except ValueError:
         return None
     message = data.get("message") if isinstance(data, dict) else None
@@ -101,29 +103,31 @@ def error_file_message(run_dir: Path) -> str | None:
     return message.strip()
 
 
-def _last_lines(path: Path) -> list[str]:
-    text = _read_tail(path, 64 * 1024) or ""  # the tail is all we need, however big the log
+def _last_lines(run_dir: Path, name: str) -> list[str]:
+    text = _read_tail(run_dir, name, 64 * 1024) or ""  # the tail is all we need, however big the log
     return [line for line in text.splitlines() if line.strip()][-TAIL_LINES:]
 
 
-def _logs_in_order(run_dir: Path) -> list[Path]:
-    """Rank logs by rank, then torchrun's own output; none when `logs` is not a plain folder."""
-    log_dir = run_dir / LOG_DIR
-    if log_dir.is_symlink() or not log_dir.is_dir():
+def _logs_in_order(run_dir: Path) -> list[str]:
+    """Rank logs by rank, then torchrun's own output, as names in the run directory; none when `logs` is
+    not a plain folder."""
+    try:
+        names = job_files(run_dir, LOG_DIR)
+    except JobFileError:
         return []
-    ranks = [(int(m.group(1)), p) for p in log_dir.glob("rank*.log") if (m := _RANK_LOG.fullmatch(p.name))]
-    return [p for _, p in sorted(ranks)] + [log_dir / LAUNCHER_LOG]
+    ranks = [(int(m.group(1)), n) for n in names if (m := _RANK_LOG.fullmatch(n.removeprefix(f"{LOG_DIR}/")))]
+    return [n for _, n in sorted(ranks)] + [f"{LOG_DIR}/{LAUNCHER_LOG}"]
 
 
 def log_excerpt(run_dir: Path) -> str:
     """The last lines of the first log showing an error (the failing rank's, usually), else of any log."""
-    excerpts = [(p, lines) for p in _logs_in_order(run_dir) if (lines := _last_lines(p))]
-    for path, lines in excerpts:
+    excerpts = [(n, lines) for n in _logs_in_order(run_dir) if (lines := _last_lines(run_dir, n))]
+    for name, lines in excerpts:
         if any("Error" in line or "Traceback" in line for line in lines):
-            return f"last lines of {LOG_DIR}/{path.name}:\n" + "\n".join(lines)
+            return f"last lines of {name}:\n" + "\n".join(lines)
     if excerpts:
-        path, lines = excerpts[-1]
-        return f"last lines of {LOG_DIR}/{path.name}:\n" + "\n".join(lines)
+        name, lines = excerpts[-1]
+        return f"last lines of {name}:\n" + "\n".join(lines)
     return "no log output"
 
 
@@ -132,7 +136,7 @@ def killed_rank(run_dir: Path) -> tuple[int, int] | None:
     the first failure by time, where a death by a signal (SIGKILL from the OOM killer or a person, SIGSEGV;
     not SIGTERM, which torchrun sends the survivors itself) goes before its peers' errors of the same
     moment."""
-    launcher = _read_tail(run_dir / LOG_DIR / LAUNCHER_LOG, 64 * 1024) or ""
+    launcher = _read_tail(run_dir, f"{LOG_DIR}/{LAUNCHER_LOG}", 64 * 1024) or ""
     # The launcher log holds every attempt's output: only the last report speaks of this one.
     report = launcher[launcher.rfind(_REPORT_START) :] if _REPORT_START in launcher else ""
     failures = [

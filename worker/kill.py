@@ -12,7 +12,6 @@ import contextlib
 import logging
 import os
 import signal
-import stat
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -21,6 +20,7 @@ from pathlib import Path
 import psutil
 
 from core.launch import JOB_TOKEN_ENV, RUN_DIR_ENV, job_token
+from trainers.files import JobFileError, open_job_file
 from worker.rundir import append_no_follow
 
 log = logging.getLogger(__name__)
@@ -54,13 +54,11 @@ class JobMark:
         owns its run directory: a link there could name another job's standby, and a pipe or a huge file
         would stall the kill, so only a plain file is read, and only its start."""
         try:
-            fd = os.open(self.standby_file, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-        except OSError:  # none, as after a cold start, or a link
+            opened = open_job_file(self.run_dir, self.standby_file.name, None)
+        except JobFileError:  # none, as after a cold start, or refused
             return set()
-        with os.fdopen(fd, "rb") as file:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
-                return set()
-            return set(file.read(STANDBY_FILE_MAX_BYTES).decode(errors="replace").split())
+        with opened:
+            return set(opened.file.read(STANDBY_FILE_MAX_BYTES).decode(errors="replace").split())
 
     def matches(self, environ: Mapping[str, str], standby_ids: set[str] | None = None) -> bool:
         """`standby_ids`: standby_ids() read once per scan of every process."""

@@ -12,7 +12,9 @@ only from inside its run directory: any rank can write there, links included.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -22,7 +24,14 @@ from botocore.exceptions import BotoCoreError, ClientError
 from core.config import get_settings
 from core.storage import ObjectStore, is_object_uri, locate
 from trainers.events import LAUNCHER_LOG, LOG_DIR, CheckpointEvent
-from trainers.files import corruption, inside
+from trainers.files import (
+    JobFileError,
+    JobFileMissing,
+    job_files,
+    largest_job_file,
+    mismatch,
+    open_job_file,
+)
 
 log = logging.getLogger(__name__)
 
@@ -43,10 +52,16 @@ def upload_checkpoint(
     stamp = {EVENT_TIME: repr(event.time)} | ({SHA256: event.sha256} if event.sha256 else {})
     # The event stream is re-read after every restart: an object already holding this event's file stays.
     if store.metadata(key) != stamp:
-        file = inside(run_dir / event.path, run_dir)
-        if file is None or not file.is_file():
+        try:
+            opened = open_job_file(run_dir, event.path, largest_job_file(get_settings().job_max_file_gb))
+        except JobFileMissing:
             return None
-        store.put_file(file, key, stamp, progress)
+        except JobFileError as exc:
+            log.warning("job %s: not storing checkpoint %s: %s", job_id, event.path, exc)
+            return None
+        with opened:
+            # The opened file itself, whatever its name has been made into since: boto3 takes a path.
+            store.put_file(Path(f"/proc/self/fd/{opened.file.fileno()}"), key, stamp, progress)
     return store.uri(key)
 
 
@@ -62,27 +77,32 @@ class LogParts:
         self.launcher_log = launcher_log
         self.sent: dict[str, int] = {}  # by path in the run directory: how many bytes are stored
 
-    def _logs(self) -> list[tuple[str, Path]]:
-        files = sorted((self.run_dir / LOG_DIR).glob("*.log"))
-        return [(f"{LOG_DIR}/{f.name}", f) for f in files if self.launcher_log or f.name != LAUNCHER_LOG]
+    def _logs(self) -> list[str]:
+        """The logs' names in the run directory: the regular files right in logs/ (a link is not listed)."""
+        try:
+            names = job_files(self.run_dir, LOG_DIR)
+        except JobFileError:  # no logs folder yet, or the ranks made it a link
+            return []
+        skipped = () if self.launcher_log else (f"{LOG_DIR}/{LAUNCHER_LOG}",)
+        return [n for n in names if n.count("/") == 1 and n.endswith(".log") and n not in skipped]
 
     def send(self, abandoned: threading.Event) -> None:
-        for relative, path in self._logs():
+        for relative in self._logs():
             try:
-                self._send(relative, path, abandoned)
-            except (OSError, *S3_ERRORS):
+                self._send(relative, abandoned)
+            except (OSError, JobFileError, *S3_ERRORS):
                 # Logs are for reading, not for training: a store outage must not stop the job.
                 log.warning("job %s: could not upload %s", self.job_id, relative, exc_info=True)
 
-    def _send(self, relative: str, path: Path, abandoned: threading.Event) -> None:
+    def _send(self, relative: str, abandoned: threading.Event) -> None:
         key = self.store.run_key(self.job_id, relative)
-        size = path.stat().st_size  # bytes written from now on go in the next part
-        sent = self.sent.get(relative)
-        if sent is None or size < sent:
-            # Parts stored by another host, or by this one before a requeue, may hold other bytes: start over.
-            self.store.delete_parts(key)
-            sent = self.sent[relative] = 0
-        with path.open("rb") as f:
+        with open_job_file(self.run_dir, relative, None) as opened:
+            f, size = opened.file, opened.size  # bytes written from now on go in the next part
+            sent = self.sent.get(relative)
+            if sent is None or size < sent:
+                # Parts stored by another host, or by this one before a requeue, may hold other bytes.
+                self.store.delete_parts(key)
+                sent = self.sent[relative] = 0
             f.seek(sent)
             while sent < size and not abandoned.is_set():
                 part = f.read(min(MAX_PART_BYTES, size - sent))
@@ -94,10 +114,14 @@ class LogParts:
     def unsent(self) -> list[str]:
         """The logs with bytes not stored yet, for a report."""
         late = []
-        for relative, path in self._logs():
+        for relative in self._logs():
             sent = self.sent.get(relative, 0)
-            if path.stat().st_size > sent:
-                late.append(f"{relative} from byte {sent}")
+            try:
+                with open_job_file(self.run_dir, relative, None) as opened:
+                    if opened.size > sent:
+                        late.append(f"{relative} from byte {sent}")
+            except JobFileError:  # gone or swapped for a link since it was listed: nothing to send
+                continue
         return late
 
 
@@ -106,10 +130,18 @@ class UnusableCheckpoint(Exception):
 
 
 def _sound(file: Path, sha256: str | None) -> Path:
-    """The file, when it is there with the bytes recorded (sha256 None: recorded before checksums)."""
-    if not file.is_file():
-        raise UnusableCheckpoint("its file is gone")
-    if sha256 is not None and (why := corruption(file, sha256)) is not None:
+    """The file, when it is there under the runs directory with the bytes recorded (sha256 None: recorded
+    before checksums). It lies in a job's run directory, so it is read through the confined opener."""
+    settings = get_settings()
+    name = os.path.relpath(file, settings.runs_dir)  # "../..." for a file outside: refused
+    try:
+        with open_job_file(settings.runs_dir, name, largest_job_file(settings.job_max_file_gb)) as opened:
+            why = None if sha256 is None else mismatch(opened.sha256(), sha256)
+    except JobFileMissing:
+        raise UnusableCheckpoint("its file is gone") from None
+    except JobFileError as exc:
+        raise UnusableCheckpoint(str(exc)) from None
+    if why is not None:
         raise UnusableCheckpoint(why)
     return file
 
@@ -128,8 +160,8 @@ def resume_file(path: str, sha256: str | None, run_dir: Path) -> str:
         )
     store, key = found
     twin = _local_twin(store, key)
-    if twin.is_file() and (sha256 is None or corruption(twin, sha256) is None):
-        return str(twin)
+    with contextlib.suppress(UnusableCheckpoint):
+        return str(_sound(twin, sha256))
     if not store.exists(key):
         raise UnusableCheckpoint("its object is gone")
     target = run_dir / RESUME_DIR / twin.name

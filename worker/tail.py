@@ -28,7 +28,7 @@ from trainers.events import (
     StartupEvent,
     WarningEvent,
 )
-from trainers.files import inside
+from trainers.files import JobFileError, inside, open_job_file
 from trainers.startup import WORKER_MARKS, Mark
 from worker.event_lines import BadLine, Read, parse_line, split_lines
 from worker.metric_caps import Admitted, MetricCounts
@@ -55,13 +55,14 @@ class EventTail:
 
     def read(self) -> list[Read]:
         try:
-            with self.path.open("rb") as f:
+            # The ranks write it: a link, a FIFO or a folder in its place is never read (nor waited on).
+            with open_job_file(self.path.parent, self.path.name, None).file as f:
                 if f.seek(0, 2) < self.offset:  # the file was replaced or truncated: start over
                     self.offset = 0
                 # From the byte before the offset, which tells whether the offset is at a line's start.
                 f.seek(max(self.offset - 1, 0))
                 chunk = f.read(MAX_READ_BYTES)
-        except FileNotFoundError:
+        except JobFileError:  # none yet, or refused
             return []
         mid_line = self.offset > 0 and chunk[:1] != b"\n"
         consumed, lines = split_lines(chunk[1:] if self.offset else chunk, mid_line)
