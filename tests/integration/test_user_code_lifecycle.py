@@ -63,8 +63,10 @@ def finished(stack: Stack, job_id: int) -> list[tuple[int, float]]:
 
 
 def assert_follows(curve: list[tuple[int, float]], reference: list[tuple[int, float]]) -> None:
+    """`curve` is the reference's over the steps it spans: none twice, none missed, the same losses."""
     expected = dict(reference)
-    assert [step for step, _ in curve] == [step for step in expected if step >= curve[0][0]], curve
+    spanned = [step for step in expected if curve[0][0] <= step <= curve[-1][0]]
+    assert [step for step, _ in curve] == spanned, curve
     for step, value in curve:
         assert value == pytest.approx(expected[step], rel=LOSS_RTOL), step
 
@@ -89,7 +91,9 @@ def test_a_cancelled_job_retried_goes_on_from_its_final_checkpoint(
     reference = finished(embedded_stack, references[kind])
     curve = finished(embedded_stack, child["id"])
     assert curve[0][0] > final["step"], "the retry started over"
+    assert curve[-1][0] == STEPS
     assert_follows(curve, reference)
+    assert parent_curve[-1][0] == final["step"]
     assert_follows(parent_curve, reference)
 
 
