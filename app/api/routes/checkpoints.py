@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from fastapi import APIRouter, Request
 from fastapi.responses import StreamingResponse
 
@@ -36,7 +38,7 @@ def get_checkpoints(job: OwnedJob, session: SessionDep, request: Request) -> Che
 
 
 # The job's own processes write its run directory: what is there is never read through a link.
-JOB_FILE_PROBLEMS = {
+JOB_FILE_PROBLEMS: dict[int | str, dict[str, Any]] = {
     413: problem("the file is larger than TRAINYARD_JOB_MAX_FILE_GB, the largest a job may write"),
 }
 
