@@ -27,6 +27,8 @@ TAIL_LINES = 20
 USER_CODE_MARKER = "UserCodeError: "
 # How trainers/progress.py's NonFiniteLoss starts the error file's message (train.on_nonfinite=fail).
 NONFINITE_MARKER = "NonFiniteLoss: "
+# How trainers/user_errors.py's PlatformError starts it: the service's fault, not the job's.
+PLATFORM_MARKER = "PlatformError: "
 _RANK_LOG = re.compile(r"rank(\d+)\.log")
 # What gloo, NCCL and c10d raise when a peer is gone or a collective waited past its timeout: the job's own
 # code and data are not at fault, so a restart may well succeed.
@@ -61,10 +63,11 @@ class FailureKind(StrEnum):
     EXCEPTION = "exception"  # the spec's model, data or memory: the same error would come back
     USER_CODE = "user_code_error"  # the bundle's code raised, or could not be imported: fix the bundle
     NONFINITE_LOSS = "nonfinite_loss"  # the loss went NaN or inf; a resume would diverge the same way
+    PLATFORM = "platform_error"  # the service failed the job (a file it handed over is not there)
 
     @property
     def retryable(self) -> bool:
-        return self in (FailureKind.CRASH, FailureKind.COMMUNICATION)
+        return self in (FailureKind.CRASH, FailureKind.COMMUNICATION, FailureKind.PLATFORM)
 
 
 def _read_tail(run_dir: Path, name: str, limit: int, max_bytes: int | None = None) -> str | None:
@@ -171,6 +174,8 @@ def classify_failure(run_dir: Path, code: int) -> FailureKind:
         return FailureKind.USER_CODE
     if message.startswith(NONFINITE_MARKER):
         return FailureKind.NONFINITE_LOSS
+    if message.startswith(PLATFORM_MARKER):
+        return FailureKind.PLATFORM
     return FailureKind.COMMUNICATION if _COMMUNICATION.search(message) else FailureKind.EXCEPTION
 
 
