@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import Any, BinaryIO
 
 import boto3
 from botocore.config import Config
@@ -161,6 +161,10 @@ class ObjectStore:
                 body.close()
 
         return StoredObject(PurePosixPath(key).name, int(response["ContentLength"]), chunks())
+
+    def download_to(self, key: str, file: BinaryIO) -> None:
+        """Into an open file: the caller chose where, and how it was opened."""
+        self.client.download_fileobj(self.bucket, key, file)
 
     def download(self, key: str, path: Path) -> None:
         """Into a side file renamed at the end, so `path` never holds half an object."""

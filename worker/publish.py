@@ -32,6 +32,7 @@ from trainers.files import (
     mismatch,
     open_job_file,
 )
+from worker.rundir import RunDirTampered, write_fresh
 
 log = logging.getLogger(__name__)
 
@@ -164,8 +165,10 @@ def resume_file(path: str, sha256: str | None, run_dir: Path) -> str:
         return str(_sound(twin, sha256))
     if not store.exists(key):
         raise UnusableCheckpoint("its object is gone")
-    target = run_dir / RESUME_DIR / twin.name
-    store.download(key, target)
+    try:
+        target = write_fresh(run_dir, RESUME_DIR, twin.name, lambda file: store.download_to(key, file))
+    except RunDirTampered as exc:
+        raise UnusableCheckpoint(f"it cannot be fetched into the run directory: {exc}") from exc
     return str(_sound(target, sha256))
 
 

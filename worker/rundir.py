@@ -11,7 +11,9 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+from collections.abc import Callable
 from pathlib import Path
+from typing import BinaryIO
 
 from core.rundirs import set_aside
 from trainers.events import EVENTS_FILE, LOG_DIR, SPEC_FILE
@@ -34,12 +36,44 @@ def _open_folder(path: Path) -> int:
         raise RunDirTampered(f"{path} is not a plain folder ({exc.strerror}); delete the job") from exc
 
 
+def _open_folder_at(parent: int, path: Path) -> int:
+    """`path`'s last part, opened inside the folder `parent` without following a link."""
+    try:
+        return os.open(path.name, os.O_RDONLY | os.O_DIRECTORY | _NO_LINKS, dir_fd=parent)
+    except OSError as exc:
+        raise RunDirTampered(f"{path} is not a plain folder ({exc.strerror}); delete the job") from exc
+
+
 def append_no_follow(path: Path) -> int:
     """A descriptor appending to `path` (a log), created if missing, refused if it is a link."""
     try:
         return os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | _NO_LINKS, 0o644)
     except OSError as exc:
         raise RunDirTampered(f"{path}: {exc.strerror}; delete the job") from exc
+
+
+def write_fresh(run_dir: Path, folder: str, name: str, fill: Callable[[BinaryIO], None]) -> Path:
+    """`run_dir/folder/name`, written whole by `fill`: the folder made, or opened, without following a link;
+    the file created fresh beside its name and renamed into place, so that a link the job left there is
+    replaced, never written through, and the name never holds half a file."""
+    top = _open_folder(run_dir)
+    try:
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(folder, 0o755, dir_fd=top)
+        inner = _open_folder_at(top, run_dir / folder)
+    finally:
+        os.close(top)
+    staged = f".{name}.{os.getpid()}"
+    try:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(staged, dir_fd=inner)
+        fd = os.open(staged, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NO_LINKS, 0o644, dir_fd=inner)
+        with os.fdopen(fd, "wb") as file:
+            fill(file)
+        os.replace(staged, name, src_dir_fd=inner, dst_dir_fd=inner)
+    finally:
+        os.close(inner)
+    return run_dir / folder / name
 
 
 def set_aside_stale(run_dir: Path, job_id: int) -> None:

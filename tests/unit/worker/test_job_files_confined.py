@@ -160,3 +160,28 @@ def test_the_kill_reads_standby_ids_through_no_link_or_fifo(run_dir: Path, secre
     mark.standby_file.unlink()
     os.mkfifo(mark.standby_file)
     assert mark.standby_ids() == set()
+
+
+def test_a_checkpoint_fetched_for_a_resume_is_written_through_no_planted_link(
+    run_dir: Path, tmp_path: Path, s3_store: ObjectStore
+) -> None:
+    """The worker downloads an object into the run directory's resume/ folder: a job that made that folder a
+    link, or the file's name one, must not have the worker (root, perhaps) write where it points."""
+    key = s3_store.run_key(3, "checkpoints/step-00000002.pt")
+    s3_store.put_bytes(key, b"weights")
+    sha256 = hashlib.sha256(b"weights").hexdigest()
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (run_dir / "resume").symlink_to(elsewhere, target_is_directory=True)
+    with pytest.raises(UnusableCheckpoint, match="resume is not a plain folder"):
+        resume_file(s3_store.uri(key), sha256, run_dir)
+    assert list(elsewhere.iterdir()) == []
+    (run_dir / "resume").unlink()
+    (run_dir / "resume").mkdir()
+    victim = tmp_path / "victim"
+    victim.write_bytes(SECRET)
+    (run_dir / "resume" / "step-00000002.pt").symlink_to(victim)
+    fetched = resume_file(s3_store.uri(key), sha256, run_dir)
+    assert fetched == str(run_dir / "resume" / "step-00000002.pt")
+    assert Path(fetched).read_bytes() == b"weights" and not Path(fetched).is_symlink()
+    assert victim.read_bytes() == SECRET
