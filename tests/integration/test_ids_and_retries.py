@@ -1,5 +1,6 @@
-"""On each backend, through the real API: a deleted job's id is never given to a new one, and retries of one
-job sent at once make a single new job (issue 22 #1, #9)."""
+"""On each backend, through the real API: a deleted job's id is never given to a new one, retries of one job
+sent at once make a single new job (issue 22 #1, #9), and a code-bundle job retries as it was submitted
+(issue 28 #1)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ import httpx
 
 from tests.integration.jobs import wait_status
 from tests.integration.servers import Stack
+from tests.integration.test_program_e2e import push
+from tests.integration.test_user_code_lifecycle import PACED, factories
 
 SMALL = {
     "name": "ids",
@@ -50,3 +53,20 @@ def test_retries_sent_at_once_make_one_job(stack: Stack) -> None:
         [child] = {response.json()["job"]["id"] for response in responses}
         client.post(f"/v1/jobs/{child}/cancel")
     assert stack.sql(f"SELECT count(*) FROM jobs WHERE parent_id = {parent}") == 1
+
+
+def test_a_bundle_job_retries_as_it_was_submitted(stack: Stack) -> None:
+    """Its stored spec holds no default (a data.* default beside data.factory would be refused), so a retry
+    from its checkpoint and one from scratch both validate, and keep the spec the user wrote."""
+    spec = {**factories(push(stack, PACED), 0.2), "name": "bundle-retry"}
+    with stack.client() as client:
+        job_id = client.post("/v1/jobs", json=spec).json()["job"]["id"]
+        client.post(f"/v1/jobs/{job_id}/cancel")
+        wait_status(client, job_id, {"cancelled"})
+        for start in ("latest", "scratch"):
+            retried = client.post(f"/v1/jobs/{job_id}/retry", params={"from": start, "again": "true"})
+            assert retried.status_code == 201, retried.text
+            child = retried.json()["job"]
+            assert {**child["spec"], "checkpoint": spec["checkpoint"]} == spec, start
+            client.post(f"/v1/jobs/{child['id']}/cancel")
+            wait_status(client, child["id"], {"cancelled", "succeeded"})
