@@ -12,7 +12,7 @@ from app.timings import JobTimings
 from core.clock import as_utc
 from core.states import JobStatus
 from core.users import USER_PATTERN, check_user
-from trainers.plan import Plan
+from jobspec.plan import Plan
 
 UtcDatetime = Annotated[datetime, AfterValidator(as_utc)]
 

@@ -1,4 +1,4 @@
-"""The job spec reference from trainers/spec.py's pydantic models and the catalogue (trainers/catalog):
+"""The job spec reference from jobspec/spec.py's pydantic models and the catalogue (jobspec/catalog):
 `python -m app.specdoc > docs/spec.md`.
 
 Generated rather than written so the page cannot drift from what the API accepts; a unit test fails when
@@ -17,13 +17,13 @@ from pydantic import BaseModel, JsonValue
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
-from trainers.catalog.archs import ARCHS, Kwarg
-from trainers.catalog.datasets import DATASETS
-from trainers.spec import APEX_LEVELS, JobSpec
+from jobspec.catalog.archs import ARCHS, Kwarg
+from jobspec.catalog.datasets import DATASETS
+from jobspec.spec import APEX_LEVELS, JobSpec
 
 HEADER = """# Job spec reference
 
-Generated from `trainers/spec.py` by `python -m app.specdoc > docs/spec.md`; do not edit by hand.
+Generated from `jobspec/spec.py` by `python -m app.specdoc > docs/spec.md`; do not edit by hand.
 
 A job spec is the JSON body of `POST /v1/jobs`. Every section is optional except `model` and `data`, or
 `program` in their place: a training script of your own ([user-code.md](user-code.md#bring-your-own-script)).

@@ -1,4 +1,4 @@
-"""A job's start-up as the API shows it: the marks its worker and rank 0 stored (trainers/startup.py), as
+"""A job's start-up as the API shows it: the marks its worker and rank 0 stored (jobspec/startup.py), as
 phases. Shared by the job's page in the API and the dashboard, the CLI and the Prometheus histograms."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from trainers.startup import PHASE_ENDING, Mark
+from jobspec.startup import PHASE_ENDING, Mark
 
 TO_FIRST_STEP = "to_first_step"  # the whole start-up, queued to first step, beside the phases
 

@@ -31,8 +31,8 @@ from bench.report import record, section
 from bench.run import CHILD_TIMEOUT_S
 from bench.runtime import device_name
 from bench.table import markdown, number, percent, ratio, times
+from jobspec.datadir import DATA_DIR_ENV
 from tests.integration.trainer_helpers import TrainerRun, launch, write_config
-from trainers.datadir import DATA_DIR_ENV
 
 # TinyLlama-1.1B's shape: 22 layers of 2048 with grouped-query attention (4 key/value heads).
 LLAMA_1B = {

@@ -22,10 +22,10 @@ import httpx
 
 from bench.budget import Budget
 from bench.result import SKIPPED, Result, failed
+from jobspec.events import EVENTS_FILE, DoneEvent, Event, MetricsEvent, PhaseEvent, parse_event
+from jobspec.spec import JobSpec
 from tests.integration.jobs import TERMINAL, submit, wait_status
 from tests.integration.servers import Stack
-from trainers.events import EVENTS_FILE, DoneEvent, Event, MetricsEvent, PhaseEvent, parse_event
-from trainers.spec import JobSpec
 
 MESSAGE_CHARS = 160  # of a failed job's message in a table cell; the whole of it goes to stderr
 CANCEL_WAIT_S = 60  # a cancelled job must let go of its GPUs before the next one starts
@@ -125,7 +125,7 @@ class Service:
         return next((name for name in names if name), "cpu")
 
     def run(self, spec: dict[str, Any], timeout: float) -> Finished:
-        JobSpec.model_validate(spec)  # a spec that drifted from trainers/spec.py fails here, naming the field
+        JobSpec.model_validate(spec)  # a spec that drifted from jobspec/spec.py fails here, naming the field
         job = submit(self.client, spec)
         try:
             job = wait_status(self.client, job["id"], {"succeeded"}, timeout=timeout)

@@ -39,10 +39,10 @@ from bench.run import CHILD_TIMEOUT_S, child_argv
 from bench.service import Finished, job_result
 from bench.table import markdown, name, number, ratio, times
 from bench.workload import LR, MOMENTUM, Workload, preset
+from jobspec.datadir import DATA_DIR_ENV
+from jobspec.events import MetricsEvent
 from tests.integration.trainer_helpers import TrainerRun, launch, write_config
 from tests.unit.trainers.image_sets import Pictures, write_folder
-from trainers.datadir import DATA_DIR_ENV
-from trainers.events import MetricsEvent
 
 BUDGET_S = 560
 IMAGES, CLASSES, SMOKE_IMAGES, SMOKE_CLASSES = 50_000, 100, 64, 4

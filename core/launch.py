@@ -7,8 +7,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from trainers.datadir import DATA_DIR_ENV, RUN_DIR_ENV
-from trainers.plan import Plan
+from jobspec.datadir import DATA_DIR_ENV, RUN_DIR_ENV
+from jobspec.plan import Plan
 
 JOB_TOKEN_ENV = "TRAINYARD_JOB_TOKEN"
 

@@ -75,7 +75,7 @@ class Job(Base):
     started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     running_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
-    # The current attempt's start-up: {"attempt": n, "marks": {mark: epoch seconds}} (trainers/startup.py);
+    # The current attempt's start-up: {"attempt": n, "marks": {mark: epoch seconds}} (jobspec/startup.py);
     # null until a worker claims the job.
     timings: Mapped[dict[str, Any] | None] = mapped_column(JSON)
 

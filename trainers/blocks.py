@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 from torch import nn
 
-from trainers.problems import refuse
+from jobspec.problems import refuse
 
 
 def class_names(model: nn.Module) -> list[str]:

@@ -20,8 +20,8 @@ from typing import Any, BinaryIO
 
 import torch
 
-from trainers.events import CHECKPOINT_DIR, CheckpointEvent, CheckpointRemovedEvent
-from trainers.files import corruption, file_sha256
+from jobspec.events import CHECKPOINT_DIR, CheckpointEvent, CheckpointRemovedEvent
+from jobspec.files import corruption, file_sha256
 from trainers.metrics import EventLog
 from trainers.precision import MixedPrecision
 from trainers.snapshot import Snapshot

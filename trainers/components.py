@@ -19,8 +19,12 @@ from typing import Protocol
 import torch
 from torch import nn
 
-from trainers.catalog.archs import Arch
-from trainers.catalog.datasets import DATASETS, InputKind
+from jobspec.catalog.archs import Arch
+from jobspec.catalog.datasets import DATASETS, InputKind
+from jobspec.plan import Plan, RunConfig
+from jobspec.spec import DevicePlacement, JobSpec, ParallelSpec, Strategy
+from jobspec.stages import default_split_at, spread_over_devices
+from jobspec.startup import Mark, mark
 from trainers.data import (
     AsStored,
     BatchShape,
@@ -45,11 +49,7 @@ from trainers.models.hf import Export, build_hf, exporter, own_blocks
 from trainers.objectives import Objective, build_objective
 from trainers.performance import checkpoint_activations, convolutional, set_cudnn_benchmark
 from trainers.placement import unit_names
-from trainers.plan import Plan, RunConfig
 from trainers.precision import MixedPrecision
-from trainers.spec import DevicePlacement, JobSpec, ParallelSpec, Strategy
-from trainers.stages import default_split_at, spread_over_devices
-from trainers.startup import Mark, mark
 from trainers.strategies import GroupOptions, ParallelStrategy, build_strategy
 from trainers.strategies.base import Forward
 from trainers.user_code import Bundle, build_user_model
@@ -135,7 +135,7 @@ def needed(bundle: Bundle | None, field: str) -> Bundle:
 
 def load_data(spec: JobSpec, plan: Plan, bundle: Bundle | None, device: torch.device) -> Data:
     """A factory's datasets and the token datasets are read through DataLoaders; image_folder and shards
-    are held whole or streamed (trainers/data_plan.py); the others are resident."""
+    are held whole or streamed (jobspec/data_plan.py); the others are resident."""
     if spec.inputs.data.factory is not None:
         return load_user_data(needed(bundle, "data.factory"), spec.inputs.data)
     if spec.inputs.data.dataset is not None and DATASETS[spec.inputs.data.dataset].input is InputKind.TOKENS:

@@ -11,7 +11,7 @@ from types import FrameType
 import torch
 import torch.distributed as dist
 
-from trainers.plan import Plan
+from jobspec.plan import Plan
 
 
 class StopRequest:

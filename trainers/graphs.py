@@ -15,7 +15,7 @@ Under `auto`, the eager warm-up steps and the first replays are timed with CUDA 
 graph is kept only if replaying beats the eager step; either way a warning event says what was decided. Under
 ddp the ranks decide on their timings' mean, so all of them replay or none does: a rank replaying its
 captured all-reduce while another runs DDP's eager one would pair collectives that do not match.
-The planner refuses `on` where capture cannot work (trainers/combinations.py graph_blockers).
+The planner refuses `on` where capture cannot work (jobspec/combinations.py graph_blockers).
 """
 
 from __future__ import annotations
@@ -26,11 +26,11 @@ from dataclasses import dataclass, field
 
 import torch
 
-from trainers.combinations import graph_blockers
+from jobspec.combinations import graph_blockers
+from jobspec.plan import Plan
+from jobspec.spec import CudaGraphs, JobSpec
 from trainers.data.batches import Batch, map_tensors, tensors
 from trainers.objectives import LossValues
-from trainers.plan import Plan
-from trainers.spec import CudaGraphs, JobSpec
 
 Done = list[tuple[LossValues, int]]  # each micro-batch's loss values and sample count
 FullStep = Callable[[list[Batch]], Done]  # forward, backward and update over one step's micro-batches

@@ -16,17 +16,17 @@ from typing import Any
 
 import torch
 
+from jobspec.events import StartupEvent
+from jobspec.plan import RunConfig
+from jobspec.startup import marks
 from trainers.components import Components, build
 from trainers.data import TrainBatches
 from trainers.data.held_out import ResidentHeldOut
 from trainers.dist_env import DistEnv
-from trainers.events import StartupEvent
 from trainers.hogwild_worker import METRICS, Crew, WorkerArgs
 from trainers.loop import evaluate, resume
 from trainers.metrics import Report
-from trainers.plan import RunConfig
 from trainers.progress import Position, RunOutput, checkpoint_due, evaluation_due, total_steps
-from trainers.startup import marks
 
 _SUMMED = {"samples_per_s"}  # every worker adds its own
 _HIGHEST = {"peak_mem_mb"}

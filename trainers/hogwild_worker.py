@@ -24,6 +24,7 @@ import torch
 import torch.multiprocessing as mp
 from torch import nn
 
+from jobspec.plan import RunConfig
 from trainers.components import Components
 from trainers.data import DeviceFeeder, Pair, TrainBatches, View
 from trainers.data.held_out import ResidentHeldOut
@@ -31,7 +32,6 @@ from trainers.dist_env import DistEnv
 from trainers.loop import train_step
 from trainers.metrics import TrainMetrics
 from trainers.objectives import build_objective
-from trainers.plan import RunConfig
 from trainers.precision import MixedPrecision
 from trainers.progress import Position, checkpoint_due, evaluation_due, report_due, total_steps
 from trainers.schedule import LrSchedule, lr_at, set_lr
@@ -122,7 +122,7 @@ def train_worker(args: WorkerArgs, shared: Shared) -> None:
     for step, micro_batches in steps:
         claim(step, args, shared)
         # No plateau factor: evaluations happen in the main process, so plateau is refused for hogwild at
-        # submit (trainers/combinations.py), as are the loop's TensorBoard, profiler and compile.
+        # submit (jobspec/combinations.py), as are the loop's TensorBoard, profiler and compile.
         lr = lr_at(step - 1, schedule)
         set_lr(c.optimizer, lr)
         train_step(c, micro_batches, spec.train, metrics, step)

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import torch
 
+from jobspec.plan import Plan, RunConfig
+from jobspec.spec import CudaGraphs, OnNonFinite, Strategy, TrainSpec
 from trainers.checkpoint import load_checkpoint, restore
 from trainers.components import Components, build
 from trainers.data.batches import Batch, batch_size
@@ -21,7 +23,6 @@ from trainers.dist_env import DistEnv
 from trainers.graphs import DDP_WARMUP_STEPS, WARMUP_STEPS, Agree, Done, StepGraph
 from trainers.lora import trainable_state
 from trainers.metrics import TrainMetrics
-from trainers.plan import Plan, RunConfig
 from trainers.profiling import StepProfiler
 from trainers.progress import (
     Position,
@@ -32,7 +33,6 @@ from trainers.progress import (
     total_steps,
 )
 from trainers.schedule import LrSchedule, lr_at, observe_eval_loss, plateau_state, set_lr
-from trainers.spec import CudaGraphs, OnNonFinite, Strategy, TrainSpec
 from trainers.strategies import ParallelStrategy
 
 

@@ -12,8 +12,8 @@ from typing import Any
 
 from torch import nn
 
-from trainers.problems import refuse
-from trainers.spec_inputs import LoraSpec
+from jobspec.problems import refuse
+from jobspec.spec_inputs import LoraSpec
 
 
 def add_adapters(model: nn.Module, lora: LoraSpec) -> nn.Module:

@@ -12,8 +12,8 @@ from pathlib import Path
 import torch
 from pydantic import BaseModel
 
+from jobspec.events import EVENTS_FILE, append_event
 from trainers.data.batches import Counts
-from trainers.events import EVENTS_FILE, append_event
 from trainers.lm import Throughput
 from trainers.objectives import LossValues
 from trainers.strategies.base import ParallelStrategy

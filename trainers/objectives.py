@@ -19,8 +19,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from jobspec.spec import Loss
 from trainers.data.batches import Batch, batch_size, describe
-from trainers.spec import Loss
 from trainers.user_code import Bundle, type_name
 from trainers.user_errors import UserCodeError
 

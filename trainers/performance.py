@@ -12,8 +12,8 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
+from jobspec.spec import PerformanceSpec
 from trainers.blocks import blocks, outermost
-from trainers.spec import PerformanceSpec
 
 _ACTIVATIONS = (nn.ReLU, nn.GELU, nn.SiLU, nn.Tanh)
 _POOLS = (nn.MaxPool2d, nn.AvgPool2d, nn.AdaptiveAvgPool2d)

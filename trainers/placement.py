@@ -3,7 +3,7 @@
 A model's stage units are its top-level modules in forward order, a ModuleList's items each standing for
 the list (a ModuleList has no forward: the model runs its items one after another), named as the state dict
 names them: a GPT's `wte, wpe, drop, blocks.0, ..., ln_f, lm_head`. They are what parallel.split_at and
-parallel.placement name, and what trainers/catalog/archs.py lists per architecture.
+parallel.placement name, and what jobspec/catalog/archs.py lists per architecture.
 
 A forward pre-hook on each placed unit moves its tensor inputs to that unit's device, so the model's own
 forward() runs unchanged and autograd carries gradients back across the boundaries. The same mechanism
@@ -19,10 +19,10 @@ from typing import Any
 import torch
 from torch import nn
 
+from jobspec.problems import refuse
+from jobspec.spec import DevicePlacement
+from jobspec.stages import stage_groups
 from trainers.data.batches import to_device
-from trainers.problems import refuse
-from trainers.spec import DevicePlacement
-from trainers.stages import stage_groups
 
 PreHook = Callable[[nn.Module, tuple[Any, ...], dict[str, Any]], tuple[tuple[Any, ...], dict[str, Any]]]
 

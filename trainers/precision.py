@@ -7,7 +7,7 @@ from typing import Any
 
 import torch
 
-from trainers.spec import Precision
+from jobspec.spec import Precision
 
 _DTYPES = {Precision.BF16: torch.bfloat16, Precision.FP16: torch.float16}
 

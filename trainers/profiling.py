@@ -12,10 +12,8 @@ from torch.autograd import DeviceType
 from torch.autograd.profiler_util import FunctionEventAvg
 from torch.profiler import ProfilerAction, ProfilerActivity, profile, schedule
 
-from trainers.dist_env import DistEnv
-from trainers.events import ProfileEvent
-from trainers.metrics import EventLog
-from trainers.profile_summary import (
+from jobspec.events import ProfileEvent
+from jobspec.profile_summary import (
     PROFILE_DIR,
     SUMMARY_FILE,
     TRACE_FILE,
@@ -23,7 +21,9 @@ from trainers.profile_summary import (
     OpTime,
     ProfileSummary,
 )
-from trainers.spec import ProfileSpec
+from jobspec.spec import ProfileSpec
+from trainers.dist_env import DistEnv
+from trainers.metrics import EventLog
 
 TOP_OPS = 15
 STEP_MARKER = "ProfilerStep*"

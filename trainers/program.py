@@ -10,12 +10,12 @@ import runpy
 import sys
 from pathlib import Path
 
+from jobspec.events import PhaseEvent, StartupEvent
+from jobspec.plan import RunConfig
+from jobspec.startup import Mark, mark, marks
 from trainers import job
-from trainers.events import PhaseEvent, StartupEvent
 from trainers.job.framework import stopped_early
 from trainers.metrics import EventLog
-from trainers.plan import RunConfig
-from trainers.startup import Mark, mark, marks
 from trainers.user_errors import UserCodeError, blaming
 
 

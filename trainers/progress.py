@@ -14,12 +14,12 @@ from typing import Any
 
 import torch
 
+from jobspec.events import DoneEvent, MetricsEvent, PhaseEvent, StartupEvent, WarningEvent
+from jobspec.spec import CheckpointSpec, JobSpec, MetricsSpec, OnNonFinite, TrainSpec
+from jobspec.startup import Mark, mark, marks
 from trainers.checkpoint import Checkpointer
-from trainers.events import DoneEvent, MetricsEvent, PhaseEvent, StartupEvent, WarningEvent
 from trainers.metrics import EventLog, Report
 from trainers.precision import MixedPrecision
-from trainers.spec import CheckpointSpec, JobSpec, MetricsSpec, OnNonFinite, TrainSpec
-from trainers.startup import Mark, mark, marks
 from trainers.tensorboard import TensorBoard
 
 NONFINITE_METRIC = "nonfinite_steps"  # per report, unless train.on_nonfinite=fail

@@ -10,10 +10,11 @@ import traceback
 from pathlib import Path
 from typing import NoReturn
 
-from trainers import forked, startup
-from trainers.events import LOG_DIR, SPEC_FILE, rank_log_name
-from trainers.plan import RunConfig
-from trainers.spec import Strategy
+from jobspec import startup
+from jobspec.events import LOG_DIR, SPEC_FILE, rank_log_name
+from jobspec.plan import RunConfig
+from jobspec.spec import Strategy
+from trainers import forked
 
 # The exit status of a rank that stopped early on request (SIGTERM) after its final checkpoint: not a success,
 # so a run stopped from outside is never mistaken for a finished one.

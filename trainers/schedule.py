@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from trainers.spec import Optimizer, Schedule, TrainSpec
+from jobspec.spec import Optimizer, Schedule, TrainSpec
 
 
 @dataclass(frozen=True)

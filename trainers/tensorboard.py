@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from trainers.events import TENSORBOARD_DIR
+from jobspec.events import TENSORBOARD_DIR
 
 if TYPE_CHECKING:
     from torch.utils.tensorboard import SummaryWriter

@@ -12,7 +12,7 @@ from core.clock import as_utc
 from core.db import session_scope
 from core.models import Job
 from core.states import JobStatus
-from trainers.startup import Mark
+from jobspec.startup import Mark
 from worker.heartbeat import OWNED
 from worker.tail import attempt_marks
 

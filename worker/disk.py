@@ -14,7 +14,7 @@ from pathlib import Path
 from types import TracebackType
 
 from core.config import Settings
-from trainers.spec import JobSpec
+from jobspec.spec import JobSpec
 
 GB = 1024**3
 CHECK_EVERY_S = 2.0

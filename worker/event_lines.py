@@ -1,5 +1,5 @@
 """The lines of a job's events file: split as they are read, each parsed into an event or, when it is none the
-worker can store (not UTF-8, not JSON, too long, a field out of the bounds of trainers/events.py), into a
+worker can store (not UTF-8, not JSON, too long, a field out of the bounds of jobspec/events.py), into a
 BadLine that says where and why."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from pydantic import ValidationError
 
-from trainers.events import MAX_EVENT_BYTES, Event, parse_event
+from jobspec.events import MAX_EVENT_BYTES, Event, parse_event
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """The root cause of a failed run, for the user: torchrun's error file, else the last lines of the logs.
 
-The run directory is the job's: every file here is opened through the confined opener (trainers/files.py), so
+The run directory is the job's: every file here is opened through the confined opener (jobspec/files.py), so
 a rank cannot turn `error.json` or its log into a view of a file the worker may read and the job may not, nor
 stall the worker with a FIFO in their place.
 """
@@ -14,8 +14,8 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 from pathlib import Path
 
-from trainers.events import LAUNCHER_LOG, LOG_DIR
-from trainers.files import JobFileError, job_files, open_job_file
+from jobspec.events import LAUNCHER_LOG, LOG_DIR
+from jobspec.files import JobFileError, job_files, open_job_file
 
 # core.launch points TORCHELASTIC_ERROR_FILE here; torchrun's @record copies the failing rank's error there.
 ERROR_FILE = "error.json"

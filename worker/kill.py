@@ -20,7 +20,7 @@ from pathlib import Path
 import psutil
 
 from core.launch import JOB_TOKEN_ENV, RUN_DIR_ENV, job_token
-from trainers.files import JobFileError, open_job_file
+from jobspec.files import JobFileError, open_job_file
 from worker.rundir import append_no_follow
 
 log = logging.getLogger(__name__)

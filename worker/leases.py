@@ -19,8 +19,8 @@ from core.models import GpuLease, Job, JobEvent, JobNode, Worker, as_utc, utcnow
 from core.queue_order import START_ORDER
 from core.states import ACTIVE, JobStatus
 from core.transitions import move
-from trainers.plan import Plan
-from trainers.startup import Mark
+from jobspec.plan import Plan
+from jobspec.startup import Mark
 from worker.placement import HostView, NodeChoice, choose_nodes, cpu_cores, never_fits, reserve, wants_gpus
 from worker.preempt import PreemptRaced, preempt_for
 from worker.tail import add_marks

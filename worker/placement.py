@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
-from trainers.plan import Plan
+from jobspec.plan import Plan
 
 
 @dataclass(frozen=True)

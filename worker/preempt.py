@@ -20,8 +20,8 @@ from core.config import get_settings
 from core.models import Job, as_utc, utcnow
 from core.states import JobStatus
 from core.transitions import move
-from trainers.plan import Plan
-from trainers.spec import JobSpec
+from jobspec.plan import Plan
+from jobspec.spec import JobSpec
 from worker.placement import HostView, candidates, infeasibility, pick_gpus, wants_gpus
 
 PREEMPTED_REASON = "preempted"

@@ -23,8 +23,8 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from core.config import get_settings
 from core.storage import ObjectStore, is_object_uri, locate
-from trainers.events import LAUNCHER_LOG, LOG_DIR, CheckpointEvent
-from trainers.files import (
+from jobspec.events import LAUNCHER_LOG, LOG_DIR, CheckpointEvent
+from jobspec.files import (
     JobFileError,
     JobFileMissing,
     job_files,

@@ -9,7 +9,7 @@ from sqlalchemy import select
 
 from core.db import session_scope
 from core.models import Checkpoint, Job
-from trainers.plan import Plan
+from jobspec.plan import Plan
 from worker.publish import UnusableCheckpoint, resume_file
 from worker.tail import note
 

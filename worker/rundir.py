@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import BinaryIO
 
 from core.rundirs import set_aside
-from trainers.events import EVENTS_FILE, LOG_DIR, SPEC_FILE
-from trainers.plan import RunConfig
+from jobspec.events import EVENTS_FILE, LOG_DIR, SPEC_FILE
+from jobspec.plan import RunConfig
 from worker.failure import ERROR_FILE
 
 log = logging.getLogger(__name__)
@@ -55,7 +55,9 @@ def append_no_follow(path: Path) -> int:
 def write_fresh(run_dir: Path, folder: str, name: str, fill: Callable[[BinaryIO], None]) -> Path:
     """`run_dir/folder/name`, written whole by `fill`: the folder made, or opened, without following a link;
     the file created fresh beside its name and renamed into place, so that a link the job left there is
-    replaced, never written through, and the name never holds half a file."""
+    replaced, never written through, and the name never holds half a file. The run directory itself is the
+    service's own path, made here when this host has none yet (a resume on another host)."""
+    run_dir.mkdir(parents=True, exist_ok=True)
     top = _open_folder(run_dir)
     try:
         with contextlib.suppress(FileExistsError):

@@ -25,10 +25,10 @@ from core.launch import Launch, build_launch
 from core.models import Job, JobNode, utcnow
 from core.sandbox import Sandbox, confine
 from core.states import JobStatus
-from trainers.events import EVENTS_FILE, LAUNCHER_LOG, LOG_DIR, PhaseEvent, StartupEvent, WarningEvent
-from trainers.plan import Plan, RunConfig
-from trainers.spec import JobSpec
-from trainers.startup import Mark
+from jobspec.events import EVENTS_FILE, LAUNCHER_LOG, LOG_DIR, PhaseEvent, StartupEvent, WarningEvent
+from jobspec.plan import Plan, RunConfig
+from jobspec.spec import JobSpec
+from jobspec.startup import Mark
 from worker.disk import disk_limit
 from worker.heartbeat import Heartbeat
 from worker.kill import JobMark, kill_job, mark_for

@@ -26,16 +26,17 @@ from core.sandbox import (
     sandbox_argv,
     service_state,
 )
-from trainers.datadir import resolve_data_root
-from trainers.files import open_job_file
-from trainers.plan import Plan
-from trainers.spec import JobSpec
+from jobspec.datadir import resolve_data_root
+from jobspec.files import open_job_file
+from jobspec.plan import Plan
+from jobspec.spec import JobSpec
 from worker.gpus import gpu_devices
 
 GB = 1024**3
-# What the ranks import of the project (trainers.run, and `trainyard` for a program's `import trainyard.job`);
-# the rest of the checkout (the service, its tests, a var/ with its state) is not theirs to see.
-RANK_PACKAGES = ("trainers", "app/sdk/trainyard")
+# What the ranks import of the project (the job contract, trainers.run, and `trainyard` for a program's
+# `import trainyard.job`); the rest of the checkout (the service, its tests, a var/ with its state) is not
+# theirs to see.
+RANK_PACKAGES = ("jobspec", "trainers", "app/sdk/trainyard")
 PROBE_TIMEOUT_S = 30.0
 FIX = (
     "install bubblewrap (`make servers` does), allow unprivileged user namespaces (docs/security.md says "

@@ -1,15 +1,16 @@
 """A torchrun started before its job, with torch and the trainer imported, so a job's start waits for neither.
 
 `python -m torch.distributed.run` spends ~3 s importing torch (on an H200 box) before it starts a rank, and
-each rank as much again importing torch, torchvision and the trainer. The worker keeps one standby: `python
--m worker.standby`, started ahead of time, imports torchrun's module and what every rank of a built-in job
-imports, and blocks on its stdin. Launching a job hands it the torchrun arguments, environment and log file
-as one JSON line; it takes them on and runs torchrun's own main() with those arguments, as `python -m
-torch.distributed.run` would, except that the ranks of `-m trainers.run` are forked from it (torchrun's fork
-start method) rather than started as fresh interpreters. The worker supervises the standby's process as it
-supervised a torchrun it had just started (same pid-as-group, exit status and signals), and starts the next
-standby at once. With none ready (the first job, or one died), the launch is a plain torchrun process as
-before. A standby whose worker goes away reads end-of-file and exits.
+each rank as much again importing torch, torchvision and the trainer. The worker keeps one standby, started
+ahead of time: `python -m trainers.standby` (its code lives beside the runtime it imports, so this package
+never imports torch) imports torchrun's module and what every rank of a built-in job imports, and blocks on
+its stdin. Launching a job hands it the torchrun arguments, environment and log file as one JSON line; it
+takes them on and runs torchrun's own main() with those arguments, as `python -m torch.distributed.run`
+would, except that the ranks of `-m trainers.run` are forked from it (torchrun's fork start method) rather
+than started as fresh interpreters. The worker supervises the standby's process as it supervised a torchrun
+it had just started (same pid-as-group, exit status and signals), and starts the next standby at once. With
+none ready (the first job, or one died), the launch is a plain torchrun process as before. A standby whose
+worker goes away reads end-of-file and exits.
 
 A forked process's /proc environ is the one its standby was started with, not the job's: the standby starts
 with the worker's environment through the ranks' allow-list (so no database or object-store secret shows
@@ -22,38 +23,22 @@ for a job it was started before, nor drop to the job's uid and limits and still 
 
 from __future__ import annotations
 
-import importlib
 import json
 import os
 import secrets
 import subprocess
-import sys
 import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import trainers.run
 from core.launch import JOB_TOKEN_ENV, RUN_DIR_ENV, Launch, inherited
-from trainers.run import append_output_to
 from worker.kill import STANDBY_ID_ENV, JobMark, name_standby
 from worker.rundir import append_no_follow
 
 TORCHRUN_MODULE = "torch.distributed.run"
-RANK_ENTRY = ["-m", "trainers.run"]
-# What every rank of a built-in job imports before its first step (trainers/run.py), imported once by the
-# standby so that its forked ranks start with it. Not the Hugging Face libraries, which read HF_* variables at
-# import where a rank must see its job's, nor torch._inductor, which only compiled jobs need.
-RANK_MODULES = (
-    "torch",
-    "torchvision",
-    "torch.distributed.elastic.multiprocessing.errors",
-    "trainers.dist_env",
-    "trainers.loop",
-    "trainers.user_errors",
-    "trainers.strategies.single",
-    "trainers.strategies.ddp",
-)
+# The standby's own code (trainers/standby.py) imports torch and the trainer; the worker never does.
+STANDBY_MODULE = "trainers.standby"
 
 
 def _torchrun_args(argv: list[str]) -> list[str] | None:
@@ -61,16 +46,6 @@ def _torchrun_args(argv: list[str]) -> list[str] | None:
     starts cold: one that runs torchrun inside a sandbox, or the tests' stand-in trainers."""
     if argv[1:3] == ["-m", TORCHRUN_MODULE]:
         return argv[3:]
-    return None
-
-
-def forked_ranks(args: list[str]) -> list[str] | None:
-    """torchrun's `args` with the ranks of `-m trainers.run` forked from torchrun's own process, which runs
-    trainers/run.py in each with runpy (torchrun's --run-path); None when they start something else."""
-    for at in range(len(args) - 1):
-        if args[at : at + 2] == RANK_ENTRY:
-            entry = str(Path(trainers.run.__file__).resolve())
-            return [*args[:at], "--start-method", "fork", "--run-path", entry, *args[at + 2 :]]
     return None
 
 
@@ -104,7 +79,7 @@ class WarmLauncher:
             if self._standby is None or self._standby.process.poll() is not None:
                 standby_id = secrets.token_hex(16)
                 process = subprocess.Popen(
-                    [self.python, "-m", "worker.standby"],
+                    [self.python, "-m", STANDBY_MODULE],
                     cwd=self.cwd,
                     env={**inherited(os.environ), STANDBY_ID_ENV: standby_id},
                     stdin=subprocess.PIPE,
@@ -160,52 +135,3 @@ class WarmLauncher:
                 # worker, which then stops and requeues its jobs in order.
                 start_new_session=True,
             )
-
-
-def _take_on(request: dict[str, Any]) -> None:
-    """Become the job's torchrun process: its environment, its log on stdout and stderr, no stdin."""
-    os.environ.clear()
-    os.environ.update(request["env"])
-    append_output_to(Path(request["log"]))
-    devnull = os.open(os.devnull, os.O_RDONLY)
-    os.dup2(devnull, 0)
-    os.close(devnull)
-
-
-def _import_rank_modules() -> bool:
-    """Import RANK_MODULES; True if ranks may be forked from here: a child cannot use a CUDA context its
-    parent made, so nothing here may have initialised CUDA (the ranks pick their GPUs after the fork)."""
-    for name in RANK_MODULES:
-        importlib.import_module(name)
-    import torch
-
-    return not torch.cuda.is_initialized()
-
-
-def main() -> None:
-    import torch.distributed.run as torchrun  # the seconds this process exists to spend early
-
-    may_fork = _import_rank_modules()
-    line = sys.stdin.readline()
-    if not line:
-        return  # the worker went away without needing this standby
-    request = json.loads(line)
-    _take_on(request)
-    args = request["args"]
-    forked = forked_ranks(args) if may_fork else None
-    if forked is not None:
-        # torchrun's agent asks whether a GPU is there (for its NUMA default). Through CUDA's runtime that
-        # starts the driver, which a forked child cannot use; through NVML, as torch documents, it does not.
-        os.environ["PYTORCH_NVML_BASED_CUDA_CHECK"] = "1"
-        print(f"standby {os.getpid()}: ranks forked from it, with torch and the trainer imported", flush=True)
-    torchrun.main(args if forked is None else forked)
-    # The job succeeded, and the worker learns it from this exit: tearing down an interpreter that has loaded
-    # torch and the trainer would keep it waiting for a second or more. (A failure raises past this, and the
-    # interpreter prints torchrun's report, which the worker reads.)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
-
-
-if __name__ == "__main__":
-    main()

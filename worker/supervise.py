@@ -22,7 +22,7 @@ from core.doorbell import enqueue_job
 from core.models import Job, JobEvent, utcnow
 from core.states import JobStatus
 from core.transitions import move, move_from_any
-from trainers.startup import Mark
+from jobspec.startup import Mark
 from worker.deadline import look
 from worker.disk import DiskLimit, DiskWatch
 from worker.failure import classify_failure, root_cause

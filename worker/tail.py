@@ -18,7 +18,7 @@ from sqlalchemy.orm import Session
 from core.models import Base, Job, JobEvent, Metric, utcnow
 from core.states import JobStatus
 from core.transitions import move
-from trainers.events import (
+from jobspec.events import (
     EVENTS_FILE,
     CheckpointEvent,
     CheckpointRemovedEvent,
@@ -28,8 +28,8 @@ from trainers.events import (
     StartupEvent,
     WarningEvent,
 )
-from trainers.files import JobFileError, inside, open_job_file
-from trainers.startup import WORKER_MARKS, Mark
+from jobspec.files import JobFileError, inside, open_job_file
+from jobspec.startup import WORKER_MARKS, Mark
 from worker.event_lines import BadLine, Read, parse_line, split_lines
 from worker.metric_caps import Admitted, MetricCounts
 

@@ -21,7 +21,7 @@ from core.db import session_scope
 from core.gpu_series import GpuQuantity, series_name
 from core.models import Job, JobNode, Metric, UserUsage, utcnow
 from core.usage import NO_USE, Use, share_key, use_now
-from trainers.plan import Plan
+from jobspec.plan import Plan
 from worker.gpus import sample_gpus
 from worker.nodes import NodeTask
 from worker.placement import cpu_cores

@@ -24,7 +24,7 @@ from core.config import get_settings
 from core.db import session_scope
 from core.models import Checkpoint, utcnow
 from core.storage import object_store
-from trainers.events import CheckpointEvent, CheckpointRemovedEvent
+from jobspec.events import CheckpointEvent, CheckpointRemovedEvent
 from worker.publish import S3_ERRORS, LogParts, upload_checkpoint
 from worker.tail import insert_or_update
 

@@ -17,7 +17,7 @@ from app.services.keys import Caller
 from core.config import Settings, get_settings
 from core.db import new_session
 from core.models import CodeBundle, Job
-from trainers.spec import CODE_ID_PATTERN
+from jobspec.spec import CODE_ID_PATTERN
 
 
 def get_session() -> Iterator[Session]:

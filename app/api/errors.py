@@ -38,9 +38,9 @@ from app.services.errors import (
     UnsafeCode,
 )
 from core.transitions import InvalidTransition
-from trainers.files import JobFileMissing, JobFileRefused, JobFileTooLarge
-from trainers.problems import SpecError
-from trainers.spec import JobSpec
+from jobspec.files import JobFileMissing, JobFileRefused, JobFileTooLarge
+from jobspec.problems import SpecError
+from jobspec.spec import JobSpec
 
 log = logging.getLogger(__name__)
 

@@ -9,7 +9,7 @@ from rich.console import Console
 
 from app.schemas import JobPublic
 from app.timings import JobTimings
-from trainers.startup import PHASE_ENDING, Mark
+from jobspec.startup import PHASE_ENDING, Mark
 
 # Markup off: job names and worker messages ("GPUs [1]") are shown as written, never read as styles.
 console = Console(highlight=False, markup=False)

@@ -1,7 +1,7 @@
 """What a job produced, as the worker tailed it into SQL: metric series and checkpoints; and the export an
 hf_causal_lm job leaves in its run directory when it finishes.
 
-A checkpoint is served only from inside its own job's run directory (opened by trainers/files.py's confined
+A checkpoint is served only from inside its own job's run directory (opened by jobspec/files.py's confined
 opener) or objects, and only while its bytes hash to the sha256 recorded when it was written: a corrupt one is
 refused (409) rather than handed over. An export is served the same way, checked against the sha256 its rank
 wrote beside it.
@@ -26,8 +26,8 @@ from app.services.runs import run_dir
 from core.config import Settings
 from core.models import Checkpoint, Metric
 from core.storage import StoredObject, is_object_uri, locate
-from trainers.files import JobFile, JobFileMissing, largest_job_file, mismatch, open_job_file
-from trainers.hf_files import EXPORT_FILE
+from jobspec.files import JobFile, JobFileMissing, largest_job_file, mismatch, open_job_file
+from jobspec.hf_files import EXPORT_FILE
 
 SHA256_FILE_MAX_BYTES = 4096  # "<64 hex digits>  export.tar\n", as sha256sum writes it
 

@@ -18,8 +18,8 @@ from core.code_unpack import Manifest, QuotaPassed, UnsafeArchive
 from core.config import Settings
 from core.models import CodeBundle, Job
 from core.states import JobStatus
-from trainers.spec import JobSpec
-from trainers.spec_program import missing_script
+from jobspec.spec import JobSpec
+from jobspec.spec_program import missing_script
 
 PUSH_HINT = "push it with `trainyard code push DIR` (POST /v1/code) and name the id it prints"
 

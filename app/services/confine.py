@@ -9,8 +9,8 @@ from pathlib import Path
 from app.services.errors import InvalidSpec
 from core.config import Settings
 from core.storage import is_object_uri, locate
-from trainers.datadir import resolve_data_root
-from trainers.files import inside
+from jobspec.datadir import resolve_data_root
+from jobspec.files import inside
 
 
 def check_data_root(settings: Settings, root: str | None) -> None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from core.states import JobStatus
-from trainers.problems import Problem, SpecError
+from jobspec.problems import Problem, SpecError
 
 
 class DomainError(Exception):

@@ -15,10 +15,10 @@ from app.services.keys import Caller
 from core import code_store
 from core.config import Settings
 from core.models import CodeBundle
-from trainers.module_names import Defined, Unparsable, defined_names
-from trainers.problems import Problem, SpecError
-from trainers.spec import JobSpec
-from trainers.user_fit import entry_points
+from jobspec.module_names import Defined, Unparsable, defined_names
+from jobspec.problems import Problem, SpecError
+from jobspec.spec import JobSpec
+from jobspec.user_fit import entry_points
 
 # A module's source read at most; a larger one is left for the job to import (whether it defines the
 # function cannot be told here), as are compiled modules.

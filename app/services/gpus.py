@@ -9,7 +9,7 @@ from app.schemas import GpuPublic, HostGpus, HostsPublic, as_utc
 from core.config import Settings
 from core.hosts import freshest_per_host, gpu_indices, heartbeat_cutoff, live_hosts
 from core.models import GpuLease, Worker
-from trainers.cluster import Inventory
+from jobspec.cluster import Inventory
 
 
 def list_host_gpus(session: Session, settings: Settings) -> HostsPublic:

@@ -1,6 +1,6 @@
 """What a job's trainer wrote for inspection tools under runs/<job>/: the profiler's summary and Chrome trace
 (profile/), and TensorBoard's event files (tensorboard/), served as a tar streamed file by file. Each is
-opened through the confined opener (trainers/files.py): the job's own processes write these folders."""
+opened through the confined opener (jobspec/files.py): the job's own processes write these folders."""
 
 from __future__ import annotations
 
@@ -18,8 +18,8 @@ from app.services.jobs import get_job
 from app.services.runs import run_dir
 from core.config import Settings
 from core.models import Job
-from trainers.events import TENSORBOARD_DIR
-from trainers.files import (
+from jobspec.events import TENSORBOARD_DIR
+from jobspec.files import (
     READ_CHUNK,
     JobFile,
     JobFileMissing,
@@ -28,8 +28,8 @@ from trainers.files import (
     largest_job_file,
     open_job_file,
 )
-from trainers.profile_summary import PROFILE_DIR, SUMMARY_FILE, TRACE_FILE, ProfileSummary
-from trainers.spec import JobSpec
+from jobspec.profile_summary import PROFILE_DIR, SUMMARY_FILE, TRACE_FILE, ProfileSummary
+from jobspec.spec import JobSpec
 
 # The trainer's summary lists a few dozen ops: a few kB. Parsed whole in the API's memory, so bounded.
 SUMMARY_MAX_BYTES = 4 << 20

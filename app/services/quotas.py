@@ -9,7 +9,7 @@ from app.services.errors import QuotaExceeded
 from core.config import Settings
 from core.models import Base, Job
 from core.states import TERMINAL
-from trainers.plan import Plan
+from jobspec.plan import Plan
 
 _JOBS = Base.metadata.tables[Job.__tablename__]
 # Built once on the table's columns: a statement rebuilt per submission recomputes its cache key every time.

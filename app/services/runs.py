@@ -16,8 +16,8 @@ from core.models import Job
 from core.rundirs import set_aside
 from core.states import JobStatus
 from core.storage import object_store
-from trainers.events import LAUNCHER_LOG, LOG_DIR, rank_log_name
-from trainers.files import JobFileMissing, open_job_file
+from jobspec.events import LAUNCHER_LOG, LOG_DIR, rank_log_name
+from jobspec.files import JobFileMissing, open_job_file
 
 log = logging.getLogger(__name__)
 

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from core.config import Settings
-from trainers.shown_paths import with_placeholders
+from jobspec.shown_paths import with_placeholders
 
 
 def server_folders(settings: Settings) -> dict[str, Path]:

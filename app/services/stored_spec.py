@@ -13,8 +13,8 @@ from pydantic import BaseModel, ValidationError
 from pydantic.fields import FieldInfo
 from pydantic_core import to_jsonable_python
 
-from trainers.plan import resolve_plan
-from trainers.spec import JobSpec
+from jobspec.plan import resolve_plan
+from jobspec.spec import JobSpec
 
 _UNIONS = (Union, types.UnionType)
 

@@ -29,11 +29,11 @@ from core.doorbell import enqueue_job
 from core.launch import Rendezvous, torchrun_argv
 from core.models import ApiKey, Checkpoint, Job, JobEvent
 from core.states import JobStatus
-from trainers.cluster import Inventory, cluster_problems
-from trainers.hf_files import check_model_dir
-from trainers.plan import NO_HOSTS, Plan, resolve_plan
-from trainers.spec import JobSpec
-from trainers.token_files import check_token_data
+from jobspec.cluster import Inventory, cluster_problems
+from jobspec.hf_files import check_model_dir
+from jobspec.plan import NO_HOSTS, Plan, resolve_plan
+from jobspec.spec import JobSpec
+from jobspec.token_files import check_token_data
 
 log = logging.getLogger(__name__)
 

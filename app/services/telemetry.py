@@ -18,7 +18,7 @@ from core.db import new_session
 from core.gpu_series import GAUGES, GpuQuantity, split_series
 from core.models import GpuLease, Job, Metric, Worker, utcnow
 from core.states import JobStatus
-from trainers.startup import Mark
+from jobspec.startup import Mark
 
 # Seconds: from a warm start's tenths to a cold compiled job's minutes.
 STARTUP_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.0, 3.0, 5.0, 7.5, 10.0, 15.0, 20.0, 30.0, 45.0, 60.0, 90.0, 120.0)

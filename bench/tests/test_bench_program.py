@@ -4,8 +4,8 @@ run prints is read back from its output."""
 from __future__ import annotations
 
 from bench.program import SCRIPT, program_spec, rate_in, setup, table
-from trainers.plan import resolve_plan
-from trainers.spec import JobSpec, Precision, Strategy
+from jobspec.plan import resolve_plan
+from jobspec.spec import JobSpec, Precision, Strategy
 
 CODE = "sha256:" + "0" * 64
 

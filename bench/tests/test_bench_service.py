@@ -7,8 +7,8 @@ from bench.result import exit_code, failed
 from bench.service import Finished, job_result
 from bench.trainyard_job import job_spec, with_sections
 from bench.workload import preset
-from trainers.events import DoneEvent, MetricsEvent, PhaseEvent
-from trainers.spec import JobSpec
+from jobspec.events import DoneEvent, MetricsEvent, PhaseEvent
+from jobspec.spec import JobSpec
 
 CREATED = "2026-11-22T07:00:00+00:00"
 T0 = 1_795_330_800.0  # CREATED as a POSIX timestamp

@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 import torch
 
+from jobspec.events import CHECKPOINT_DIR
 from tests.integration.trainer_helpers import TrainerRun, train
 from trainers.checkpoint import checkpoint_name
-from trainers.events import CHECKPOINT_DIR
 from trainers.models import build_model
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")

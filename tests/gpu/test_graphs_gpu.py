@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 import torch
 
+from jobspec.events import WarningEvent
 from tests.integration.trainer_helpers import TrainerRun, spec_with, train
-from trainers.events import WarningEvent
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 import torch
 
+from jobspec.datadir import DATA_DIR_ENV
 from tests.integration.trainer_helpers import spec_with, train
 from tests.unit.trainers.tiny_llama import hf_spec, logits, save_tiny_llama, write_corpus
-from trainers.datadir import DATA_DIR_ENV
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 

@@ -10,13 +10,13 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from jobspec.profile_summary import PROFILE_DIR, SUMMARY_FILE, ProfileSummary
+from jobspec.spec import PerformanceSpec, ProfileSpec
 from trainers.dist_env import DistEnv
 from trainers.metrics import EventLog
 from trainers.models import build_model
 from trainers.performance import checkpoint_activations, set_cudnn_benchmark
-from trainers.profile_summary import PROFILE_DIR, SUMMARY_FILE, ProfileSummary
 from trainers.profiling import StepProfiler
-from trainers.spec import PerformanceSpec, ProfileSpec
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 

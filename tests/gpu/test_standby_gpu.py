@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 import torch
 
+from jobspec.events import LAUNCHER_LOG, LOG_DIR, DoneEvent
 from tests.integration.trainer_helpers import TrainerRun, spec_with
 from tests.unit.worker.test_standby import TIMEOUT_S, trainer_launch
-from trainers.events import LAUNCHER_LOG, LOG_DIR, DoneEvent
 from worker.runner import PROJECT_ROOT
 from worker.standby import WarmLauncher
 

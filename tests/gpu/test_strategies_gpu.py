@@ -14,14 +14,14 @@ import pytest
 import torch
 from torch import nn
 
+from jobspec.events import CHECKPOINT_DIR
+from jobspec.spec import DevicePlacement, Precision, TrainSpec
 from tests.integration.trainer_helpers import TrainerRun, spec_with, train
 from trainers.checkpoint import checkpoint_name
 from trainers.dist_env import DistEnv
-from trainers.events import CHECKPOINT_DIR
 from trainers.objectives import CrossEntropy
 from trainers.precision import MixedPrecision
 from trainers.schedule import build_optimizer
-from trainers.spec import DevicePlacement, Precision, TrainSpec
 from trainers.strategies.dp import DataParallelStrategy
 from trainers.strategies.single import SingleDeviceStrategy
 

@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 import torch
 
+from jobspec.events import SPEC_FILE
 from tests.integration.trainer_helpers import TrainerRun, spec_with, train
-from trainers.events import SPEC_FILE
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 two_gpus = pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 GPUs")

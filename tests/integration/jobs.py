@@ -10,8 +10,8 @@ from typing import Any
 import httpx
 import psutil
 
+from jobspec.events import LOG_DIR, rank_log_name
 from tests.integration.servers import ROOT
-from trainers.events import LOG_DIR, rank_log_name
 from worker.kill import STANDBY_FILES, STANDBY_ID_ENV
 
 TERMINAL = {"succeeded", "failed", "timed_out", "cancelled"}

@@ -13,8 +13,8 @@ from pathlib import Path
 from core.config import Settings
 from core.launch import Launch, build_launch
 from core.sandbox import Sandbox, confine
-from trainers.plan import RunConfig, resolve_plan
-from trainers.spec import JobSpec
+from jobspec.plan import RunConfig, resolve_plan
+from jobspec.spec import JobSpec
 from worker.kill import JobMark, mark_for
 from worker.rundir import prepare_run_dir
 from worker.runner import PROJECT_ROOT

@@ -17,6 +17,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from jobspec.events import EVENTS_FILE, CheckpointEvent, parse_event
+from jobspec.files import corruption
 from tests.integration.jobs import example_spec, rank_processes, submit, wait_status
 from tests.integration.servers import ROOT, Stack, wait_for
 from trainers.checkpoint import (
@@ -26,8 +28,6 @@ from trainers.checkpoint import (
     sidecar,
     write_atomically,
 )
-from trainers.events import EVENTS_FILE, CheckpointEvent, parse_event
-from trainers.files import corruption
 
 # Writes step-N.pt one after another, each big enough (8 MB) that a kill often lands mid-write.
 WRITER = """

@@ -11,9 +11,9 @@ import pytest
 from celery import Celery
 
 from core.doorbell import RUN_JOB_TASK
+from jobspec.events import EVENTS_FILE
 from tests.integration.jobs import example_spec, job_processes, metric_values, submit, wait_status
 from tests.integration.servers import Stack, wait_for
-from trainers.events import EVENTS_FILE
 
 QUICK = example_spec("digits_ddp_cpu.json", train={"epochs": 1})
 # Long enough to be caught between checkpoints: a few thousand small steps, a checkpoint every 100.

@@ -20,10 +20,10 @@ import torch
 from peft import LoraConfig, get_peft_model
 from transformers import AutoModelForCausalLM
 
+from jobspec.datadir import DATA_DIR_ENV
+from jobspec.files import file_sha256
 from tests.integration.trainer_helpers import TrainerRun, spec_with, train, train_together
 from tests.unit.trainers.tiny_llama import hf_spec, logits, save_tiny_llama, write_corpus
-from trainers.datadir import DATA_DIR_ENV
-from trainers.files import file_sha256
 
 pytestmark = pytest.mark.integration
 

@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
+from jobspec.datadir import DATA_DIR_ENV
+from jobspec.events import MetricsEvent, ProfileEvent
+from jobspec.profile_summary import PROFILE_DIR, SUMMARY_FILE, TRACE_FILE, ProfileSummary
 from tests.integration.trainer_helpers import TrainerRun, train
-from trainers.datadir import DATA_DIR_ENV
-from trainers.events import MetricsEvent, ProfileEvent
-from trainers.profile_summary import PROFILE_DIR, SUMMARY_FILE, TRACE_FILE, ProfileSummary
 from trainers.tensorboard import TENSORBOARD_DIR
 
 pytestmark = pytest.mark.integration

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from jobspec.events import DoneEvent, PhaseEvent, StartupEvent
 from tests.integration.trainer_helpers import (
     TrainerRun,
     launch,
@@ -21,7 +22,6 @@ from tests.integration.trainer_helpers import (
     train_together,
     write_config,
 )
-from trainers.events import DoneEvent, PhaseEvent, StartupEvent
 from trainers.user_errors import MARKER
 
 pytestmark = pytest.mark.integration

@@ -7,8 +7,8 @@ import json
 import os
 from pathlib import Path
 
+from jobspec.events import EVENTS_FILE, DoneEvent, MetricsEvent, parse_event
 from tests.integration.sandbox_launch import deploy, job_spec, sandboxed_job, start
-from trainers.events import EVENTS_FILE, DoneEvent, MetricsEvent, parse_event
 
 TIMEOUT_S = 180
 GLOO_RANK = """

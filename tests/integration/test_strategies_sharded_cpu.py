@@ -23,9 +23,9 @@ import psutil
 import pytest
 import torch
 
+from jobspec.events import CHECKPOINT_DIR, EVENTS_FILE, DoneEvent, MetricsEvent
 from tests.integration.trainer_helpers import ROOT, TrainerRun, spec_with, train, write_config
 from trainers.checkpoint import checkpoint_name
-from trainers.events import CHECKPOINT_DIR, EVENTS_FILE, DoneEvent, MetricsEvent
 
 pytestmark = pytest.mark.integration
 

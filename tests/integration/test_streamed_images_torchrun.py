@@ -17,10 +17,10 @@ from typing import Any
 
 import pytest
 
+from jobspec.data_plan import decoded_bytes
+from jobspec.datadir import DATA_DIR_ENV
 from tests.integration.trainer_helpers import TrainerRun, spec_with, train, train_together
 from tests.unit.trainers.image_sets import Pictures, write_folder, write_shards
-from trainers.data_plan import decoded_bytes
-from trainers.datadir import DATA_DIR_ENV
 
 pytestmark = pytest.mark.integration
 

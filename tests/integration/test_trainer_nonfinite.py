@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 import torch
 
+from jobspec.events import WarningEvent
 from tests.integration.trainer_helpers import (
     TrainerRun,
     launch,
@@ -20,7 +21,6 @@ from tests.integration.trainer_helpers import (
     train_together,
     write_config,
 )
-from trainers.events import WarningEvent
 from worker.failure import FailureKind, classify_failure, error_file_message
 
 pytestmark = pytest.mark.integration

@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 import torch
 
+from jobspec.events import CheckpointRemovedEvent, DoneEvent, MetricsEvent, PhaseEvent
 from tests.integration.trainer_helpers import (
     TrainerRun,
     launch,
@@ -29,7 +30,6 @@ from tests.integration.trainer_helpers import (
     train_together,
     write_config,
 )
-from trainers.events import CheckpointRemovedEvent, DoneEvent, MetricsEvent, PhaseEvent
 
 pytestmark = pytest.mark.integration
 

@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 
+from jobspec.events import SPEC_FILE
 from tests.integration.trainer_helpers import (
     TrainerRun,
     launch,
@@ -30,7 +31,6 @@ from tests.integration.trainer_helpers import (
     train_together,
     write_config,
 )
-from trainers.events import SPEC_FILE
 
 pytestmark = pytest.mark.integration
 

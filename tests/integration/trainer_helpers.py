@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from core.launch import JOB_TOKEN_ENV
-from trainers.events import (
+from jobspec.events import (
     EVENTS_FILE,
     LOG_DIR,
     SPEC_FILE,
@@ -25,8 +25,8 @@ from trainers.events import (
     parse_event,
     rank_log_name,
 )
-from trainers.plan import RunConfig, resolve_plan
-from trainers.spec import JobSpec
+from jobspec.plan import RunConfig, resolve_plan
+from jobspec.spec import JobSpec
 from worker.kill import JobMark, kill_job
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -19,7 +19,7 @@ from core import db
 from core.config import Settings, get_settings
 from core.doorbell import get_celery
 from core.models import Base, Job, JobEvent
-from trainers.datadir import DATA_DIR_ENV
+from jobspec.datadir import DATA_DIR_ENV
 
 
 def _clear_caches() -> None:

@@ -21,9 +21,9 @@ from core.db import get_engine, session_scope
 from core.launch import Launch
 from core.models import Base, GpuLease, Job
 from core.states import JobStatus
+from jobspec.plan import Plan, resolve_plan
+from jobspec.spec import JobSpec
 from tests.unit.conftest import _clear_caches
-from trainers.plan import Plan, resolve_plan
-from trainers.spec import JobSpec
 from worker import runner
 from worker.reaper import beat
 

@@ -17,11 +17,11 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import Dataset, DistributedSampler
 
-from trainers.catalog.datasets import DATASETS, DatasetName
+from jobspec.catalog.datasets import DATASETS, DatasetName
+from jobspec.spec import DataPlacement, DataSpec
 from trainers.data import bags, cifar10, digits, image_folder, mnist, shards, synthetic
 from trainers.data.images import ImageSet
 from trainers.dist_env import DistEnv
-from trainers.spec import DataPlacement, DataSpec
 
 Pair = tuple[torch.Tensor, torch.Tensor]  # (images or token ids, labels)
 Loader = Callable[[DataSpec, int], tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]]

@@ -18,11 +18,11 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from trainers.catalog.datasets import DATASETS
+from jobspec.catalog.datasets import DATASETS
+from jobspec.spec import JobSpec
+from jobspec.spec_augment import AugmentSpec, RandomResizedCrop
 from trainers.data import BatchShape, Pair, View
 from trainers.data.batches import Batch
-from trainers.spec import JobSpec
-from trainers.spec_augment import AugmentSpec, RandomResizedCrop
 
 ATTEMPTS = 10  # torchvision's: crops drawn per sample until one fits the image
 

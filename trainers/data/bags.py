@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from trainers.spec import DataSpec
+from jobspec.spec import DataSpec
 
 _INDICATIVE_PER_CLASS = 8
 

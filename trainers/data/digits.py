@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from trainers.spec import DataSpec
+from jobspec.spec import DataSpec
 
 _MAX_PIXEL = 16.0
 

@@ -12,10 +12,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from jobspec.data_plan import load_side
+from jobspec.datadir import confined_file, data_dir_from_env, resolve_data_root, shown_data_path
+from jobspec.spec import DataSpec
 from trainers.data.images import ImageSet, decode_whole, image_set
-from trainers.data_plan import load_side
-from trainers.datadir import confined_file, data_dir_from_env, resolve_data_root, shown_data_path
-from trainers.spec import DataSpec
 
 EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
 

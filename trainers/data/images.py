@@ -18,9 +18,9 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, default_collate
 
+from jobspec.spec import DataSpec
+from jobspec.spec_augment import OnBadSample
 from trainers.data.decode import Encoded, decode_square, is_jpeg
-from trainers.spec import DataSpec
-from trainers.spec_augment import OnBadSample
 from trainers.user_errors import error_line
 
 # Replacements tried in a row before a run of unreadable files is taken for a broken dataset.

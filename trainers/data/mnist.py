@@ -12,8 +12,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from trainers.datadir import confined_file, data_dir_from_env, resolve_data_root, shown_data_path
-from trainers.spec import DataSpec
+from jobspec.datadir import confined_file, data_dir_from_env, resolve_data_root, shown_data_path
+from jobspec.spec import DataSpec
 
 NUM_CLASSES = 10
 _UBYTE = 0x08

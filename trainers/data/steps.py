@@ -18,11 +18,11 @@ from typing import Any
 import torch
 from torch.utils.data import Dataset, DistributedSampler, IterableDataset
 
+from jobspec.problems import refuse
 from trainers.data.batches import Batch, to_device
 from trainers.data.loader import ResumableSampler, ShardedStream, data_loader, read_batches
 from trainers.data.user import UserData
 from trainers.dist_env import DistEnv
-from trainers.problems import refuse
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""image_folder and shards, held whole or streamed (trainers/data_plan.py says which and why), and the
+"""image_folder and shards, held whole or streamed (jobspec/data_plan.py says which and why), and the
 training steps and held-out batches of a streamed set.
 
 Streamed, a set is a map-style dataset read through the factories' loader machinery (SampledSteps): each
@@ -18,6 +18,9 @@ from pathlib import Path
 
 import torch
 
+from jobspec.data_plan import DataPath, fits, load_side, plan_data
+from jobspec.spec import JobSpec
+from jobspec.spec_augment import Decode, OnBadSample
 from trainers.data import SOURCES, LoadedData, View
 from trainers.data.augment import Transform, Transformed
 from trainers.data.batches import Batch, Counts, no_counts
@@ -26,10 +29,7 @@ from trainers.data.held_out import AnyLeft, LoaderHeldOut, Shard
 from trainers.data.images import BadSamples, DecodedImages, ImageSet, collate, decode_whole
 from trainers.data.steps import Batching, SampledSteps
 from trainers.data.user import UserData
-from trainers.data_plan import DataPath, fits, load_side, plan_data
 from trainers.dist_env import DistEnv
-from trainers.spec import JobSpec
-from trainers.spec_augment import Decode, OnBadSample
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from trainers.spec import DataSpec
+from jobspec.spec import DataSpec
 
 NATIVE_SIZE = 32
 # Prototypes are drawn at this resolution and upsampled, so classes differ in spatial structure a CNN can

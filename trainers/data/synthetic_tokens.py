@@ -10,9 +10,9 @@ from pathlib import Path
 
 import numpy as np
 
+from jobspec.spec import DataSpec
+from jobspec.token_files import TokenSpan, TokenSplits, split_tokens
 from trainers.data.text import CACHE_DIR, ids_dtype
-from trainers.spec import DataSpec
-from trainers.token_files import TokenSpan, TokenSplits, split_tokens
 
 
 def bigram_ids(count: int, vocab_size: int, seed: int) -> np.ndarray:

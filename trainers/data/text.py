@@ -20,11 +20,11 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from trainers.datadir import shown_data_path
-from trainers.problems import Problem, SpecError
-from trainers.spec import DataSpec
-from trainers.spec_inputs import TokenDtype
-from trainers.token_files import (
+from jobspec.datadir import shown_data_path
+from jobspec.problems import Problem, SpecError
+from jobspec.spec import DataSpec
+from jobspec.spec_inputs import TokenDtype
+from jobspec.token_files import (
     TOKENIZER_FILE,
     TokenSpan,
     TokenSplits,

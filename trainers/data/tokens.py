@@ -20,13 +20,13 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from trainers.catalog.datasets import DatasetName
+from jobspec.catalog.datasets import DatasetName
+from jobspec.datadir import data_dir_from_env, run_dir_from_env
+from jobspec.spec import DataSpec
+from jobspec.spec_inputs import TokenDtype
+from jobspec.token_files import TRAIN_FILE, VAL_FILE, TokenSpan, token_splits
 from trainers.data.synthetic_tokens import bigram_ids, synthetic_splits
 from trainers.data.user import UserData
-from trainers.datadir import data_dir_from_env, run_dir_from_env
-from trainers.spec import DataSpec
-from trainers.spec_inputs import TokenDtype
-from trainers.token_files import TRAIN_FILE, VAL_FILE, TokenSpan, token_splits
 
 Window = tuple[torch.Tensor, torch.Tensor]
 

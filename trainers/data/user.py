@@ -11,8 +11,8 @@ from typing import Any
 
 from torch.utils.data import Dataset, IterableDataset
 
-from trainers.datadir import data_dir_from_env, resolve_data_root
-from trainers.spec import DataSpec
+from jobspec.datadir import data_dir_from_env, resolve_data_root
+from jobspec.spec import DataSpec
 from trainers.user_code import Bundle, type_name
 from trainers.user_errors import UserCodeError, error_line, failure
 

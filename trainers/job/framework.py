@@ -16,9 +16,9 @@ from typing import BinaryIO
 
 import torch
 
+from jobspec.events import CHECKPOINT_DIR, CheckpointEvent, CheckpointRemovedEvent
 from trainers.checkpoint import prune, write_file_atomically
 from trainers.dist_env import StopRequest
-from trainers.events import CHECKPOINT_DIR, CheckpointEvent, CheckpointRemovedEvent
 from trainers.job.session import read_config
 from trainers.progress import Position, RunOutput
 

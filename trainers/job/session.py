@@ -20,18 +20,18 @@ from pydantic import JsonValue
 from torch import nn
 from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
+from jobspec.datadir import RUN_DIR_ENV
+from jobspec.events import SPEC_FILE
+from jobspec.plan import Plan, RunConfig
+from jobspec.spec import JobSpec, Strategy
 from trainers.checkpoint import load_checkpoint, restore
 from trainers.data.batches import Batch, batch_size, to_device
 from trainers.data.loader import ResumableSampler
-from trainers.datadir import RUN_DIR_ENV
 from trainers.dist_env import DistEnv, rank_env
-from trainers.events import SPEC_FILE
 from trainers.metrics import TrainMetrics
 from trainers.objectives import LossValues
-from trainers.plan import Plan, RunConfig
 from trainers.precision import MixedPrecision
 from trainers.progress import Position, RunOutput, checkpoint_due, total_steps
-from trainers.spec import JobSpec, Strategy
 from trainers.strategies import GroupOptions, ParallelStrategy, build_strategy
 
 

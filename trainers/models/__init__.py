@@ -1,5 +1,5 @@
 """The model builders, keyed by the catalogue's Arch. What the planner and the spec know of each model is its
-ArchInfo (trainers/catalog/archs.py); this module only makes modules.
+ArchInfo (jobspec/catalog/archs.py); this module only makes modules.
 """
 
 from __future__ import annotations
@@ -8,13 +8,13 @@ from collections.abc import Callable
 
 from torch import nn
 
-from trainers.catalog.archs import Arch, ArchInfo, Kwargs, arch_info
+from jobspec.catalog.archs import Arch, ArchInfo, Kwargs, arch_info
+from jobspec.problems import SpecError
 from trainers.models.embedding_bag import build_embedding_bag
 from trainers.models.gpt import build_gpt
 from trainers.models.mlp import build_mlp
 from trainers.models.small_cnn import build_small_cnn
 from trainers.models.vision import build_alexnet, build_resnet18, build_resnet50, build_vgg11
-from trainers.problems import SpecError
 
 # Image models: (in_channels, num_classes, image_size, **kwargs); token models: (vocab_size, num_classes,
 # **kwargs). Every kwarg comes from the catalogue, defaults filled in.

@@ -1,4 +1,4 @@
-"""model.arch hf_causal_lm: a Hugging Face causal LM read from model.path (trainers/hf_files.py), or made
+"""model.arch hf_causal_lm: a Hugging Face causal LM read from model.path (jobspec/hf_files.py), or made
 from its config.json with random weights (model.config_only), with LoRA adapters under model.lora
 (trainers/lora.py). transformers is imported here only, inside the ranks, with nothing downloaded: the
 worker sets HF_HUB_OFFLINE and every read passes local_files_only.
@@ -19,16 +19,16 @@ from typing import Any, BinaryIO
 import torch
 from torch import nn
 
-from trainers.catalog.datasets import DatasetName
+from jobspec.catalog.datasets import DatasetName
+from jobspec.datadir import data_dir_from_env
+from jobspec.hf_files import EXPORT_FILE, config_vocab, model_dir
+from jobspec.problems import refuse
+from jobspec.spec import ParallelSpec
+from jobspec.spec_inputs import DataSpec, ModelSpec
+from jobspec.token_files import TOKENIZER_FILE, tokenizer_dir
 from trainers.checkpoint import write_file_atomically
-from trainers.datadir import data_dir_from_env
-from trainers.hf_files import EXPORT_FILE, config_vocab, model_dir
 from trainers.lm import flops_per_token
 from trainers.lora import add_adapters, merged
-from trainers.problems import refuse
-from trainers.spec import ParallelSpec
-from trainers.spec_inputs import DataSpec, ModelSpec
-from trainers.token_files import TOKENIZER_FILE, tokenizer_dir
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.model")
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from jobspec.spec import ParallelSpec, Strategy
 from trainers.dist_env import DistEnv
-from trainers.spec import ParallelSpec, Strategy
 from trainers.strategies.base import ParallelStrategy
 from trainers.strategies.process_group import GroupOptions
 

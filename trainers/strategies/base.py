@@ -17,6 +17,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from jobspec.spec import TrainSpec
 from trainers.data.batches import Batch
 from trainers.dist_env import DistEnv
 from trainers.lora import check_loaded
@@ -24,7 +25,6 @@ from trainers.objectives import LossValues, Objective
 from trainers.placement import place, unit_names
 from trainers.precision import MixedPrecision
 from trainers.schedule import build_optimizer, sparse_parameters
-from trainers.spec import TrainSpec
 
 Forward = Callable[..., Any]  # the module as the loop runs it: wrapped, maybe compiled
 

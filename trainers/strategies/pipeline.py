@@ -24,13 +24,13 @@ from torch import nn
 from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
 from torch.distributed.pipelining import PipelineStage, ScheduleGPipe
 
+from jobspec.stages import FLATTEN_AFTER, stage_groups
 from trainers.data.batches import Batch
 from trainers.dist_env import DistEnv
 from trainers.objectives import Criterion, LossValues, Objective
 from trainers.optimizer_state import NamedOptimizerState, merge, to_indexed, to_named
 from trainers.placement import stage_units, top_level_only, unit_names
 from trainers.precision import MixedPrecision
-from trainers.stages import FLATTEN_AFTER, stage_groups
 from trainers.strategies.base import Forward
 from trainers.strategies.process_group import GroupOptions, ProcessGroupStrategy
 from trainers.strategies.stage_p2p import receive_activation, send_activation
@@ -92,7 +92,7 @@ def share_overflow(precision: MixedPrecision) -> None:
 
 def criterion(objective: Objective) -> Criterion:
     """The last stage computes the loss from its output and the batch's target alone; a loss that calls the
-    whole model is refused at submit (trainers/user_fit.py)."""
+    whole model is refused at submit (jobspec/user_fit.py)."""
     if not isinstance(objective, Criterion):
         raise ValueError("parallel.strategy=pipeline runs train.loss cross_entropy or mse only")
     return objective

@@ -9,9 +9,9 @@ from contextlib import AbstractContextManager, nullcontext
 import torch
 from torch import nn
 
+from jobspec.spec import DevicePlacement
 from trainers.dist_env import DistEnv
 from trainers.placement import hybrid_devices
-from trainers.spec import DevicePlacement
 from trainers.strategies.base import ParallelStrategy
 
 

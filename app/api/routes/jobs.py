@@ -26,8 +26,8 @@ from core.config import Settings
 from core.db import run_in_session
 from core.models import Job
 from core.states import JobStatus
-from trainers.plan import Plan
-from trainers.spec import JobSpec
+from jobspec.plan import Plan
+from jobspec.spec import JobSpec
 
 router = APIRouter(prefix="/jobs", tags=["jobs"])
 

@@ -10,7 +10,7 @@ from app.api.deps import OwnedJob, SessionDep, SettingsDep
 from app.api.downloads import attachment
 from app.api.openapi import problem, problems
 from app.services.profiles import profile_summary, profile_trace, tensorboard_tar
-from trainers.profile_summary import ProfileSummary
+from jobspec.profile_summary import ProfileSummary
 
 # The job's own processes write these files: one that is a link, a FIFO or too large is never read.
 router = APIRouter(

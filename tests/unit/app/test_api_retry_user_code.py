@@ -14,10 +14,10 @@ from sqlalchemy.orm import Session
 from core.config import Settings
 from core.models import Job
 from core.states import JobStatus
+from jobspec.spec import JobSpec
 from tests.unit.app.test_api_retry import checkpoint, retry
 from tests.unit.code_archives import bundle_archive
 from tests.unit.conftest import assert_problem
-from trainers.spec import JobSpec
 
 GZIP = {"Content-Type": "application/gzip"}
 # Parsed at submit, never run: the bodies need no torch.

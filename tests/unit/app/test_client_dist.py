@@ -25,7 +25,7 @@ REFUSED = (
     "boto3",
     "torch",
 )
-PROJECT = ("app", "core", "trainers", "trainyard")
+PROJECT = ("app", "core", "jobspec", "trainers", "trainyard")
 # Imports the client and its CLI with the server's packages (and torch) refused, and prints the project
 # modules that loaded.
 CLIENT_ONLY = f"""
@@ -47,6 +47,9 @@ def test_the_client_runs_without_the_server_s_packages_and_its_wheel_ships_what_
 ) -> None:
     loaded = subprocess.run([sys.executable, "-c", CLIENT_ONLY], capture_output=True, text=True, check=True)
     modules = json.loads(loaded.stdout)
+    # The client reads the job contract, never the runtime (that is trainyard.job's, inside a job).
+    assert any(m.startswith("jobspec") for m in modules)
+    assert not any(m.split(".")[0] == "trainers" for m in modules), modules
     build = [
         sys.executable,
         "-m",

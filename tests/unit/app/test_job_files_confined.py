@@ -24,9 +24,9 @@ from app.services.artifacts import SHA256_FILE_MAX_BYTES
 from app.services.profiles import SUMMARY_MAX_BYTES, TRACE_MAX_BYTES
 from core.config import Settings, get_settings
 from core.models import Checkpoint
+from jobspec.files import largest_job_file
 from tests.unit.app.test_profile_api import SUMMARY
 from tests.unit.conftest import submit
-from trainers.files import largest_job_file
 
 # A FIFO opened without O_NONBLOCK waits for a writer forever: that is a failure, not a slow test.
 pytestmark = pytest.mark.timeout(30)

@@ -14,9 +14,9 @@ from sqlalchemy.orm import Session
 from app.main import create_app
 from core.config import Settings
 from core.keys import create_key
+from jobspec.events import TENSORBOARD_DIR
+from jobspec.profile_summary import PROFILE_DIR, SUMMARY_FILE, TRACE_FILE, CopyTimes, OpTime, ProfileSummary
 from tests.unit.conftest import job_body, submit
-from trainers.events import TENSORBOARD_DIR
-from trainers.profile_summary import PROFILE_DIR, SUMMARY_FILE, TRACE_FILE, CopyTimes, OpTime, ProfileSummary
 
 SUMMARY = ProfileSummary(
     first_step=6,

@@ -9,7 +9,7 @@ from pathlib import Path
 from pydantic import BaseModel
 
 from app.specdoc import render
-from trainers.spec import JobSpec, Strategy
+from jobspec.spec import JobSpec, Strategy
 
 ROOT = Path(__file__).resolve().parents[3]
 

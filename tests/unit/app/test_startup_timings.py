@@ -11,9 +11,9 @@ from sqlalchemy.orm import Session
 
 from app.timings import job_timings, phases
 from core.models import Job
+from jobspec.startup import Mark
 from tests.unit.app.test_prometheus import scrape
 from tests.unit.conftest import submit
-from trainers.startup import Mark
 
 if TYPE_CHECKING:
     from tests.unit.cli_fixtures import CliRunnerCall

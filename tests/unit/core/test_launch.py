@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from core.launch import JOB_TOKEN_ENV, RUN_DIR_ENV, Rendezvous, build_launch, torchrun_argv
-from trainers.plan import Plan, resolve_plan
-from trainers.spec import JobSpec
+from jobspec.plan import Plan, resolve_plan
+from jobspec.spec import JobSpec
 
 RUN_DIR = Path("/runs/7")
 DATA_DIR = Path("/data")

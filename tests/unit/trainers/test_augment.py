@@ -8,9 +8,9 @@ import math
 import pytest
 import torch
 
+from jobspec.spec_augment import AugmentSpec, RandomResizedCrop
 from trainers.data import BatchShape
 from trainers.data.augment import EvalView, Normalise, TrainAugment, sample_boxes, seeded
-from trainers.spec_augment import AugmentSpec, RandomResizedCrop
 
 CPU = torch.device("cpu")
 SHAPE = BatchShape(image_size=8, channels=3, channels_last=False)

@@ -8,10 +8,10 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from trainers.data_plan import DataPath
-from trainers.plan import resolve_plan
-from trainers.problems import SpecError
-from trainers.spec import JobSpec
+from jobspec.data_plan import DataPath
+from jobspec.plan import resolve_plan
+from jobspec.problems import SpecError
+from jobspec.spec import JobSpec
 
 FOLDER = {"dataset": "image_folder", "root": "pets", "image_size": 224, "load_size": 256}
 

@@ -12,10 +12,10 @@ import torch
 from fastapi.testclient import TestClient
 from PIL import Image
 
+from jobspec.spec import DataSpec
 from tests.unit.conftest import job_body
 from tests.unit.disk_data import write_cifar_batch, write_idx
 from trainers.data import BatchShape, DeviceFeeder, load_dataset
-from trainers.spec import DataSpec
 
 CPU = torch.device("cpu")
 

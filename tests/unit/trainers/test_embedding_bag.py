@@ -7,15 +7,15 @@ from pathlib import Path
 import pytest
 import torch
 
+from jobspec.events import MetricsEvent, parse_event
+from jobspec.plan import RunConfig, resolve_plan
+from jobspec.spec import DataSpec, JobSpec, Optimizer, TrainSpec
 from trainers.data import load_dataset
 from trainers.dist_env import DistEnv
-from trainers.events import MetricsEvent, parse_event
 from trainers.loop import train
 from trainers.models import build_model
 from trainers.models.embedding_bag import EmbeddingBagClassifier
-from trainers.plan import RunConfig, resolve_plan
 from trainers.schedule import build_optimizer, sparse_parameters
-from trainers.spec import DataSpec, JobSpec, Optimizer, TrainSpec
 
 CPU = torch.device("cpu")
 BAGS = DataSpec(dataset="synthetic_bags", num_samples=2048, num_classes=4, vocab_size=1000, bag_size=16)

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from trainers.plan import resolve_plan
-from trainers.spec import JobSpec, Precision, Strategy
+from jobspec.plan import resolve_plan
+from jobspec.spec import JobSpec, Precision, Strategy
 
 ROOT = Path(__file__).resolve().parents[3]
 EXAMPLES = sorted((ROOT / "examples").glob("*.json"))

@@ -17,6 +17,8 @@ from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session
 
 from core.config import Settings
+from jobspec.plan import RunConfig, resolve_plan
+from jobspec.spec import DataSpec, JobSpec, Schedule, TrainSpec
 from tests.unit.conftest import assert_nothing_stored, assert_problem, job_body
 from trainers.data.synthetic_tokens import synthetic_splits
 from trainers.lm import Throughput, flops_per_token, peak_flops
@@ -25,9 +27,7 @@ from trainers.models.gpt import GPT
 from trainers.objectives import IGNORE_INDEX, NextTokenCrossEntropy, build_objective
 from trainers.performance import checkpoint_activations
 from trainers.placement import place, unit_names
-from trainers.plan import RunConfig, resolve_plan
 from trainers.schedule import LrSchedule, build_optimizer, lr_at
-from trainers.spec import DataSpec, JobSpec, Schedule, TrainSpec
 
 TINY = {"n_layer": 2, "n_head": 2, "n_embd": 32}
 DATA = {"dataset": "synthetic_tokens", "block_size": 16, "vocab_size": 32}

@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 
+from jobspec.plan import resolve_plan
+from jobspec.problems import SpecError
+from jobspec.spec import CudaGraphs, JobSpec
 from tests.unit.conftest import job_body
-from trainers.plan import resolve_plan
-from trainers.problems import SpecError
-from trainers.spec import CudaGraphs, JobSpec
 
 ONE_GPU = {"num_gpus": 1}
 

@@ -12,15 +12,15 @@ import pytest
 import torch
 from torch import nn
 
+from jobspec.catalog.archs import ARCHS, Arch
+from jobspec.hf_files import model_dir
+from jobspec.problems import SpecError
+from jobspec.spec import DataSpec, ModelSpec, ParallelSpec
 from tests.unit.trainers.tiny_llama import BLOCK, save_tiny_llama, write_corpus
 from tests.unit.trainers.token_corpus import save_tokenizer
-from trainers.catalog.archs import ARCHS, Arch
 from trainers.dist_env import DistEnv
-from trainers.hf_files import model_dir
 from trainers.lora import check_loaded, trainable_state
 from trainers.models.hf import CausalLM, build_hf, own_blocks
-from trainers.problems import SpecError
-from trainers.spec import DataSpec, ModelSpec, ParallelSpec
 from trainers.strategies.fsdp import FSDPStrategy
 from trainers.strategies.process_group import GroupOptions
 

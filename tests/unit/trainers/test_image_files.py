@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 import torch
 
+from jobspec.data_plan import fits
+from jobspec.spec import DataSpec, JobSpec
 from tests.unit.trainers.image_sets import Pictures, write_folder, write_shards
 from trainers.data import load_dataset
 from trainers.data.shards import shard_samples
 from trainers.data.streamed import StreamedImages, load_images
-from trainers.data_plan import fits
-from trainers.spec import DataSpec, JobSpec
 
 PICTURES = Pictures(count=30, classes=3, width=(20, 28), height=(16, 24))
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from trainers.module_names import Defined, Unparsable, defined_names
+from jobspec.module_names import Defined, Unparsable, defined_names
 
 
 def test_names_bound_at_the_top_level_and_in_its_blocks() -> None:

@@ -14,13 +14,13 @@ from pydantic import ValidationError
 from app.api.errors import install_error_handlers
 from app.services.errors import InvalidSpec
 from app.specdoc import render
+from jobspec.catalog.archs import ARCHS, Arch, Kwarg, about
+from jobspec.cluster import Inventory
+from jobspec.plan import resolve_plan
+from jobspec.problems import Problem, SpecError
+from jobspec.spec import JobSpec, Strategy
+from jobspec.stages import default_split_at
 from tests.unit.conftest import job_body
-from trainers.catalog.archs import ARCHS, Arch, Kwarg, about
-from trainers.cluster import Inventory
-from trainers.plan import resolve_plan
-from trainers.problems import Problem, SpecError
-from trainers.spec import JobSpec, Strategy
-from trainers.stages import default_split_at
 
 
 def spec(**sections: Any) -> JobSpec:

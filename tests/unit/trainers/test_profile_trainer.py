@@ -8,12 +8,12 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from jobspec.events import EVENTS_FILE, ProfileEvent, parse_event
+from jobspec.profile_summary import PROFILE_DIR, SUMMARY_FILE, TRACE_FILE, ProfileSummary
+from jobspec.spec import ProfileSpec
 from trainers.dist_env import DistEnv
-from trainers.events import EVENTS_FILE, ProfileEvent, parse_event
 from trainers.metrics import EventLog
-from trainers.profile_summary import PROFILE_DIR, SUMMARY_FILE, TRACE_FILE, ProfileSummary
 from trainers.profiling import StepProfiler
-from trainers.spec import ProfileSpec
 
 CPU = torch.device("cpu")
 

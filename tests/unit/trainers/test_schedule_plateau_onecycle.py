@@ -7,6 +7,7 @@ import io
 import pytest
 import torch
 
+from jobspec.spec import Schedule, TrainSpec
 from trainers.schedule import (
     LrSchedule,
     PlateauState,
@@ -17,7 +18,6 @@ from trainers.schedule import (
     plateau_after,
     plateau_state,
 )
-from trainers.spec import Schedule, TrainSpec
 
 LOSSES = [1.0, 0.9, 0.95, 0.92, 0.91, 0.89, 0.9, 0.9, 0.9, 0.5, 0.6, 0.7]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from trainers.shown_paths import with_placeholders
+from jobspec.shown_paths import with_placeholders
 
 ROOTS = {"TRAINYARD_RUNS_DIR": Path("/srv/ty/runs"), "TRAINYARD_CODE_DIR": Path("/srv/ty/runs/code")}
 

@@ -12,15 +12,15 @@ import pytest
 import torch
 from fastapi.testclient import TestClient
 
+from jobspec.catalog.archs import ARCHS, Arch
+from jobspec.catalog.datasets import DATASETS, DatasetName, InputKind
+from jobspec.plan import resolve_plan
+from jobspec.spec import DataSpec, JobSpec
 from tests.unit.conftest import assert_problem, job_body
 from tests.unit.disk_data import write_cifar_batch, write_idx
-from trainers.catalog.archs import ARCHS, Arch
-from trainers.catalog.datasets import DATASETS, DatasetName, InputKind
 from trainers.data import SOURCES, load_dataset
 from trainers.models import build_model
-from trainers.plan import resolve_plan
 from trainers.schedule import sparse_parameters
-from trainers.spec import DataSpec, JobSpec
 
 BAG_MODEL = {"arch": "embedding_bag"}
 BAG_DATA = {"dataset": "synthetic_bags", "num_samples": 64}

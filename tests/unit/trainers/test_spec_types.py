@@ -10,9 +10,9 @@ from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session
 
 from core.config import Settings
+from jobspec.plan import RunConfig, resolve_plan
+from jobspec.spec import DevicePlacement, JobSpec, Optimizer, Precision, Schedule, Strategy
 from tests.unit.conftest import assert_nothing_stored, assert_problem, job_body
-from trainers.plan import RunConfig, resolve_plan
-from trainers.spec import DevicePlacement, JobSpec, Optimizer, Precision, Schedule, Strategy
 
 MISTYPED: list[tuple[str, dict[str, Any], str, str]] = [
     ("int as a string", job_body(train={"max_steps": "5"}), "train.max_steps", "valid integer"),

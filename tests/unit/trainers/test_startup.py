@@ -11,13 +11,14 @@ from pathlib import Path
 import pytest
 import torch
 
-from trainers import loop, startup
+from jobspec import startup
+from jobspec.events import MetricsEvent, PhaseEvent, StartupEvent, parse_event
+from jobspec.plan import RunConfig, resolve_plan
+from jobspec.spec import JobSpec
+from jobspec.startup import Mark
+from trainers import loop
 from trainers.dist_env import DistEnv
-from trainers.events import MetricsEvent, PhaseEvent, StartupEvent, parse_event
-from trainers.plan import RunConfig, resolve_plan
 from trainers.program import run_program
-from trainers.spec import JobSpec
-from trainers.startup import Mark
 
 SOLO = DistEnv(rank=0, local_rank=0, world_size=1, device=torch.device("cpu"))
 # One clock tick: /proc counts a process's start in ticks, rounded down.
@@ -30,7 +31,7 @@ def test_a_process_start_is_read_from_before_its_interpreter_ran() -> None:
         [
             sys.executable,
             "-c",
-            "import time; from trainers import startup; print(startup.process_start_time(), time.time())",
+            "import time; from jobspec import startup; print(startup.process_start_time(), time.time())",
         ],
         capture_output=True,
         text=True,

@@ -14,13 +14,13 @@ import pytest
 import torch
 from torch import nn
 
+from jobspec.spec import DevicePlacement, ParallelSpec, Precision, Strategy
 from trainers.checkpoint import bare_keys
 from trainers.components import build_device
 from trainers.dist_env import DistEnv
 from trainers.objectives import CrossEntropy
 from trainers.placement import hybrid_devices, place, stage_devices
 from trainers.precision import MixedPrecision
-from trainers.spec import DevicePlacement, ParallelSpec, Precision, Strategy
 from trainers.strategies.dp import AutocastReplica, DataParallelStrategy
 from trainers.strategies.model_parallel import ModelParallelStrategy
 from trainers.strategies.single import SingleDeviceStrategy

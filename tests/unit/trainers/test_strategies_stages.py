@@ -7,11 +7,11 @@ import pytest
 import torch
 from torch import nn
 
-from trainers.catalog.archs import ARCHS, Arch
+from jobspec.catalog.archs import ARCHS, Arch
+from jobspec.problems import SpecError
+from jobspec.stages import default_split_at, split_at_problem, stage_groups
 from trainers.models import build_model
 from trainers.placement import unit_names
-from trainers.problems import SpecError
-from trainers.stages import default_split_at, split_at_problem, stage_groups
 from trainers.strategies.pipeline import SequentialStage
 
 

@@ -16,6 +16,9 @@ import pytest
 import torch
 from PIL import Image
 
+from jobspec.plan import resolve_plan
+from jobspec.spec import JobSpec
+from jobspec.spec_augment import OnBadSample
 from trainers.components import feeds
 from trainers.data import LoadedData
 from trainers.data.decode import Encoded, decode_on_device
@@ -23,9 +26,6 @@ from trainers.data.images import BadSamples, ImageSet, decode_whole
 from trainers.data.steps import Batching
 from trainers.data.streamed import ImageSteps, StreamedImages, streamed_images
 from trainers.dist_env import DistEnv
-from trainers.plan import resolve_plan
-from trainers.spec import JobSpec
-from trainers.spec_augment import OnBadSample
 from trainers.strategies.single import SingleDeviceStrategy
 
 CPU = torch.device("cpu")

@@ -12,11 +12,11 @@ import numpy as np
 import pytest
 import torch
 
+from jobspec.datadir import RUN_DIR_ENV
+from jobspec.problems import SpecError
+from jobspec.spec import DataSpec
 from tests.unit.trainers.token_corpus import DOCUMENTS, EOS, save_tokenizer, write_ids, write_jsonl
 from trainers.data.tokens import TokenWindows, load_tokens, make_demo
-from trainers.datadir import RUN_DIR_ENV
-from trainers.problems import SpecError
-from trainers.spec import DataSpec
 
 
 @pytest.fixture

@@ -12,14 +12,14 @@ from typing import Any
 
 import torch
 
+from jobspec.events import MetricsEvent, parse_event
+from jobspec.plan import RunConfig, resolve_plan
+from jobspec.spec import DataSpec, JobSpec
 from tests.unit.trainers.token_corpus import write_ids
 from trainers.data.steps import Batching, SampledSteps
 from trainers.data.tokens import load_tokens, make_demo
 from trainers.dist_env import DistEnv
-from trainers.events import MetricsEvent, parse_event
 from trainers.loop import train
-from trainers.plan import RunConfig, resolve_plan
-from trainers.spec import DataSpec, JobSpec
 
 CPU = torch.device("cpu")
 ROOT = Path(__file__).resolve().parents[3]

@@ -13,6 +13,8 @@ import pytest
 import torch
 from torch import nn
 
+from jobspec.events import CheckpointEvent, CheckpointRemovedEvent, parse_event
+from jobspec.spec import Precision
 from trainers import checkpoint
 from trainers.checkpoint import (
     Checkpointer,
@@ -24,10 +26,8 @@ from trainers.checkpoint import (
     write_atomically,
 )
 from trainers.dist_env import DistEnv
-from trainers.events import CheckpointEvent, CheckpointRemovedEvent, parse_event
 from trainers.metrics import EventLog
 from trainers.precision import MixedPrecision
-from trainers.spec import Precision
 from trainers.strategies.single import SingleDeviceStrategy
 
 CPU = torch.device("cpu")

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 
+from jobspec.spec import DataSpec
 from trainers.data import BatchShape, DeviceFeeder, TrainBatches, load_dataset
 from trainers.data.held_out import ResidentHeldOut
 from trainers.dist_env import DistEnv
-from trainers.spec import DataSpec
 
 CPU = torch.device("cpu")
 

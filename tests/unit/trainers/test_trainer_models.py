@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from trainers.catalog.archs import Arch
+from jobspec.catalog.archs import Arch
+from jobspec.problems import SpecError
 from trainers.models import BUILDERS, build_model, get_arch
-from trainers.problems import SpecError
 
 
 def test_registry_covers_every_arch_the_spec_accepts() -> None:

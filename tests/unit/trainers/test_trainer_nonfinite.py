@@ -13,12 +13,12 @@ from typing import Any
 import pytest
 import torch
 
+from jobspec.events import MetricsEvent, WarningEvent, parse_event
+from jobspec.plan import RunConfig, resolve_plan
+from jobspec.spec import JobSpec
 from trainers import loop
 from trainers.dist_env import DistEnv
-from trainers.events import MetricsEvent, WarningEvent, parse_event
-from trainers.plan import RunConfig, resolve_plan
 from trainers.progress import NonFiniteLoss
-from trainers.spec import JobSpec
 
 SOLO = DistEnv(rank=0, local_rank=0, world_size=1, device=torch.device("cpu"))
 

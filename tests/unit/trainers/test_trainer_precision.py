@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import torch
 
+from jobspec.spec import Precision
 from trainers.precision import MixedPrecision
-from trainers.spec import Precision
 
 CPU = torch.device("cpu")
 

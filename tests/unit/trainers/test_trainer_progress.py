@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from trainers.events import (
+from jobspec.events import (
     EVENTS_FILE,
     CheckpointEvent,
     DoneEvent,
@@ -16,10 +16,10 @@ from trainers.events import (
     PhaseEvent,
     parse_event,
 )
+from jobspec.spec import CheckpointSpec, JobSpec, MetricsSpec, Precision, TrainSpec
 from trainers.metrics import Report
 from trainers.precision import MixedPrecision
 from trainers.progress import Position, RunOutput, checkpoint_due, evaluation_due, report_due, total_steps
-from trainers.spec import CheckpointSpec, JobSpec, MetricsSpec, Precision, TrainSpec
 
 SPEC = JobSpec.model_validate({"name": "unit", "model": {"arch": "mlp"}, "data": {"dataset": "digits"}})
 FP32 = MixedPrecision(Precision.FP32, torch.device("cpu"))

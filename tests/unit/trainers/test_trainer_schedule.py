@@ -8,8 +8,8 @@ import math
 import pytest
 import torch
 
+from jobspec.spec import Optimizer, Schedule, TrainSpec
 from trainers.schedule import LrSchedule, build_optimizer, lr_at
-from trainers.spec import Optimizer, Schedule, TrainSpec
 
 
 def schedule(kind: Schedule, warmup: int = 0, total: int = 100) -> LrSchedule:

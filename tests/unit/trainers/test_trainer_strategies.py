@@ -15,9 +15,9 @@ import pytest
 import torch
 from torch import nn
 
+from jobspec.spec import ParallelSpec, Precision, Strategy, TrainSpec
 from trainers.dist_env import DistEnv
 from trainers.precision import MixedPrecision
-from trainers.spec import ParallelSpec, Precision, Strategy, TrainSpec
 from trainers.strategies import GroupOptions, build_strategy, ddp, process_group
 from trainers.strategies.ddp import DDPStrategy
 from trainers.strategies.fsdp import FSDPStrategy

@@ -10,9 +10,9 @@ import torch
 import torch.distributed as dist
 from torch.utils.data import TensorDataset
 
+from jobspec.spec import DataSpec
 from tests.unit.trainers.conftest import WriteBundle
 from trainers.data.user import load_user_data, user_data
-from trainers.spec import DataSpec
 from trainers.user_code import build_user_model
 from trainers.user_errors import MARKER, UserCodeError, blaming
 

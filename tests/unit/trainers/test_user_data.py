@@ -13,12 +13,12 @@ import pytest
 import torch
 from torch.utils.data import Dataset, IterableDataset
 
+from jobspec.problems import SpecError
 from trainers.data.batches import Batch, batch_size, describe, to_device
 from trainers.data.held_out import LoaderHeldOut
 from trainers.data.steps import Batching, LoaderSteps, loader_steps
 from trainers.data.user import UserData
 from trainers.dist_env import DistEnv
-from trainers.problems import SpecError
 from trainers.user_errors import UserCodeError
 
 CPU = torch.device("cpu")

@@ -13,14 +13,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from jobspec.problems import SpecError
+from jobspec.spec import DevicePlacement
+from jobspec.stages import default_split_at
 from trainers.blocks import blocks, outermost
 from trainers.dist_env import DistEnv
 from trainers.objectives import CrossEntropy, MeanSquaredError, UserLoss
 from trainers.performance import checkpoint_activations, convolutional
 from trainers.placement import hybrid_devices, top_level_only
-from trainers.problems import SpecError
-from trainers.spec import DevicePlacement
-from trainers.stages import default_split_at
 from trainers.strategies.fsdp import FSDPStrategy, shard_units
 from trainers.strategies.pipeline import criterion
 from trainers.strategies.process_group import GroupOptions

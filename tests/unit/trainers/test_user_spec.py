@@ -12,10 +12,10 @@ import pytest
 from fastapi.testclient import TestClient
 from pydantic import ValidationError
 
+from jobspec.plan import resolve_plan
+from jobspec.problems import SpecError
+from jobspec.spec import JobSpec, Strategy
 from tests.unit.conftest import assert_problem, job_body
-from trainers.plan import resolve_plan
-from trainers.problems import SpecError
-from trainers.spec import JobSpec, Strategy
 
 ROOT = Path(__file__).resolve().parents[3]
 CODE = "sha256:" + "ab" * 32

@@ -11,7 +11,7 @@ from sqlalchemy import func, select
 
 from core.db import session_scope
 from core.models import Checkpoint, JobEvent, Metric
-from trainers.events import MetricsEvent, append_event
+from jobspec.events import MetricsEvent, append_event
 from worker.metric_caps import MetricCounts
 from worker.tail import BAD_EVENT, METRIC_NAMES_CAP, METRIC_ROWS_CAP, EventTail, apply_events
 from worker.uploads import Uploads

@@ -20,7 +20,7 @@ from core.db import session_scope
 from core.launch import Launch
 from core.models import Checkpoint, Job, JobEvent
 from core.states import JobStatus
-from trainers.plan import Plan
+from jobspec.plan import Plan
 from worker import runner
 from worker.leases import claim_job
 from worker.runner import run_job

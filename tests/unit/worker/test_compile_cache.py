@@ -13,7 +13,7 @@ from core import launch
 from core.config import get_settings
 from core.launch import Launch
 from core.states import JobStatus
-from trainers.plan import Plan
+from jobspec.plan import Plan
 from worker import runner
 from worker.runner import run_job
 

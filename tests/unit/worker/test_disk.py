@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from core.config import Settings
 from core.states import JobStatus
-from trainers.spec import JobSpec
+from jobspec.spec import JobSpec
 from worker.disk import DiskLimit, DiskWatch, disk_bytes, disk_limit
 from worker.runner import run_job
 

@@ -14,9 +14,9 @@ from core.db import session_scope
 from core.doorbell import host_queue
 from core.models import GpuLease, Job, JobNode, Worker, utcnow
 from core.states import JobStatus
+from jobspec.plan import resolve_plan
+from jobspec.spec import JobSpec
 from tests.unit.worker_fixtures import Doorbell, WorkerDb, claim_at_once
-from trainers.plan import resolve_plan
-from trainers.spec import JobSpec
 from worker.leases import ClaimOutcome, claim_job
 from worker.reaper import Rings, reap
 from worker.runner import run_job

@@ -14,7 +14,7 @@ import pytest
 
 from core.config import get_settings
 from core.storage import ObjectStore
-from trainers.events import EVENTS_FILE, CheckpointEvent, PhaseEvent
+from jobspec.events import EVENTS_FILE, CheckpointEvent, PhaseEvent
 from worker.failure import ERROR_FILE, FailureKind, classify_failure, root_cause
 from worker.kill import JobMark
 from worker.publish import LogParts, UnusableCheckpoint, resume_file, upload_checkpoint

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from trainers.plan import Plan, resolve_plan
-from trainers.spec import JobSpec
+from jobspec.plan import Plan, resolve_plan
+from jobspec.spec import JobSpec
 from worker.placement import HostView
 from worker.preempt import Choice, Holder, choose_victims
 

@@ -15,9 +15,9 @@ from core.db import session_scope
 from core.models import Checkpoint, JobEvent
 from core.states import JobStatus
 from core.transitions import move
+from jobspec.events import SPEC_FILE
 from tests.unit.worker.test_kill import run_in_thread, wait_for_status
 from tests.unit.worker_fixtures import Doorbell, WorkerDb
-from trainers.events import SPEC_FILE
 from worker.leases import ClaimOutcome, claim_job, claim_next
 from worker.preempt import PREEMPTED_REASON
 

@@ -16,7 +16,7 @@ from sqlalchemy import select
 from core.db import session_scope
 from core.models import Checkpoint
 from core.storage import ObjectStore
-from trainers.events import CheckpointEvent, CheckpointRemovedEvent
+from jobspec.events import CheckpointEvent, CheckpointRemovedEvent
 from worker import publish
 from worker.publish import RESUME_DIR, LogParts, UnusableCheckpoint, resume_file
 from worker.tail import apply_events

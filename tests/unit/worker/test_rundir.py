@@ -17,9 +17,9 @@ from core.db import session_scope
 from core.models import Checkpoint, Metric
 from core.rundirs import SET_ASIDE
 from core.states import JobStatus
-from trainers.events import EVENTS_FILE
-from trainers.plan import RunConfig, resolve_plan
-from trainers.spec import JobSpec
+from jobspec.events import EVENTS_FILE
+from jobspec.plan import RunConfig, resolve_plan
+from jobspec.spec import JobSpec
 from worker.failure import ERROR_FILE
 from worker.rundir import RunDirTampered, append_no_follow, prepare_run_dir
 from worker.runner import run_job

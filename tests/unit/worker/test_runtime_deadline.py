@@ -12,7 +12,7 @@ import pytest
 
 from core.models import utcnow
 from core.states import JobStatus
-from trainers.startup import Mark
+from jobspec.startup import Mark
 from worker.deadline import look, runtime_deadline
 from worker.kill import mark_for
 from worker.supervise import RunningJob

@@ -13,7 +13,7 @@ import pytest
 
 from core.config import get_settings
 from core.states import JobStatus
-from trainers.plan import RunConfig
+from jobspec.plan import RunConfig
 from worker.runner import run_job
 
 if TYPE_CHECKING:

@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from core.config import Settings
-from trainers.plan import resolve_plan
-from trainers.spec import JobSpec
+from jobspec.plan import resolve_plan
+from jobspec.spec import JobSpec
 from worker.sandbox import sandbox_for
 
 

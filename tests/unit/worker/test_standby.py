@@ -15,13 +15,14 @@ import pytest
 from torch.distributed.run import parse_args
 
 from core.launch import JOB_TOKEN_ENV, RUN_DIR_ENV, Launch, build_launch
+from jobspec.events import EVENTS_FILE, LAUNCHER_LOG, LOG_DIR, DoneEvent, parse_event, rank_log_name
 from tests.integration.trainer_helpers import write_config
 from tests.unit.conftest import job_body
-from trainers.events import EVENTS_FILE, LAUNCHER_LOG, LOG_DIR, DoneEvent, parse_event, rank_log_name
+from trainers.standby import forked_ranks
 from worker.failure import FailureKind, classify_failure, root_cause
 from worker.kill import job_processes, kill_job, mark_for
 from worker.runner import PROJECT_ROOT
-from worker.standby import WarmLauncher, forked_ranks
+from worker.standby import WarmLauncher
 
 # Both ranks share the log, so each writes its line in one call: print's separate writes interleave.
 RANK_SCRIPT = """

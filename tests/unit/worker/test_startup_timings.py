@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING
 from core.db import session_scope
 from core.models import JobEvent
 from core.states import JobStatus
-from trainers.events import StartupEvent
-from trainers.startup import Mark
+from jobspec.events import StartupEvent
+from jobspec.startup import Mark
 from worker.runner import run_job
 from worker.tail import apply_events
 from worker.uploads import Uploads

@@ -12,14 +12,14 @@ from sqlalchemy import func, select
 from core.db import session_scope
 from core.models import Checkpoint, GpuLease, JobEvent, Metric
 from core.states import JobStatus
-from trainers.events import (
+from jobspec.events import (
     CheckpointEvent,
     CheckpointRemovedEvent,
     MetricsEvent,
     PhaseEvent,
     append_event,
 )
-from trainers.plan import RunConfig
+from jobspec.plan import RunConfig
 from worker.event_lines import BadLine
 from worker.leases import WAITING_FOR_GPUS, claim_job
 from worker.runner import run_job

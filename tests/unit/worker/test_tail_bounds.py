@@ -15,6 +15,8 @@ from core import launch
 from core.config import get_settings
 from core.launch import Launch
 from core.states import JobStatus
+from jobspec.events import MAX_EVENT_BYTES, MetricsEvent
+from jobspec.plan import Plan
 from tests.unit.worker.event_bounds import (
     LINES,
     job_events,
@@ -22,8 +24,6 @@ from tests.unit.worker.event_bounds import (
     skips_bad_lines_and_stores_the_rest,
     stores_a_checkpoint_past_2_gib,
 )
-from trainers.events import MAX_EVENT_BYTES, MetricsEvent
-from trainers.plan import Plan
 from worker import runner
 from worker.event_lines import BadLine
 from worker.runner import run_job

@@ -10,7 +10,7 @@ from sqlalchemy import select
 
 from core.db import session_scope
 from core.models import Metric
-from trainers.events import MetricsEvent, append_event
+from jobspec.events import MetricsEvent, append_event
 from worker.tail import EventTail, apply_events
 from worker.uploads import Uploads
 

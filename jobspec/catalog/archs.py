@@ -9,8 +9,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from enum import StrEnum
 
-from trainers.catalog.datasets import InputKind
-from trainers.problems import Problem, refuse
+from jobspec.catalog.datasets import InputKind
+from jobspec.problems import Problem, refuse
 
 Kwargs = Mapping[str, float]  # model.kwargs: JSON numbers (ints stay ints)
 ModuleNames = Callable[[Kwargs], tuple[str, ...]]  # kwargs with defaults filled in -> top-level modules

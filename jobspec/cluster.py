@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
-from trainers.problems import Problem
-from trainers.spec import ParallelSpec
+from jobspec.problems import Problem
+from jobspec.spec import ParallelSpec
 
 
 @dataclass(frozen=True)

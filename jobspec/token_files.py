@@ -11,11 +11,11 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from trainers.catalog.datasets import DatasetName
-from trainers.datadir import confined_file, resolve_data_root, shown_data_path
-from trainers.problems import Problem, SpecError, refuse
-from trainers.spec import DataSpec, JobSpec
-from trainers.spec_inputs import TokenDtype
+from jobspec.catalog.datasets import DatasetName
+from jobspec.datadir import confined_file, resolve_data_root, shown_data_path
+from jobspec.problems import Problem, SpecError, refuse
+from jobspec.spec import DataSpec, JobSpec
+from jobspec.spec_inputs import TokenDtype
 
 TRAIN_FILE, VAL_FILE = "train.bin", "val.bin"
 TOKENIZER_FILE = "tokenizer.json"

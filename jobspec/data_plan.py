@@ -14,10 +14,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 from enum import StrEnum
 
-from trainers.catalog.datasets import DATASETS, InputKind
-from trainers.problems import Problem
-from trainers.spec import DataPlacement, DataSpec, JobSpec, Loss, Strategy
-from trainers.spec_augment import Decode
+from jobspec.catalog.datasets import DATASETS, InputKind
+from jobspec.problems import Problem
+from jobspec.spec import DataPlacement, DataSpec, JobSpec, Loss, Strategy
+from jobspec.spec_augment import Decode
 
 DEFAULT_SIDE = 64  # image_folder's and shards' decoded side when the spec gives none
 RESIDENT_SHARE = 0.25  # of the memory a resident dataset would fill, at most, under data.placement=auto

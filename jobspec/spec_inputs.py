@@ -10,10 +10,10 @@ from typing import Annotated, cast
 
 from pydantic import Field, JsonValue, TypeAdapter, ValidationInfo, field_validator, model_validator
 
-from trainers.catalog.archs import Arch
-from trainers.catalog.datasets import DatasetName
-from trainers.spec_augment import AugmentSpec, Decode, OnBadSample
-from trainers.spec_fields import Choice, EntryPoint, KwargValue, Section, known
+from jobspec.catalog.archs import Arch
+from jobspec.catalog.datasets import DatasetName
+from jobspec.spec_augment import AugmentSpec, Decode, OnBadSample
+from jobspec.spec_fields import Choice, EntryPoint, KwargValue, Section, known
 
 _ARCH_KWARGS: TypeAdapter[dict[str, float]] = TypeAdapter(dict[str, KwargValue])
 ModuleName = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.]+$")]

@@ -9,8 +9,8 @@ from collections.abc import Callable
 
 from pydantic import BaseModel
 
-from trainers.problems import refuse
-from trainers.spec import ParallelSpec, Strategy
+from jobspec.problems import refuse
+from jobspec.spec import ParallelSpec, Strategy
 
 
 class Layout(BaseModel):

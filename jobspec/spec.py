@@ -1,6 +1,6 @@
 """The job spec users submit: a schema with field-level checks only.
 
-Whether the fields fit together, the model and the cluster is the planner's question (trainers/plan.py), asked
+Whether the fields fit together, the model and the cluster is the planner's question (jobspec/plan.py), asked
 once per submission. Shared by the API, the worker and the trainer; it must not import torch: the API never
 loads it.
 """
@@ -12,17 +12,17 @@ from typing import Annotated, NamedTuple
 
 from pydantic import Field, PrivateAttr, ValidatorFunctionWrapHandler, field_validator, model_validator
 
-from trainers.spec_fields import Choice, Section
-from trainers.spec_inputs import DataPlacement as DataPlacement
-from trainers.spec_inputs import DataSpec as DataSpec
-from trainers.spec_inputs import ModelSpec as ModelSpec
-from trainers.spec_program import ProgramSpec, check_program_or_inputs
-from trainers.spec_train import Loss as Loss
-from trainers.spec_train import LrScaling as LrScaling
-from trainers.spec_train import OnNonFinite as OnNonFinite
-from trainers.spec_train import Optimizer as Optimizer
-from trainers.spec_train import Schedule as Schedule
-from trainers.spec_train import TrainSpec as TrainSpec
+from jobspec.spec_fields import Choice, Section
+from jobspec.spec_inputs import DataPlacement as DataPlacement
+from jobspec.spec_inputs import DataSpec as DataSpec
+from jobspec.spec_inputs import ModelSpec as ModelSpec
+from jobspec.spec_program import ProgramSpec, check_program_or_inputs
+from jobspec.spec_train import Loss as Loss
+from jobspec.spec_train import LrScaling as LrScaling
+from jobspec.spec_train import OnNonFinite as OnNonFinite
+from jobspec.spec_train import Optimizer as Optimizer
+from jobspec.spec_train import Schedule as Schedule
+from jobspec.spec_train import TrainSpec as TrainSpec
 
 
 class Strategy(StrEnum):

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from trainers.problems import Problem
-from trainers.spec import JobSpec, Loss, Strategy
+from jobspec.problems import Problem
+from jobspec.spec import JobSpec, Loss, Strategy
 
 # What describes a built-in dataset only; a data.factory takes what it needs through data.kwargs.
 BUILTIN_DATA_FIELDS = frozenset(

@@ -8,11 +8,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from trainers.catalog.archs import Arch
-from trainers.datadir import DATA_DIR_ENV, resolve_data_root
-from trainers.files import inside
-from trainers.problems import Problem, SpecError, refuse
-from trainers.spec_inputs import ModelSpec
+from jobspec.catalog.archs import Arch
+from jobspec.datadir import DATA_DIR_ENV, resolve_data_root
+from jobspec.files import inside
+from jobspec.problems import Problem, SpecError, refuse
+from jobspec.spec_inputs import ModelSpec
 
 CONFIG_FILE = "config.json"
 WEIGHTS_GLOB = "*.safetensors"

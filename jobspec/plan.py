@@ -11,15 +11,15 @@ from typing import Any
 
 from pydantic import BaseModel, Field, model_validator
 
-from trainers.catalog.archs import ARCHS
-from trainers.cluster import Inventory, cluster_problems
-from trainers.combinations import combination_problems, plan_warnings
-from trainers.data_plan import DataPath, data_problems, plan_data
-from trainers.layout import LAYOUTS, Layout, spanning
-from trainers.model_fit import model_problems, model_warnings, stage_problems
-from trainers.problems import Problem, SpecError, refuse
-from trainers.spec import JobSpec, LrScaling, ParallelSpec, Precision, Strategy, TrainSpec
-from trainers.user_fit import user_code_problems
+from jobspec.catalog.archs import ARCHS
+from jobspec.cluster import Inventory, cluster_problems
+from jobspec.combinations import combination_problems, plan_warnings
+from jobspec.data_plan import DataPath, data_problems, plan_data
+from jobspec.layout import LAYOUTS, Layout, spanning
+from jobspec.model_fit import model_problems, model_warnings, stage_problems
+from jobspec.problems import Problem, SpecError, refuse
+from jobspec.spec import JobSpec, LrScaling, ParallelSpec, Precision, Strategy, TrainSpec
+from jobspec.user_fit import user_code_problems
 
 
 class Plan(BaseModel):

@@ -13,7 +13,7 @@ from typing import Annotated
 from pydantic import Field, JsonValue, ValidationError, field_validator
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
-from trainers.spec_fields import Section
+from jobspec.spec_fields import Section
 
 # The interpreter a user writes in front of the script: the job's own runs it, never one on PATH.
 PYTHONS = frozenset({"python", "python3"})

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from trainers.catalog.archs import arch_info
-from trainers.problems import Problem, SpecError, refuse
-from trainers.spec import ParallelSpec, Strategy
+from jobspec.catalog.archs import arch_info
+from jobspec.problems import Problem, SpecError, refuse
+from jobspec.spec import ParallelSpec, Strategy
 
 # torchvision classifiers (resnet, alexnet, vgg) flatten their pooled features in forward(), between the
 # module of this name and the next; a pipeline stage, which runs its modules one after another, must too.

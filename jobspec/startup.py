@@ -1,7 +1,7 @@
 """The moments of an attempt's start-up, from its place in the queue to its first optimizer step.
 
 The worker marks the first three in the job's row (jobs.timings); the rank process keeps the rest on this
-per-process clock, and rank 0 sends them in one StartupEvent (trainers/events.py) after its first step.
+per-process clock, and rank 0 sends them in one StartupEvent (jobspec/events.py) after its first step.
 The API turns them into phases (app/timings.py). Torch-free: the worker and the API read the names.
 """
 

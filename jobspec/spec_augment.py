@@ -10,7 +10,7 @@ from typing import Annotated
 
 from pydantic import Field, field_validator, model_validator
 
-from trainers.spec_fields import Section
+from jobspec.spec_fields import Section
 
 Fraction = Annotated[float, Field(gt=0.0, le=1.0)]
 AspectRatio = Annotated[float, Field(gt=0.0, le=100.0)]

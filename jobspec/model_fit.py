@@ -2,19 +2,19 @@
 for placement and split points, the kind of input, sparse tables, what there is to evaluate on. No torch.
 
 A model or dataset from a factory has no catalogue entry: what it would tell (module names, kwargs, the kind
-of input) is checked inside the job once the factory has run; what user code needs is trainers/user_fit.py.
+of input) is checked inside the job once the factory has run; what user code needs is jobspec/user_fit.py.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 
-from trainers.catalog.archs import ARCHS, Arch, ArchInfo, archs_of
-from trainers.catalog.datasets import DATASETS, DatasetName, InputKind, datasets_of
-from trainers.hf_files import NO_PATH
-from trainers.problems import Problem
-from trainers.spec import JobSpec, ModelSpec, Optimizer, Schedule, Strategy
-from trainers.stages import split_at_problem, spread_over_devices
+from jobspec.catalog.archs import ARCHS, Arch, ArchInfo, archs_of
+from jobspec.catalog.datasets import DATASETS, DatasetName, InputKind, datasets_of
+from jobspec.hf_files import NO_PATH
+from jobspec.problems import Problem
+from jobspec.spec import JobSpec, ModelSpec, Optimizer, Schedule, Strategy
+from jobspec.stages import split_at_problem, spread_over_devices
 
 
 def _module_names(arch: Arch, spec: JobSpec, info: ArchInfo) -> tuple[str, ...] | None:
@@ -196,7 +196,7 @@ def model_problems(spec: JobSpec, strategy: Strategy) -> Iterator[Problem]:
 
 def stage_problems(spec: JobSpec, strategy: Strategy, stages: int) -> Iterator[Problem]:
     """A default split must find a place for every stage the layout asks for. A factory's model is split
-    once built (trainers/stages.py), where its module names are known."""
+    once built (jobspec/stages.py), where its module names are known."""
     arch = spec.inputs.model.arch
     if stages == 1 or spec.parallel.split_at or arch is None:
         return

@@ -13,7 +13,7 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, Field, TypeAdapter
 
-from trainers.startup import Mark
+from jobspec.startup import Mark
 
 EVENTS_FILE = "events.jsonl"
 SPEC_FILE = "spec.json"
@@ -87,7 +87,7 @@ class PhaseEvent(_Event):
 
 
 class StartupEvent(_Event):
-    """When each moment of the attempt's start-up came, in epoch seconds (trainers/startup.py's marks; any
+    """When each moment of the attempt's start-up came, in epoch seconds (jobspec/startup.py's marks; any
     one may be missing). Rank 0 sends it after its first step, or earlier when its loop has no step of its
     own; a later one adds to what an earlier one said."""
 

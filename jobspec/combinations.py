@@ -2,15 +2,15 @@
 the field and the fix named, rather than failing once the job runs or being quietly ignored by it.
 
 Checks here see the resolved strategy and device (auto already picked). What depends on the model or the
-dataset is in trainers/model_fit.py. No torch import.
+dataset is in jobspec/model_fit.py. No torch import.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 
-from trainers.problems import Problem
-from trainers.spec import (
+from jobspec.problems import Problem
+from jobspec.spec import (
     CudaGraphs,
     DataPlacement,
     JobSpec,
@@ -99,7 +99,7 @@ def _device_options(spec: JobSpec, device: str) -> Iterator[Problem]:
 
 def _plateau_evaluates(spec: JobSpec) -> Iterator[Problem]:
     """plateau decays on eval_loss alone: without evaluations it would keep the lr constant, unannounced.
-    Whether there is anything to evaluate on is the dataset's question (trainers/model_fit.py)."""
+    Whether there is anything to evaluate on is the dataset's question (jobspec/model_fit.py)."""
     if spec.train.schedule is Schedule.PLATEAU and spec.train.eval_every_epochs == 0:
         yield Problem(
             "train.eval_every_epochs",

@@ -10,7 +10,7 @@ from typing import Annotated
 
 from pydantic import Field, field_validator, model_validator
 
-from trainers.spec_fields import ENTRY_POINT, Choice, Section
+from jobspec.spec_fields import ENTRY_POINT, Choice, Section
 
 
 class Optimizer(StrEnum):

@@ -9,8 +9,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from trainers.files import inside
-from trainers.shown_paths import with_placeholders
+from jobspec.files import inside
+from jobspec.shown_paths import with_placeholders
 
 DATA_DIR_ENV = "TRAINYARD_DATA_DIR"
 DEFAULT_DATA_DIR = Path("var") / "data"

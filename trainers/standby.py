@@ -1,0 +1,95 @@
+"""The warm standby's own process (`python -m trainers.standby`): worker/standby.py's WarmLauncher starts it
+ahead of its job and hands it the job as one JSON line on its stdin.
+
+It imports torchrun's module and what every rank of a built-in job imports, blocks on its stdin, then takes
+on the job's environment and log and runs torchrun's main() with the job's arguments, the ranks of
+`-m trainers.run` forked from it (torchrun's fork start method). It lives beside the runtime it imports, so
+that the worker's own package never imports torch (pyproject.toml's import contracts); nothing here may
+initialise CUDA, which a forked rank could not use.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import trainers.run
+from trainers.run import append_output_to
+
+RANK_ENTRY = ["-m", "trainers.run"]
+# What every rank of a built-in job imports before its first step (trainers/run.py), imported once by the
+# standby so that its forked ranks start with it. Not the Hugging Face libraries, which read HF_* variables at
+# import where a rank must see its job's, nor torch._inductor, which only compiled jobs need.
+RANK_MODULES = (
+    "torch",
+    "torchvision",
+    "torch.distributed.elastic.multiprocessing.errors",
+    "trainers.dist_env",
+    "trainers.loop",
+    "trainers.user_errors",
+    "trainers.strategies.single",
+    "trainers.strategies.ddp",
+)
+
+
+def forked_ranks(args: list[str]) -> list[str] | None:
+    """torchrun's `args` with the ranks of `-m trainers.run` forked from torchrun's own process, which runs
+    trainers/run.py in each with runpy (torchrun's --run-path); None when they start something else."""
+    for at in range(len(args) - 1):
+        if args[at : at + 2] == RANK_ENTRY:
+            entry = str(Path(trainers.run.__file__).resolve())
+            return [*args[:at], "--start-method", "fork", "--run-path", entry, *args[at + 2 :]]
+    return None
+
+
+def _take_on(request: dict[str, Any]) -> None:
+    """Become the job's torchrun process: its environment, its log on stdout and stderr, no stdin."""
+    os.environ.clear()
+    os.environ.update(request["env"])
+    append_output_to(Path(request["log"]))
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.close(devnull)
+
+
+def _import_rank_modules() -> bool:
+    """Import RANK_MODULES; True if ranks may be forked from here: a child cannot use a CUDA context its
+    parent made, so nothing here may have initialised CUDA (the ranks pick their GPUs after the fork)."""
+    for name in RANK_MODULES:
+        importlib.import_module(name)
+    import torch
+
+    return not torch.cuda.is_initialized()
+
+
+def main() -> None:
+    import torch.distributed.run as torchrun  # the seconds this process exists to spend early
+
+    may_fork = _import_rank_modules()
+    line = sys.stdin.readline()
+    if not line:
+        return  # the worker went away without needing this standby
+    request = json.loads(line)
+    _take_on(request)
+    args = request["args"]
+    forked = forked_ranks(args) if may_fork else None
+    if forked is not None:
+        # torchrun's agent asks whether a GPU is there (for its NUMA default). Through CUDA's runtime that
+        # starts the driver, which a forked child cannot use; through NVML, as torch documents, it does not.
+        os.environ["PYTORCH_NVML_BASED_CUDA_CHECK"] = "1"
+        print(f"standby {os.getpid()}: ranks forked from it, with torch and the trainer imported", flush=True)
+    torchrun.main(args if forked is None else forked)
+    # The job succeeded, and the worker learns it from this exit: tearing down an interpreter that has loaded
+    # torch and the trainer would keep it waiting for a second or more. (A failure raises past this, and the
+    # interpreter prints torchrun's report, which the worker reads.)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    main()
