@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from sqlalchemy import select
 
@@ -16,8 +16,18 @@ from jobspec.startup import Mark
 from worker.heartbeat import OWNED
 from worker.tail import attempt_marks
 
-if TYPE_CHECKING:
-    from worker.supervise import RunningJob
+
+class Attempt(Protocol):
+    """What the deadline needs of a running attempt (worker/supervise.py's RunningJob is one)."""
+
+    @property
+    def job_id(self) -> int: ...
+    @property
+    def attempt(self) -> int: ...
+    @property
+    def started_at(self) -> datetime | None: ...  # when the job was placed
+    @property
+    def max_runtime_s(self) -> int | None: ...
 
 
 def runtime_deadline(
@@ -45,7 +55,7 @@ class Look:
     deadline: datetime | None
 
 
-def look(job: RunningJob) -> Look | None:
+def look(job: Attempt) -> Look | None:
     """The attempt's status and runtime deadline; None once the attempt is no longer ours. Node 0 marks the
     launch and its tail the first step (running_at); the other nodes, which have no tail, read both here."""
     with session_scope() as session:

@@ -11,11 +11,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Row, inspect, select
-from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from core.models import Base, Job, JobEvent, Metric, utcnow
+from core.models import Job, JobEvent, Metric, utcnow
 from core.states import JobStatus
 from core.transitions import move
 from jobspec.events import (
@@ -32,6 +31,7 @@ from jobspec.files import JobFileError, inside, open_job_file
 from jobspec.startup import WORKER_MARKS, Mark
 from worker.event_lines import BadLine, Read, parse_line, split_lines
 from worker.metric_caps import Admitted, MetricCounts
+from worker.upsert import insert_ignoring_duplicates
 
 if TYPE_CHECKING:
     from worker.uploads import Uploads
@@ -39,7 +39,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 MAX_READ_BYTES = 1 << 20  # one batch, one transaction: bounded even when catching up on a long file
-INSERT_CHUNK_ROWS = 500
 BAD_EVENT = "bad_event"
 METRIC_NAMES_CAP = "metric_names_cap"
 METRIC_ROWS_CAP = "metric_rows_cap"
@@ -78,32 +77,6 @@ class EventTail:
             events += self.read()
             if self.offset == before:
                 return events
-
-
-def _insert(session: Session, model: type[Base]) -> postgresql.Insert | sqlite.Insert:
-    postgres = session.get_bind().dialect.name == "postgresql"
-    return postgresql.insert(model) if postgres else sqlite.insert(model)
-
-
-def insert_ignoring_duplicates(
-    session: Session, model: type[Base], rows: Sequence[dict[str, Any]]
-) -> list[Row[Any]]:
-    """The rows whose primary key is not stored yet; the primary keys of those that went in."""
-    inserted: list[Row[Any]] = []
-    # Chunks keep each statement under SQLite's limit on bound parameters.
-    for start in range(0, len(rows), INSERT_CHUNK_ROWS):
-        insert = _insert(session, model).values(rows[start : start + INSERT_CHUNK_ROWS])
-        returning = insert.on_conflict_do_nothing().returning(*inspect(model).primary_key)
-        inserted += session.execute(returning).all()
-    return inserted
-
-
-def insert_or_update(session: Session, model: type[Base], row: dict[str, Any], keys: list[str]) -> None:
-    """The row, or where one with the same `keys` exists, that one given the row's other values. Read again
-    from the start, a file's events end as its last event left them."""
-    insert = _insert(session, model).values(row)
-    updated = {name: insert.excluded[name] for name in row if name not in keys}
-    session.execute(insert.on_conflict_do_update(index_elements=keys, set_=updated))
 
 
 def _finite_or_none(value: float) -> float | None:

@@ -25,7 +25,8 @@ from jobspec.plan import Plan
 from worker.gpus import sample_gpus
 from worker.nodes import NodeTask
 from worker.placement import cpu_cores
-from worker.tail import insert_ignoring_duplicates, insert_or_update, note
+from worker.tail import note
+from worker.upsert import insert_ignoring_duplicates, insert_or_update
 
 log = logging.getLogger(__name__)
 

@@ -26,7 +26,7 @@ from core.models import Checkpoint, utcnow
 from core.storage import object_store
 from jobspec.events import CheckpointEvent, CheckpointRemovedEvent
 from worker.publish import S3_ERRORS, LogParts, upload_checkpoint
-from worker.tail import insert_or_update
+from worker.upsert import insert_or_update
 
 log = logging.getLogger(__name__)
 
