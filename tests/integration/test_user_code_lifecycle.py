@@ -50,9 +50,14 @@ def paced(embedded_stack: Stack) -> str:
 
 @pytest.fixture(scope="module")
 def references(embedded_stack: Stack, paced: str) -> dict[str, int]:
-    """An uninterrupted run of each kind, submitted together so that they run beside the others' jobs."""
+    """An uninterrupted run of each kind, the two side by side, both finished before the tests' own jobs:
+    a cancel's final checkpoint must not wait for cores that they hold (TRAINYARD_CANCEL_GRACE_S is short
+    in the tests' stacks)."""
     with embedded_stack.client() as client:
-        return {kind: int(submit(client, spec(paced, 0.0))["id"]) for kind, spec in KINDS.items()}
+        ids = {kind: int(submit(client, spec(paced, 0.0))["id"]) for kind, spec in KINDS.items()}
+    for job_id in ids.values():
+        finished(embedded_stack, job_id)
+    return ids
 
 
 def finished(stack: Stack, job_id: int) -> list[tuple[int, float]]:

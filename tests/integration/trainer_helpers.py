@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import functools
 import os
 import subprocess
 import sys
@@ -14,7 +15,7 @@ from typing import Any
 
 import torch
 
-from core.launch import JOB_TOKEN_ENV
+from core.launch import JOB_TOKEN_ENV, Launch
 from jobspec.events import (
     EVENTS_FILE,
     LOG_DIR,
@@ -28,6 +29,7 @@ from jobspec.events import (
 from jobspec.plan import RunConfig, resolve_plan
 from jobspec.spec import JobSpec
 from worker.kill import JobMark, kill_job
+from worker.standby import WarmLauncher
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -54,14 +56,26 @@ def write_config(
     return config
 
 
+@functools.cache
+def warm_launcher() -> WarmLauncher:
+    """One warm standby for the session, as the worker keeps one (worker/standby.py): a CPU run's ranks are
+    forked from a torchrun that imported torch and the trainer while the previous test ran, rather than each
+    importing them anew. A standby whose test session ends reads end-of-file and exits."""
+    launcher = WarmLauncher(sys.executable, ROOT)
+    launcher.prepare()
+    return launcher
+
+
 def launch(
     run_dir: Path, nproc: int, timeout: float = 120, cuda_devices: str = ""
 ) -> subprocess.CompletedProcess[str]:
-    """cuda_devices: CUDA_VISIBLE_DEVICES for the run; empty hides every GPU (gloo on the CPU).
+    """cuda_devices: CUDA_VISIBLE_DEVICES for the run; empty hides every GPU (gloo on the CPU), and the run
+    goes through the warm standby; a GPU run starts cold, as GPU tests time and probe it that way.
 
     Recent torchrun puts every rank in a session of its own, so a timeout that stops torchrun alone would
     leave ranks running (on a GPU box, holding a GPU for the next test): the run is marked like a job's
-    and every marked process is stopped however the run ends.
+    and every marked process is stopped however the run ends. The output is torchrun's and the launcher's,
+    as stdout; stderr is empty.
     """
     mark = JobMark(token=f"test/{run_dir}", run_dir=run_dir)
     env = {
@@ -75,8 +89,13 @@ def launch(
     }
     argv = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(nproc)]
     argv += ["--max-restarts", "0", "-m", "trainers.run", "--run-dir", str(run_dir)]
+    output = run_dir / "launcher-output.log"
     try:
-        return subprocess.run(argv, env=env, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+        if cuda_devices:
+            return subprocess.run(argv, env=env, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+        process = warm_launcher().start(Launch(argv, env), output)
+        process.wait(timeout)
+        return subprocess.CompletedProcess(argv, process.returncode, output.read_text(errors="replace"), "")
     finally:
         kill_job(mark, grace_s=5)
 
