@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import copy
 import functools
+import itertools
 import os
 import subprocess
 import sys
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -56,14 +58,28 @@ def write_config(
     return config
 
 
+# train_together runs up to three at once: each of them finds a standby ready.
+STANDBYS = 3
+
+
 @functools.cache
-def warm_launcher() -> WarmLauncher:
-    """One warm standby for the session, as the worker keeps one (worker/standby.py): a CPU run's ranks are
+def _warm_launchers() -> Iterator[WarmLauncher]:
+    """Warm standbys for the session, as the worker keeps one (worker/standby.py): a CPU run's ranks are
     forked from a torchrun that imported torch and the trainer while the previous test ran, rather than each
     importing them anew. A standby whose test session ends reads end-of-file and exits."""
-    launcher = WarmLauncher(sys.executable, ROOT)
-    launcher.prepare()
-    return launcher
+    launchers = [WarmLauncher(sys.executable, ROOT) for _ in range(STANDBYS)]
+    for launcher in launchers:
+        launcher.prepare()
+    return itertools.cycle(launchers)
+
+
+_taking = threading.Lock()
+
+
+def warm_launcher() -> WarmLauncher:
+    """The next launcher in turn: runs started together each take another's standby."""
+    with _taking:
+        return next(_warm_launchers())
 
 
 def launch(
