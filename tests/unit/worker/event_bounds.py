@@ -45,6 +45,14 @@ LINES: list[tuple[str, bool]] = [
 ]
 
 
+def new_run(database: WorkerDb) -> tuple[int, Path]:
+    """A job and its empty run directory."""
+    job_id = database.add_job()
+    run_dir = database.runs_dir / str(job_id)
+    run_dir.mkdir(parents=True)
+    return job_id, run_dir
+
+
 def pump(job_id: int, run_dir: Path, counts: MetricCounts) -> None:
     """What a supervisor does at each tick, until the file has nothing new: one read, one transaction."""
     tail = EventTail(run_dir / "events.jsonl")
@@ -66,9 +74,7 @@ def job_events(job_id: int, reason: str) -> list[str]:
 
 
 def skips_bad_lines_and_stores_the_rest(database: WorkerDb) -> None:
-    job_id = database.add_job()
-    run_dir = database.runs_dir / str(job_id)
-    run_dir.mkdir(parents=True)
+    job_id, run_dir = new_run(database)
     (run_dir / "events.jsonl").write_text("".join(line + "\n" for line, _ in LINES))
 
     pump(job_id, run_dir, MetricCounts.from_settings())
@@ -101,9 +107,7 @@ def stored() -> dict[str, int]:
 
 
 def caps_names_and_rows(database: WorkerDb) -> None:
-    job_id = database.add_job()
-    run_dir = database.runs_dir / str(job_id)
-    run_dir.mkdir(parents=True)
+    job_id, run_dir = new_run(database)
     path = run_dir / "events.jsonl"
     report(path, range(1, 11), names=6)
     pump(job_id, run_dir, MetricCounts.from_settings())
@@ -122,9 +126,8 @@ def caps_names_and_rows(database: WorkerDb) -> None:
 def stores_a_checkpoint_past_2_gib(database: WorkerDb) -> None:
     """A real checkpoint passes 2 GiB: its row holds its size (a 32-bit column failed the insert at every
     tick on PostgreSQL, and the job never finished)."""
-    job_id = database.add_job()
-    run_dir = database.runs_dir / str(job_id)
-    (run_dir / "checkpoints").mkdir(parents=True)
+    job_id, run_dir = new_run(database)
+    (run_dir / "checkpoints").mkdir()
     (run_dir / "checkpoints" / "step-00000001.pt").write_bytes(b"weights")
     size = 3 << 30
     event = {"kind": "checkpoint", "step": 1, "epoch": 0, "path": "checkpoints/step-00000001.pt"}

@@ -16,6 +16,7 @@ from tests.unit.worker.event_bounds import (
     MAX_ROWS,
     caps_names_and_rows,
     job_events,
+    new_run,
     pump,
     report,
     stored,
@@ -43,9 +44,7 @@ def test_a_job_past_its_caps_keeps_the_capped_counts_and_is_told_once_per_cap(
 
 
 def test_steps_reported_again_after_a_restart_take_no_room(database: WorkerDb, caps: None) -> None:
-    job_id = database.add_job()
-    run_dir = database.runs_dir / str(job_id)
-    run_dir.mkdir(parents=True)
+    job_id, run_dir = new_run(database)
     path = run_dir / "events.jsonl"
     report(path, range(1, 4), names=1)
     pump(job_id, run_dir, MetricCounts.from_settings())
@@ -69,9 +68,7 @@ def statements() -> Iterator[list[str]]:
 
 
 def test_a_supervisor_counts_rows_once_not_per_batch(database: WorkerDb, statements: list[str]) -> None:
-    job_id = database.add_job()
-    run_dir = database.runs_dir / str(job_id)
-    run_dir.mkdir(parents=True)
+    job_id, run_dir = new_run(database)
     counts = MetricCounts.from_settings()
     for batch in range(5):
         report(run_dir / "events.jsonl", range(batch * 10 + 1, batch * 10 + 11), names=2)
