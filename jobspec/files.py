@@ -179,6 +179,12 @@ def open_job_file(root: Path, name: str, max_bytes: int | None) -> JobFile:
     return JobFile(os.fdopen(fd, "rb"), status.st_size)
 
 
+def open_under(root: Path, path: Path, max_bytes: int | None) -> JobFile:
+    """The file at `path`, which a record names in full, opened as `open_job_file` opens its name relative to
+    `root` (the runs directory): a path that leads out of `root` is refused like a '..'."""
+    return open_job_file(root, os.path.relpath(path, root), max_bytes)
+
+
 def job_files(root: Path, folder: str) -> list[str]:
     """The names (relative to `root`, sorted) of the regular files under `folder`, at any depth; links are
     neither listed nor descended into. Raises JobFileMissing or JobFileRefused for `folder` itself."""

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -31,6 +30,7 @@ from jobspec.files import (
     largest_job_file,
     mismatch,
     open_job_file,
+    open_under,
 )
 from worker.rundir import RunDirTampered, write_fresh
 
@@ -134,9 +134,8 @@ def _sound(file: Path, sha256: str | None) -> Path:
     """The file, when it is there under the runs directory with the bytes recorded (sha256 None: recorded
     before checksums). It lies in a job's run directory, so it is read through the confined opener."""
     settings = get_settings()
-    name = os.path.relpath(file, settings.runs_dir)  # "../..." for a file outside: refused
     try:
-        with open_job_file(settings.runs_dir, name, largest_job_file(settings.job_max_file_gb)) as opened:
+        with open_under(settings.runs_dir, file, largest_job_file(settings.job_max_file_gb)) as opened:
             why = None if sha256 is None else mismatch(opened.sha256(), sha256)
     except JobFileMissing:
         raise UnusableCheckpoint("its file is gone") from None

@@ -27,12 +27,11 @@ from core.sandbox import (
     service_state,
 )
 from jobspec.datadir import resolve_data_root
-from jobspec.files import open_job_file
+from jobspec.files import largest_job_file, open_under
 from jobspec.plan import Plan
 from jobspec.spec import JobSpec
 from worker.gpus import gpu_devices
 
-GB = 1024**3
 # What the ranks import of the project (the job contract, trainers.run, and `trainyard` for a program's
 # `import trainyard.job`); the rest of the checkout (the service, its tests, a var/ with its state) is not
 # theirs to see.
@@ -75,7 +74,7 @@ def rlimits(settings: Settings) -> Rlimits:
     return Rlimits(
         processes=_under_hard_limit(resource.RLIMIT_NPROC, settings.job_max_processes),
         open_files=_under_hard_limit(resource.RLIMIT_NOFILE, settings.job_max_open_files),
-        file_bytes=_under_hard_limit(resource.RLIMIT_FSIZE, int(settings.job_max_file_gb * GB)),
+        file_bytes=_under_hard_limit(resource.RLIMIT_FSIZE, largest_job_file(settings.job_max_file_gb)),
     )
 
 
@@ -103,16 +102,12 @@ def host_system() -> HostSystem:
 
 def resume_binding(settings: Settings, resume_path: str | None, run_dir: Path) -> BoundFile | None:
     """The checkpoint a job resumes from, opened for its sandbox when it lies outside the job's own run
-    directory (another job's, on a retry or checkpoint.resume_from): inside that job's run directory and
-    never through a link, since that job's ranks could have made one. The caller closes the descriptor."""
+    directory (another job's, on a retry or checkpoint.resume_from): inside the runs directory and never
+    through a link, since that job's ranks could have made one. The caller closes the descriptor."""
     path = None if resume_path is None else Path(resume_path)
     if path is None or not path.is_absolute() or path.is_relative_to(run_dir.resolve()):
         return None  # a relative one is taken from the run directory (trainers/job/session.py)
-    runs = settings.runs_dir.resolve()
-    if not path.is_relative_to(runs) or path == runs:
-        raise ValueError(f"the checkpoint to resume from, {path}, lies outside the runs directory")
-    owner, *name = path.relative_to(runs).parts
-    with open_job_file(runs / owner, "/".join(name), max_bytes=None) as checkpoint:
+    with open_under(settings.runs_dir, path, max_bytes=None) as checkpoint:
         return BoundFile(os.dup(checkpoint.file.fileno()), path)
 
 

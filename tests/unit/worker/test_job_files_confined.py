@@ -15,9 +15,11 @@ import pytest
 from core.config import get_settings
 from core.storage import ObjectStore
 from jobspec.events import EVENTS_FILE, CheckpointEvent, PhaseEvent
+from jobspec.files import JobFileRefused
 from worker.failure import ERROR_FILE, FailureKind, classify_failure, root_cause
 from worker.kill import JobMark
 from worker.publish import LogParts, UnusableCheckpoint, resume_file, upload_checkpoint
+from worker.sandbox import resume_binding
 from worker.tail import EventTail
 
 pytest_plugins = ["tests.unit.s3_fixtures"]
@@ -185,3 +187,31 @@ def test_a_checkpoint_fetched_for_a_resume_is_written_through_no_planted_link(
     assert fetched == str(run_dir / "resume" / "step-00000002.pt")
     assert Path(fetched).read_bytes() == b"weights" and not Path(fetched).is_symlink()
     assert victim.read_bytes() == SECRET
+
+
+def test_the_sandbox_binds_another_job_s_checkpoint_through_no_planted_link(
+    run_dir: Path, tmp_path: Path
+) -> None:
+    """The checkpoint a retry resumes from lies in its parent's run directory, which the parent's ranks
+    wrote: the descriptor the sandbox binds is the regular file there, never what a link leads to."""
+    settings = get_settings()
+    parent = run_dir.parent / "3"
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "elsewhere" / "step-1.pt").write_bytes(SECRET)
+    (parent / "checkpoints").parent.mkdir()
+    (parent / "checkpoints").symlink_to(tmp_path / "elsewhere", target_is_directory=True)
+    checkpoint = parent / "checkpoints" / "step-1.pt"
+    with pytest.raises(JobFileRefused, match="3/checkpoints is a symbolic link, not a folder"):
+        resume_binding(settings, str(checkpoint), run_dir)
+    with pytest.raises(JobFileRefused, match="no leading /, no"):
+        resume_binding(settings, str(tmp_path / "elsewhere" / "step-1.pt"), run_dir)
+    (parent / "checkpoints").unlink()
+    (parent / "checkpoints").mkdir()
+    checkpoint.write_bytes(b"weights")
+    bound = resume_binding(settings, str(checkpoint), run_dir)
+    assert bound is not None and bound.path == checkpoint
+    try:
+        assert os.fstat(bound.fd).st_ino == checkpoint.stat().st_ino
+    finally:
+        os.close(bound.fd)
+    assert resume_binding(settings, str(run_dir / "resume" / "step-1.pt"), run_dir) is None  # its own
