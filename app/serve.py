@@ -8,15 +8,24 @@ for idle keep-alive connections (TRAINYARD_KEEP_ALIVE_S); and the h11 parser, wh
 head is bounded (TRAINYARD_MAX_HEADER_BYTES; TRAINYARD_HTTP_PARSER=httptools parses faster and takes a head
 of any size). Where untrusted clients reach the API, a proxy in front with a header timeout (nginx's
 client_header_timeout) closes slow heads as well.
+
+The banner is printed, and the API's URL written to var/api-url (where the CLI looks for the service), only
+once uvicorn accepts connections: a client that acts on either never meets a closed port. The file goes when
+the server stops.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import socket
+from pathlib import Path
 
 import uvicorn
 
-from core.config import AuthMode, Settings, get_settings
+from core.config import VAR_DIR, AuthMode, Settings, get_settings
+
+API_URL_FILE = VAR_DIR / "api-url"  # relative to the working directory, as the settings' other var/ paths
 
 
 def uvicorn_config(settings: Settings) -> uvicorn.Config:
@@ -32,8 +41,12 @@ def uvicorn_config(settings: Settings) -> uvicorn.Config:
     )
 
 
+def api_url(settings: Settings) -> str:
+    return f"http://{settings.host}:{settings.port}"
+
+
 def banner(settings: Settings) -> str:
-    where = f"Trainyard API: http://{settings.host}:{settings.port}"
+    where = f"Trainyard API: {api_url(settings)}"
     if settings.auth is AuthMode.ON:
         return f"{where}  (auth on: requests need an API key; `python -m core.keys create` makes the first)"
     return f"{where}  (auth off: every request acts as the local admin; keep it on loopback)"
@@ -50,12 +63,51 @@ def root_warning() -> str | None:
     )
 
 
-def main() -> None:
-    settings = get_settings()
-    print(banner(settings), flush=True)
+class AnnouncedServer(uvicorn.Server):
+    """uvicorn's server, which says where the API is once its startup is complete (the app's lifespan ran and
+    the socket listens), and takes its URL file back when it shuts down."""
+
+    def __init__(self, settings: Settings) -> None:
+        super().__init__(uvicorn_config(settings))
+        self.settings = settings
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets)
+        # An older uvicorn (0.29, which pyproject allows) returns from a failed startup instead of exiting.
+        if self.started:
+            announce(self.settings, API_URL_FILE)
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        withdraw(self.settings, API_URL_FILE)
+        await super().shutdown(sockets)
+
+
+def announce(settings: Settings, url_file: Path) -> None:
+    """The URL file first, then the banner: whoever reads the banner finds the file written."""
+    lines = [banner(settings)]
+    try:
+        url_file.parent.mkdir(parents=True, exist_ok=True)
+        written = url_file.with_name(url_file.name + ".new")
+        written.write_text(api_url(settings) + "\n")
+        written.replace(url_file)  # a reader never sees half a line
+    except OSError as exc:
+        # The image's working directory is not the API user's to write (Dockerfile): no file, no failure.
+        lines.append(f"note: {url_file} not written ({exc.strerror}); clients find the API by TRAINYARD_URL")
     if warning := root_warning():
-        print(warning, flush=True)
-    uvicorn.Server(uvicorn_config(settings)).run()
+        lines.append(warning)
+    print("\n".join(lines), flush=True)
+
+
+def withdraw(settings: Settings, url_file: Path) -> None:
+    """Removes the URL file if it still names this server: one started later in this directory has written
+    its own."""
+    with contextlib.suppress(FileNotFoundError):
+        if url_file.read_text().strip() == api_url(settings):
+            url_file.unlink()
+
+
+def main() -> None:
+    AnnouncedServer(get_settings()).run()
 
 
 if __name__ == "__main__":

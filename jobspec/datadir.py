@@ -10,7 +10,9 @@ import os
 from pathlib import Path
 
 from jobspec.files import inside
+from jobspec.problems import Problem
 from jobspec.shown_paths import with_placeholders
+from jobspec.spec import JobSpec
 
 DATA_DIR_ENV = "TRAINYARD_DATA_DIR"
 DEFAULT_DATA_DIR = Path("var") / "data"
@@ -30,6 +32,11 @@ def run_dir_from_env() -> Path:
     return Path(run_dir)
 
 
+class FolderMissing(ValueError):
+    """A folder a spec names is not under TRAINYARD_DATA_DIR (yet). A submission is refused for it; a dry run
+    plans the job all the same, as not runnable, since the folder may be put there before the submission."""
+
+
 def resolve_data_root(data_dir: Path, root: str, field: str = "data.root") -> Path:
     """The real directory data.root (or another `field` naming a directory under data_dir) names; raises
     ValueError naming the field when it is missing or when it (or a symlink on its way) leads outside
@@ -43,11 +50,36 @@ def resolve_data_root(data_dir: Path, root: str, field: str = "data.root") -> Pa
             "copy or mount the dataset inside it"
         )
     if not path.is_dir():
-        raise ValueError(
+        raise FolderMissing(
             f"{field} {root!r} is not a directory under {DATA_DIR_ENV}; "
             "put the dataset there (nothing is downloaded) or fix the path"
         )
     return path
+
+
+def data_folders(spec: JobSpec) -> dict[str, str]:
+    """The folders a spec names under TRAINYARD_DATA_DIR, by field; a program names none (it reads its data
+    itself)."""
+    named = {
+        "data.root": spec.data and spec.data.root,
+        "data.tokenizer": spec.data and spec.data.tokenizer,
+        "model.path": spec.model and spec.model.path,
+    }
+    return {field: folder for field, folder in named.items() if folder}
+
+
+def absent_folders(spec: JobSpec, data_dir: Path) -> list[Problem]:
+    """A problem for each folder of data_folders that is not there yet. One that leads outside data_dir is
+    there, and wrong: the submit's own checks refuse it."""
+    absent = []
+    for field, folder in data_folders(spec).items():
+        try:
+            resolve_data_root(data_dir, folder, field)
+        except FolderMissing as exc:
+            absent.append(Problem(field, str(exc)))
+        except ValueError:
+            continue
+    return absent
 
 
 def shown_data_path(data_dir: Path, path: Path) -> str:

@@ -30,8 +30,10 @@ from core.launch import Rendezvous, torchrun_argv
 from core.models import ApiKey, Checkpoint, Job, JobEvent
 from core.states import JobStatus
 from jobspec.cluster import Inventory, cluster_problems
+from jobspec.datadir import absent_folders
 from jobspec.hf_files import check_model_dir
 from jobspec.plan import NO_HOSTS, Plan, resolve_plan
+from jobspec.problems import Problem
 from jobspec.spec import JobSpec
 from jobspec.token_files import check_token_data
 
@@ -76,43 +78,69 @@ def check_environment(settings: Settings, name: str | None) -> None:
         )
 
 
+def _check_files(settings: Settings, spec: JobSpec) -> None:
+    """What the spec names under the data directory, as the disk holds it now. A program reads its data
+    itself, from its bundle or the run directory."""
+    if spec.program is None:
+        check_data_root(settings, spec.inputs.data.root)
+        check_token_data(spec, settings.data_dir)
+        check_model_dir(spec.inputs.model, settings.data_dir)
+
+
 def _plan(
-    session: Session, settings: Settings, spec: JobSpec, caller: Caller, inventory: Inventory
+    session: Session,
+    settings: Settings,
+    spec: JobSpec,
+    caller: Caller,
+    inventory: Inventory,
+    *,
+    check_files: bool = True,
 ) -> tuple[Plan, Checkpoint | None]:
     """The plan of a spec whose fields passed their own checks, on the cluster the workers registered, and
     the checkpoint it resumes from; the checks around it need the disk or the database: a code bundle and a
-    checkpoint the caller owns, a data root inside the data directory."""
+    checkpoint the caller owns, the files under the data directory (unless `check_files` is off)."""
     check_code(session, settings, spec, caller)
     check_factories(session, settings, spec, caller)
     check_priority(settings, spec.priority, caller)
     check_environment(settings, spec.environment)
-    if spec.program is None:  # a program reads its data itself, from its bundle or the run directory
-        check_data_root(settings, spec.inputs.data.root)
-        check_token_data(spec, settings.data_dir)
-        check_model_dir(spec.inputs.model, settings.data_dir)
+    if check_files:
+        _check_files(settings, spec)
     plan = resolve_plan(spec, inventory)
     resumed = _resumed(session, settings, spec.checkpoint.resume_from, caller)
     plan.resume_path = None if resumed is None else resumed.path
     return plan, resumed
 
 
-def dry_run(session: Session, settings: Settings, spec: JobSpec, caller: Caller) -> Plan:
-    """The plan a submission would store, with the argv a worker would build for it: a placeholder for the
-    id it does not have yet, `python` for the worker's interpreter (the worker stores its real argv when
-    it launches the job) and the server's folders as their variables (services/shown.py). A spec that no
-    registered host could run (GPUs on a laptop) is still planned, as the cluster would run it, with
-    `runnable` false and why."""
-    plan, _ = _plan(session, settings, spec, caller, NO_HOSTS)
-    unplaceable = list(cluster_problems(spec.parallel, read_inventory(session, settings)))
-    if unplaceable:
-        plan.runnable = False
-        plan.not_runnable_because = [f"{p.field}: {p.message} ({p.fix})" for p in unplaceable]
+def planned_argv(plan: Plan, settings: Settings, job_id: int | str) -> list[str]:
+    """The torchrun command a worker would run for the job: `python` for the worker's interpreter and, over
+    several hosts, node 0's rendezvous with what placement decides named (core.launch.Rendezvous.placeholder).
+    The worker stores the command it ran in its place when it launches the job."""
     spanning = (
         None
         if plan.nnodes == 1
-        else Rendezvous.placeholder(plan.nnodes, DRY_RUN_ID, settings.rendezvous_timeout_s)
+        else Rendezvous.placeholder(plan.nnodes, job_id, settings.rendezvous_timeout_s)
     )
-    plan.argv = torchrun_argv(plan, run_dir(settings, DRY_RUN_ID), "python", spanning)
+    return torchrun_argv(plan, run_dir(settings, job_id), "python", spanning)
+
+
+def _reason(problem: Problem) -> str:
+    return f"{problem.field}: {problem.message}" + (f" ({problem.fix})" if problem.fix else "")
+
+
+def dry_run(session: Session, settings: Settings, spec: JobSpec, caller: Caller) -> Plan:
+    """The plan a submission would store, with the argv a worker would build for it (planned_argv), a
+    placeholder for the id it does not have yet and the server's folders as their variables
+    (services/shown.py). What may change before the submission is no refusal: a spec that no registered host
+    could run (GPUs on a laptop), or whose folders are not under the data directory yet, is still planned,
+    as the cluster would run it, with `runnable` false and why. Once the folders are there, a dry run judges
+    their files as a submission does."""
+    absent = absent_folders(spec, settings.data_dir)
+    plan, _ = _plan(session, settings, spec, caller, NO_HOSTS, check_files=not absent)
+    unrunnable = [*absent, *cluster_problems(spec.parallel, read_inventory(session, settings))]
+    if unrunnable:
+        plan.runnable = False
+        plan.not_runnable_because = [_reason(problem) for problem in unrunnable]
+    plan.argv = planned_argv(plan, settings, DRY_RUN_ID)
     return Plan.model_validate(shown_plan(plan.public(), settings))
 
 
@@ -169,7 +197,9 @@ def submit_job(
     )
     try:
         session.add(job)
-        session.flush()  # gives the job its id, which the event names
+        session.flush()  # gives the job its id, which the event and the argv name
+        plan.argv = planned_argv(plan, settings, job.id)
+        job.plan = plan.public()
         session.add(JobEvent(job_id=job.id, to_status=JobStatus.QUEUED, reason="submitted", message=message))
         session.commit()
     except IntegrityError:

@@ -26,7 +26,7 @@ def test_submit_stores_the_job_and_rings_the_doorbell_after_commit(
     assert job["spec"] == body, "the spec as submitted, without the defaults the plan resolved"
     assert plan == job["plan"]
     assert plan["strategy"] == "ddp" and plan["world_size"] == 2 and plan["per_rank_batch"] == 4
-    assert plan["argv"] == [], "the worker stores the argv it runs, with its own interpreter, at launch"
+    assert plan["argv"][-2:] == ["--run-dir", f"$TRAINYARD_RUNS_DIR/{job['id']}"]
     assert enqueued(settings) == [job["id"]]
     [event] = session.scalars(select(JobEvent).where(JobEvent.job_id == job["id"]))
     assert (event.from_status, event.to_status, event.reason) == (None, "queued", "submitted")
@@ -46,6 +46,22 @@ def test_dry_run_returns_the_plan_and_stores_nothing(
     assert argv[argv.index("--nproc-per-node") + 1] == "2"
     assert session.scalar(select(func.count()).select_from(Job)) == 0
     assert enqueued(settings) == []
+
+
+@pytest.mark.parametrize(
+    "parallel", [{"nproc_per_node": 2}, {"strategy": "ddp", "nnodes": 2}], ids=["one host", "two hosts"]
+)
+def test_a_submission_s_plan_holds_the_argv_its_dry_run_showed_with_the_job_s_id(
+    client: TestClient, parallel: dict[str, object]
+) -> None:
+    body = job_body(parallel=parallel)
+    planned = client.post("/v1/jobs", params={"dry_run": "true"}, json=body).json()["plan"]["argv"]
+    response = client.post("/v1/jobs", json=body)
+    assert response.status_code == 201, response.text
+    job_id = response.json()["job"]["id"]
+    argv = response.json()["plan"]["argv"]
+    assert argv and argv == [arg.replace(submit_service.DRY_RUN_ID, str(job_id)) for arg in planned]
+    assert client.get(f"/v1/jobs/{job_id}").json()["plan"]["argv"] == argv
 
 
 def test_resume_from_puts_the_checkpoint_path_in_the_plan(

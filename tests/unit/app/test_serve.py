@@ -11,11 +11,15 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
+import sqlalchemy
 
 from app.serve import banner, root_warning, uvicorn_config
 from core.config import AuthMode, HttpParser, Settings
-from tests.integration.servers import ROOT, free_port, stop, wait_for
+from core.models import Base
+from tests.integration.servers import free_port, stop, wait_for
+from tests.unit.conftest import job_body
 
 HEAD = b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n"
 
@@ -43,22 +47,24 @@ def _status(connection: socket.socket) -> bytes:
     return answer.partition(b"\r\n")[0]
 
 
+def serve(workdir: Path, port: int, **settings: str) -> subprocess.Popen[bytes]:
+    """`python -m app.serve` in `workdir`, where it writes var/ (its database and broker too)."""
+    env = {
+        **os.environ,
+        "TRAINYARD_PORT": str(port),
+        "TRAINYARD_DATABASE_URL": f"sqlite:///{workdir}/trainyard.db",
+        "TRAINYARD_BROKER_URL": f"sqla+sqlite:///{workdir}/broker.db",
+        "TRAINYARD_LOG_LEVEL": "critical",
+        **{f"TRAINYARD_{name.upper()}": value for name, value in settings.items()},
+    }
+    return subprocess.Popen([sys.executable, "-m", "app.serve"], cwd=workdir, env=env, stdout=subprocess.PIPE)
+
+
 @pytest.fixture
 def server(tmp_path: Path) -> Iterator[tuple[int, str]]:
     """A real server with tiny limits, and the first line it printed."""
     port = free_port()
-    env = {
-        **os.environ,
-        "TRAINYARD_PORT": str(port),
-        "TRAINYARD_DATABASE_URL": f"sqlite:///{tmp_path}/trainyard.db",
-        "TRAINYARD_BROKER_URL": f"sqla+sqlite:///{tmp_path}/broker.db",
-        "TRAINYARD_MAX_CONNECTIONS": "2",
-        "TRAINYARD_MAX_HEADER_BYTES": "4096",
-        "TRAINYARD_AUTH": "on",
-        "TRAINYARD_LOG_LEVEL": "critical",
-    }
-    argv = [sys.executable, "-m", "app.serve"]
-    proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.PIPE)
+    proc = serve(tmp_path, port, max_connections="2", max_header_bytes="4096", auth="on")
     try:
         assert proc.stdout is not None
         printed = proc.stdout.readline().decode()
@@ -87,6 +93,28 @@ def test_the_server_holds_its_limits(server: tuple[int, str]) -> None:
         slow.sendall(HEAD)
         late.sendall(HEAD + b"\r\n")
         assert _status(late) == b"HTTP/1.1 503 Service Unavailable"
+
+
+def test_the_banner_comes_once_the_api_answers_and_var_api_url_names_it_while_it_runs(
+    tmp_path: Path,
+) -> None:
+    engine = sqlalchemy.create_engine(f"sqlite:///{tmp_path}/trainyard.db")
+    Base.metadata.create_all(engine)
+    engine.dispose()
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    proc = serve(tmp_path, port, auth="off")
+    try:
+        assert proc.stdout is not None
+        assert url in proc.stdout.readline().decode()
+        # At once, with no retry: the banner promises a server that answers.
+        answer = httpx.post(f"{url}/v1/jobs", json=job_body(), timeout=30)
+        assert answer.status_code == 201, answer.text
+        assert answer.json()["job"]["id"] == 1
+        assert (tmp_path / "var" / "api-url").read_text() == url + "\n"
+    finally:
+        stop(proc)
+    assert not (tmp_path / "var" / "api-url").exists(), "a stopped server leaves no URL behind"
 
 
 def test_an_api_run_as_root_says_so_and_where_to_read_why(monkeypatch: pytest.MonkeyPatch) -> None:

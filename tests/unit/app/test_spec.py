@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -127,6 +129,43 @@ def test_a_dry_run_of_a_gpu_spec_on_a_cpu_only_cluster_plans_it_as_not_runnable(
     assert client.post("/v1/jobs", json=bad, params={"dry_run": True}).status_code == 422
     assert_problem(client.post("/v1/jobs", json=body), "parallel.gpus", "GPU 0 does not exist")
     assert client.post("/v1/jobs", json=job_body(), params={"dry_run": True}).json()["plan"]["runnable"]
+    assert_nothing_stored(session, settings)
+
+
+EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
+
+
+@pytest.mark.parametrize(
+    ("example", "absent", "once_there"),
+    [
+        # Its images are counted when the job starts; the files of a language model's folders at submit.
+        ("image_folder_stream.json", ["data.root"], 200),
+        ("hf_lora_local.json", ["data.root", "data.tokenizer", "model.path"], 422),
+    ],
+)
+def test_a_dry_run_of_a_spec_whose_folders_are_not_there_yet_plans_it_as_not_runnable(
+    data_dir: Path,
+    client: TestClient,
+    session: Session,
+    settings: Settings,
+    example: str,
+    absent: list[str],
+    once_there: int,
+) -> None:
+    body = json.loads((EXAMPLES / example).read_text())
+    response = client.post("/v1/jobs", json=body, params={"dry_run": True})
+    assert response.status_code == 200, response.text
+    plan = response.json()["plan"]
+    assert plan["runnable"] is False and plan["argv"]
+    assert [reason.partition(": ")[0] for reason in plan["not_runnable_because"]] == absent
+    assert "is not a directory under TRAINYARD_DATA_DIR" in plan["not_runnable_because"][0]
+    # A submission still refuses it; and once the folders are there, a dry run judges them as it does.
+    assert_problem(client.post("/v1/jobs", json=body), "data.root", "is not a directory")
+    for folder in {body["data"]["root"], body["model"].get("path", body["data"]["root"])}:
+        (data_dir / folder).mkdir(parents=True)
+    again = client.post("/v1/jobs", json=body, params={"dry_run": True})
+    assert again.status_code == once_there, again.text
+    assert once_there != 200 or again.json()["plan"]["runnable"]
     assert_nothing_stored(session, settings)
 
 
