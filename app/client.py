@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
+from email.message import Message
+from pathlib import Path
 from types import TracebackType
 from typing import IO, Any
 
 import httpx
 
 from app.schemas import (
+    CheckpointsPublic,
     CodeBundleDetail,
     CodeBundlesPublic,
     HostsPublic,
@@ -25,8 +29,10 @@ from app.schemas import (
     RetryFrom,
     SpecDiff,
     StreamEnd,
+    UsagesPublic,
 )
 from core.states import JobStatus
+from jobspec.profile_summary import ProfileSummary
 
 DEFAULT_URL = "http://127.0.0.1:8000"
 
@@ -54,6 +60,15 @@ def _raise_for_problem(response: httpx.Response) -> None:
 def _present(params: dict[str, Any]) -> dict[str, Any]:
     """None means "leave it to the server's default", so it is not sent."""
     return {key: value for key, value in params.items() if value is not None}
+
+
+def _attachment_name(response: httpx.Response) -> str | None:
+    """The file name the API gave (RFC 6266, `filename*` too), without any folder: the job chose part of it,
+    so it never says where the file goes."""
+    header = Message()
+    header["Content-Disposition"] = response.headers.get("content-disposition", "")
+    name = Path(header.get_filename() or "").name
+    return name if name not in ("", ".", "..") else None
 
 
 def _sse_events(lines: Iterator[str]) -> Iterator[tuple[str, str]]:
@@ -187,6 +202,48 @@ class TrainyardClient:
                 elif event == "end":
                     yield StreamEnd.model_validate_json(data)
                     return
+
+    def _download(self, path: str, target: Path, fallback: str) -> Path:
+        """Streams the answer into a file, chunk by chunk (checkpoints and exports can be many GB); `target`
+        is the file, or a folder for the name the API gives (`fallback` if it gives none). A partial file
+        never takes the final name."""
+        with self._http.stream("GET", path) as response:
+            _raise_for_problem(response)
+            if target.is_dir():
+                target = target / (_attachment_name(response) or fallback)
+            partial = target.with_name(f".{target.name}.part")
+            try:
+                with partial.open("wb") as out:
+                    for chunk in response.iter_bytes():
+                        out.write(chunk)
+                os.replace(partial, target)
+            finally:
+                partial.unlink(missing_ok=True)
+        return target
+
+    def checkpoints(self, job_id: int) -> CheckpointsPublic:
+        return CheckpointsPublic.model_validate(self._call("GET", f"/v1/jobs/{job_id}/checkpoints"))
+
+    def download_checkpoint(self, checkpoint_id: int, target: Path) -> Path:
+        return self._download(
+            f"/v1/checkpoints/{checkpoint_id}/download", target, f"checkpoint-{checkpoint_id}"
+        )
+
+    def download_export(self, job_id: int, target: Path) -> Path:
+        """A finished hf_causal_lm job's model as a tar that from_pretrained loads once unpacked."""
+        return self._download(f"/v1/jobs/{job_id}/export", target, f"job{job_id}-export.tar")
+
+    def download_tensorboard(self, job_id: int, target: Path) -> Path:
+        return self._download(f"/v1/jobs/{job_id}/tensorboard", target, f"job{job_id}-tensorboard.tar")
+
+    def profile(self, job_id: int) -> ProfileSummary:
+        return ProfileSummary.model_validate(self._call("GET", f"/v1/jobs/{job_id}/profile"))
+
+    def download_profile_trace(self, job_id: int, target: Path) -> Path:
+        return self._download(f"/v1/jobs/{job_id}/profile/trace", target, f"job{job_id}-trace.json")
+
+    def usage(self) -> UsagesPublic:
+        return UsagesPublic.model_validate(self._call("GET", "/v1/usage"))
 
     def compare(self, job_ids: list[int]) -> SpecDiff:
         """Where the jobs' specs and plans differ."""

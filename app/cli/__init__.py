@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import Any
 
 import click
 import httpx
 
-from app.cli import cluster, code, compare, jobs, observe
-from app.client import DEFAULT_URL, ApiError, TrainyardClient
+from app.cli import artifacts, cluster, code, compare, jobs, observe
+from app.cli.api_url import ApiUrl, find_api_url
+from app.client import ApiError, TrainyardClient
+
+# Where the URL in use is kept for the error that says it cannot be reached (click's meta is shared by every
+# nested context).
+API_URL_KEY = "trainyard.api_url"
 
 
 class ApiGroup(click.Group):
@@ -20,19 +27,25 @@ class ApiGroup(click.Group):
         except ApiError as exc:
             raise click.ClickException(f"{exc.detail} (HTTP {exc.status})") from exc
         except httpx.TransportError as exc:
-            url = ctx.params.get("url")
+            api: ApiUrl = ctx.meta[API_URL_KEY]
             raise click.ClickException(
-                f"cannot reach the API at {url} ({exc}); start it with `make run`, or point --url or "
-                "TRAINYARD_URL at it"
+                f"cannot reach the API at {api.url} (from {api.source}): {exc}; start it with `make run`, or "
+                "point --url or TRAINYARD_URL at it"
             ) from exc
 
 
 @click.group(cls=ApiGroup, context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--url", envvar="TRAINYARD_URL", default=DEFAULT_URL, show_default=True, help="the API")
+@click.option(
+    "--url",
+    help="the API [default: TRAINYARD_URL, else the URL `make run` wrote to var/api-url in this folder or "
+    "one above it, else http://127.0.0.1:8000]",
+)
 @click.option("--token", envvar="TRAINYARD_TOKEN", help="API key, sent as a bearer token")
 @click.pass_context
-def cli(ctx: click.Context, url: str, token: str | None) -> None:
-    ctx.obj = ctx.with_resource(TrainyardClient(url, token))
+def cli(ctx: click.Context, url: str | None, token: str | None) -> None:
+    api = find_api_url(url, os.environ, Path.cwd())
+    ctx.meta[API_URL_KEY] = api
+    ctx.obj = ctx.with_resource(TrainyardClient(api.url, token))
 
 
 for command in (
@@ -42,10 +55,17 @@ for command in (
     jobs.cancel,
     jobs.retry,
     jobs.priority,
+    jobs.delete,
     observe.logs,
     observe.metrics,
+    observe.events,
+    artifacts.checkpoints,
+    artifacts.export,
+    artifacts.tensorboard,
+    artifacts.profile,
     cluster.gpus,
     cluster.queue,
+    cluster.usage,
     cluster.keys,
     compare.compare,
     code.code,

@@ -1,58 +1,121 @@
-"""The shared resources: GPUs, the queue, and the API keys that let people in."""
+"""The shared resources: GPUs, the queue, recent use, and the API keys that let people in."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime
 
 import click
-from rich.table import Table
 
 from app.cli.render import console, duration, local_time
+from app.cli.table import Column, Output, listing, print_json, print_table
 from app.client import TrainyardClient
+from app.schemas import HostGpus
+
+GPU_COLUMNS = (
+    Column("host"),
+    Column("address", rank=3),
+    Column("status"),
+    Column("gpu"),
+    Column("name", rank=2, free_text=True),
+    Column("memory MB", rank=4, justify="right"),
+    Column("job", rank=1),
+)
+
+
+def gpu_rows(host: HostGpus) -> list[tuple[str, ...]]:
+    where = (host.host, host.address, host.status)
+    if not host.gpus:
+        return [(*where, "-", "no GPUs (CPU jobs only)", "-", "-")]
+    return [
+        (
+            *where,
+            str(gpu.index),
+            gpu.name or "-",
+            str(gpu.memory_total_mb or "-"),
+            "free" if gpu.job_id is None else str(gpu.job_id),
+        )
+        for gpu in host.gpus
+    ]
 
 
 @click.command()
+@listing
 @click.pass_obj
-def gpus(client: TrainyardClient) -> None:
+def gpus(client: TrainyardClient, wide: bool, output: Output) -> None:
     """GPUs of every worker host (up or down, with its address) and the job holding each."""
-    hosts = client.gpus().data
-    if not hosts:
+    hosts = client.gpus()
+    if output is Output.JSON:
+        print_json(hosts)
+        return
+    if not hosts.data:
         console.print("no worker host has registered; start one with `python -m worker`")
         return
-    table = Table("host", "address", "status", "gpu", "name", "memory MB", "job")
-    for host in hosts:
-        where = (host.host, host.address, host.status)
-        if not host.gpus:
-            table.add_row(*where, "-", "no GPUs (CPU jobs only)", "-", "-")
-        for gpu in host.gpus:
-            job = str(gpu.job_id) if gpu.job_id is not None else "free"
-            table.add_row(*where, str(gpu.index), gpu.name or "-", str(gpu.memory_total_mb or "-"), job)
-    console.print(table)
+    print_table(GPU_COLUMNS, [row for host in hosts.data for row in gpu_rows(host)], wide)
+
+
+QUEUE_COLUMNS = (
+    Column("#", rank=1, justify="right"),
+    Column("job"),
+    Column("name"),
+    Column("owner", rank=6),
+    Column("priority", rank=5, justify="right"),
+    Column("wants", rank=3),
+    Column("waited", rank=4, justify="right"),
+    Column("reason", rank=2, free_text=True),
+)
 
 
 @click.command()
+@listing
 @click.pass_obj
-def queue(client: TrainyardClient) -> None:
-    """Jobs waiting to start, in the order they will start, and why each waits."""
-    entries = client.queue().data
-    if not entries:
+def queue(client: TrainyardClient, wide: bool, output: Output) -> None:
+    """Jobs waiting to start, in the order they will start, and why each waits: one line each, the reason
+    shortened to fit (whole with --wide)."""
+    entries = client.queue()
+    if output is Output.JSON:
+        print_json(entries)
+        return
+    if not entries.data:
         console.print("the queue is empty")
         return
     now = datetime.now(UTC)
-    table = Table("#", "job", "name", "owner", "priority", "wants", "waited", "reason")
-    for entry in entries:
-        waited = duration((now - entry.created_at).total_seconds())
-        table.add_row(
+    rows = [
+        (
             str(entry.position),
             str(entry.job_id),
             entry.name,
             entry.owner,
             str(entry.priority),
             entry.wants,
-            waited,
+            duration((now - entry.created_at).total_seconds()),
             entry.reason,
         )
-    console.print(table)
+        for entry in entries.data
+    ]
+    print_table(QUEUE_COLUMNS, rows, wide)
+    if entries.fair_share:
+        console.print(entries.fair_share)
+
+
+USAGE_COLUMNS = (Column("user"), Column("GPU-h", justify="right"), Column("CPU core-h", justify="right"))
+
+
+@click.command()
+@listing
+@click.pass_obj
+def usage(client: TrainyardClient, wide: bool, output: Output) -> None:
+    """Recent GPU and CPU use per user (yours; an admin sees everyone's), least used first: the order in which
+    fair share starts jobs of equal priority."""
+    uses = client.usage()
+    if output is Output.JSON:
+        print_json(uses)
+        return
+    if not uses.data:
+        console.print("no job has run lately")
+        return
+    rows = [(use.user, f"{use.gpu_hours:.2f}", f"{use.cpu_core_hours:.2f}") for use in uses.data]
+    print_table(USAGE_COLUMNS, rows, wide)
+    console.print(f"use counts half after {uses.half_life_h:g} h")
 
 
 @click.group()
@@ -70,15 +133,23 @@ def create(client: TrainyardClient, user: str, admin: bool) -> None:
     click.echo(client.create_key(user, admin).token)
 
 
+KEY_COLUMNS = (Column("id"), Column("user"), Column("admin", rank=1), Column("created", rank=2))
+
+
 @keys.command("ls")
+@listing
 @click.pass_obj
-def list_keys(client: TrainyardClient) -> None:
+def list_keys(client: TrainyardClient, wide: bool, output: Output) -> None:
     """Your keys (an admin's: everyone's), and since when; tokens cannot be shown again (only their hashes
     are stored)."""
-    table = Table("id", "user", "admin", "created")
-    for key in client.list_keys().data:
-        table.add_row(str(key.id), key.user, "yes" if key.admin else "no", local_time(key.created_at))
-    console.print(table)
+    keys = client.list_keys()
+    if output is Output.JSON:
+        print_json(keys)
+        return
+    rows = [
+        (str(key.id), key.user, "yes" if key.admin else "no", local_time(key.created_at)) for key in keys.data
+    ]
+    print_table(KEY_COLUMNS, rows, wide)
 
 
 @keys.command("revoke")

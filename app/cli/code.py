@@ -6,25 +6,15 @@ import tempfile
 from pathlib import Path
 
 import click
-from rich.table import Table
 
+from app.cli.code_ids import resolve_code_id
 from app.cli.pack import PackError, pack
-from app.cli.render import console, local_time
+from app.cli.render import console, local_time, size
+from app.cli.table import Column, Output, listing, print_json, print_table
 from app.client import TrainyardClient
 from app.schemas import CodeBundleDetail
 
 FolderArgument = click.Path(exists=True, file_okay=False, path_type=Path)
-
-
-def size(count: int) -> str:
-    if count < 1024:
-        return f"{count} B"
-    value, unit = count / 1024, "KiB"
-    for bigger in ("MiB", "GiB"):
-        if value < 1024:
-            break
-        value, unit = value / 1024, bigger
-    return f"{value:.1f} {unit}"
 
 
 def push_folder(client: TrainyardClient, folder: Path) -> CodeBundleDetail:
@@ -43,7 +33,8 @@ def push_folder(client: TrainyardClient, folder: Path) -> CodeBundleDetail:
 
 @click.group("code")
 def code() -> None:
-    """Code bundles: your own modules, which a spec names with `code`."""
+    """Code bundles: your own modules, which a spec names with `code`. Wherever a bundle's id is taken, its
+    first digits do (`sha256:0383`, or `0383`) if no other bundle of yours starts with them."""
 
 
 @code.command()
@@ -54,17 +45,30 @@ def push(client: TrainyardClient, folder: Path) -> None:
     console.print(push_folder(client, folder).id)
 
 
+BUNDLE_COLUMNS = (
+    Column("id"),
+    Column("owner", rank=2),
+    Column("files", rank=3, justify="right"),
+    Column("size", rank=4, justify="right"),
+    Column("unpacked", rank=5, justify="right"),
+    Column("created", rank=1),
+)
+
+
 @code.command("ls")
+@listing
 @click.pass_obj
-def list_code(client: TrainyardClient) -> None:
+def list_code(client: TrainyardClient, wide: bool, output: Output) -> None:
     """Your bundles, newest first (an admin's: everyone's)."""
-    bundles = client.list_code().data
-    if not bundles:
+    bundles = client.list_code()
+    if output is Output.JSON:
+        print_json(bundles)
+        return
+    if not bundles.data:
         console.print("no code bundles; push one with `trainyard code push DIR`")
         return
-    table = Table("id", "owner", "files", "size", "unpacked", "created")
-    for bundle in bundles:
-        table.add_row(
+    rows = [
+        (
             bundle.id,
             bundle.owner,
             str(bundle.file_count),
@@ -72,7 +76,9 @@ def list_code(client: TrainyardClient) -> None:
             size(bundle.unpacked_bytes),
             local_time(bundle.created_at),
         )
-    console.print(table)
+        for bundle in bundles.data
+    ]
+    print_table(BUNDLE_COLUMNS, rows, wide)
 
 
 @code.command()
@@ -80,7 +86,7 @@ def list_code(client: TrainyardClient) -> None:
 @click.pass_obj
 def show(client: TrainyardClient, code_id: str) -> None:
     """One bundle: who pushed it and when, its files, the jobs that name it."""
-    bundle = client.get_code(code_id)
+    bundle = client.get_code(resolve_code_id(client, code_id))
     console.print(f"{bundle.id}: {bundle.owner}, {local_time(bundle.created_at)}")
     unpacked, archive = size(bundle.unpacked_bytes), size(bundle.size_bytes)
     console.print(f"  {bundle.file_count} files, {unpacked} unpacked, {archive} archive")
@@ -96,5 +102,6 @@ def show(client: TrainyardClient, code_id: str) -> None:
 @click.pass_obj
 def rm(client: TrainyardClient, code_id: str) -> None:
     """Delete a bundle no unfinished job of yours names."""
-    client.delete_code(code_id)
-    console.print(f"deleted {code_id}")
+    whole = resolve_code_id(client, code_id)
+    client.delete_code(whole)
+    console.print(f"deleted {whole}")

@@ -1,5 +1,5 @@
 """`trainyard compare`: jobs side by side, the table one builds by hand to weigh strategies and precisions;
-with --diff, how their specs differ, as the API works it out for the dashboard too."""
+with --diff, how their specs differ, as the API works it out for the dashboard too, a row per field."""
 
 from __future__ import annotations
 
@@ -7,9 +7,10 @@ import statistics
 from dataclasses import dataclass
 
 import click
-from rich.table import Table
+from pydantic import BaseModel
 
 from app.cli.render import between, console, devices, duration, number
+from app.cli.table import Column, Output, listing, print_json, print_table
 from app.client import TrainyardClient
 from app.schemas import JobPublic, MetricPublic, SpecDiff
 from core.gpu_series import GpuQuantity, split_series
@@ -32,6 +33,13 @@ class Summary:
     tokens_per_s: float | None  # language models only, like the two below
     mfu: float | None
     final_eval_perplexity: float | None
+
+
+class Comparison(BaseModel):
+    """What --output json prints: each job's numbers unrounded, and how the specs differ (with --diff)."""
+
+    jobs: list[Summary]
+    diff: SpecDiff | None
 
 
 def _series(rows: list[MetricPublic], name: str) -> list[float]:
@@ -68,28 +76,30 @@ def summarize(job: JobPublic, rows: list[MetricPublic]) -> Summary:
     )
 
 
-def summary_table(summaries: list[Summary], diff: SpecDiff | None = None) -> Table:
-    """With `diff`, a last column holds each job's values of the fields that differ. The language-model
-    columns appear when a job has their metrics."""
-    language = any(s.tokens_per_s is not None for s in summaries)
-    table = Table(
-        "job",
-        "name",
-        "status",
-        "strategy",
-        "precision",
-        "devices",
-        "wall",
-        "samples/s",
-        "final loss",
-        "eval acc",
-        "peak MB",
-        "GPU util %",
-        *(["tokens/s", "MFU", "eval ppl"] if language else []),
-        *(["differs"] if diff else []),
-    )
-    for i, s in enumerate(summaries):
-        table.add_row(
+SUMMARY_COLUMNS = (
+    Column("job"),
+    Column("name"),
+    Column("status"),
+    Column("strategy", rank=4),
+    Column("precision", rank=5),
+    Column("devices", rank=6),
+    Column("wall", rank=7, justify="right"),
+    Column("samples/s", rank=2, justify="right"),
+    Column("final loss", rank=1, justify="right"),
+    Column("eval acc", rank=3, justify="right"),
+    Column("peak MB", rank=8, justify="right"),
+    Column("GPU util %", rank=9, justify="right"),
+)
+LANGUAGE_COLUMNS = (
+    Column("tokens/s", rank=2, justify="right"),
+    Column("MFU", rank=3, justify="right"),
+    Column("eval ppl", rank=1, justify="right"),
+)
+
+
+def summary_rows(summaries: list[Summary], language: bool) -> list[tuple[str, ...]]:
+    return [
+        (
             str(s.job_id),
             s.name,
             s.status,
@@ -102,21 +112,44 @@ def summary_table(summaries: list[Summary], diff: SpecDiff | None = None) -> Tab
             number(s.final_eval_accuracy),
             number(s.peak_mem_mb),
             number(s.gpu_util_pct),
-            *([number(s.tokens_per_s), number(s.mfu), number(s.final_eval_perplexity)] if language else []),
-            *([diff.jobs[i].differs] if diff else []),
+            *((number(s.tokens_per_s), number(s.mfu), number(s.final_eval_perplexity)) if language else ()),
         )
-    return table
+        for s in summaries
+    ]
+
+
+def print_summaries(summaries: list[Summary], wide: bool) -> None:
+    """The language-model columns appear when a job has their metrics."""
+    language = any(s.tokens_per_s is not None for s in summaries)
+    columns = (*SUMMARY_COLUMNS, *(LANGUAGE_COLUMNS if language else ()))
+    print_table(columns, summary_rows(summaries, language), wide)
+
+
+def print_differences(diff: SpecDiff, wide: bool) -> None:
+    """A row per field that differs, a column per job: each job's value, whole with --wide."""
+    if not diff.differences:
+        console.print("the specs and plans do not differ")
+        return
+    columns = (Column("field"), *(Column(f"job {job.id}", free_text=True) for job in diff.jobs))
+    rows = [(difference.field, *difference.values) for difference in diff.differences]
+    print_table(columns, rows, wide)
 
 
 @click.command()
 @click.argument("job_ids", nargs=-1, required=True, type=int)
-@click.option("--diff", is_flag=True, help="add how the specs differ: a column per job and a line under it")
+@click.option("--diff", is_flag=True, help="then how their specs and plans differ: field | job A | job B ...")
+@listing
 @click.pass_obj
-def compare(client: TrainyardClient, job_ids: tuple[int, ...], diff: bool) -> None:
+def compare(
+    client: TrainyardClient, job_ids: tuple[int, ...], diff: bool, wide: bool, output: Output
+) -> None:
     """Compare jobs: strategy, precision, devices, wall time, throughput, final loss and accuracy, memory,
     mean GPU utilisation; for language models tokens/s, MFU and eval perplexity."""
     summaries = [summarize(client.get_job(job_id), client.all_metrics(job_id)) for job_id in job_ids]
     differences = client.compare(list(job_ids)) if diff else None
-    console.print(summary_table(summaries, differences))
-    if differences:
-        console.print(f"differs: {differences.summary}")
+    if output is Output.JSON:
+        print_json(Comparison(jobs=summaries, diff=differences))
+        return
+    print_summaries(summaries, wide)
+    if differences is not None:
+        print_differences(differences, wide)

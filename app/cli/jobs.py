@@ -7,9 +7,9 @@ from pathlib import Path
 from typing import Any
 
 import click
-from rich.table import Table
 
 from app.cli.code import FolderArgument, push_folder
+from app.cli.code_ids import resolve_code_id
 from app.cli.follow import follow_job, outcome_line
 from app.cli.render import (
     console,
@@ -25,6 +25,7 @@ from app.cli.render import (
     waiting_or_message,
     warnings_console,
 )
+from app.cli.table import Column, Output, listing, print_json, print_table
 from app.client import TrainyardClient
 from app.schemas import JobPublic, RetryFrom
 from core.states import JobStatus
@@ -63,6 +64,8 @@ def submit(
     spec = read_spec(spec_file)
     if code_folder is not None:
         spec["code"] = push_folder(client, code_folder).id
+    elif isinstance(spec.get("code"), str):
+        spec["code"] = resolve_code_id(client, spec["code"])
     submitted = client.submit(spec, dry_run=dry_run)
     plan = submitted.plan
     if submitted.job is None:
@@ -79,44 +82,52 @@ def submit(
         exit_with_outcome(follow_job(client, submitted.job.id))
 
 
+JOB_COLUMNS = (
+    Column("id"),
+    Column("name"),
+    Column("parent", rank=8),
+    Column("status"),
+    Column("progress"),
+    Column("strategy", rank=4),
+    Column("devices", rank=3),
+    Column("precision", rank=6),
+    Column("ran for", rank=2),
+    Column("eval acc", rank=5),
+    Column("created", rank=7),
+    Column("note", rank=1, free_text=True),
+)
+
+
+def job_row(job: JobPublic) -> tuple[str, ...]:
+    failed = job.status in (JobStatus.FAILED, JobStatus.TIMED_OUT) and job.status_reason
+    return (
+        str(job.id),
+        job.name,
+        "" if job.parent_id is None else str(job.parent_id),
+        str(job.status),
+        progress_text(job),
+        str(job.plan.get("strategy", "-")),
+        devices(job),
+        str(job.plan.get("precision", "-")),
+        ran_for(job),
+        number(job.latest_metrics.get("eval_accuracy")),
+        local_time(job.created_at),
+        f"{job.status_reason}: {job.message or ''}" if failed else waiting_or_message(job),
+    )
+
+
 @click.command("ls")
 @click.option("--status", "status", type=click.Choice([s.value for s in JobStatus]), help="only this state")
 @click.option("--limit", default=50, show_default=True, type=click.IntRange(1, 200))
+@listing
 @click.pass_obj
-def list_jobs(client: TrainyardClient, status: str | None, limit: int) -> None:
+def list_jobs(client: TrainyardClient, status: str | None, limit: int, wide: bool, output: Output) -> None:
     """List jobs, newest first."""
-    jobs = client.list_jobs(JobStatus(status) if status else None, limit=limit).data
-    table = Table(
-        "id",
-        "name",
-        "parent",
-        "status",
-        "progress",
-        "strategy",
-        "devices",
-        "precision",
-        "ran for",
-        "eval acc",
-        "created",
-        "note",
-    )
-    for job in jobs:
-        failed = job.status in (JobStatus.FAILED, JobStatus.TIMED_OUT) and job.status_reason
-        table.add_row(
-            str(job.id),
-            job.name,
-            "" if job.parent_id is None else str(job.parent_id),
-            str(job.status),
-            progress_text(job),
-            str(job.plan.get("strategy", "-")),
-            devices(job),
-            str(job.plan.get("precision", "-")),
-            ran_for(job),
-            number(job.latest_metrics.get("eval_accuracy")),
-            local_time(job.created_at),
-            f"{job.status_reason}: {job.message or ''}" if failed else waiting_or_message(job),
-        )
-    console.print(table)
+    jobs = client.list_jobs(JobStatus(status) if status else None, limit=limit)
+    if output is Output.JSON:
+        print_json(jobs)
+        return
+    print_table(JOB_COLUMNS, [job_row(job) for job in jobs.data], wide)
 
 
 @click.command()
@@ -190,3 +201,12 @@ def priority(client: TrainyardClient, job_id: int, value: int) -> None:
     """Change a queued job's priority (higher starts first)."""
     job = client.set_priority(job_id, value)
     console.print(f"job {job.id} priority {job.priority}: {waiting_or_message(job)}")
+
+
+@click.command()
+@click.argument("job_id", type=int)
+@click.pass_obj
+def delete(client: TrainyardClient, job_id: int) -> None:
+    """Delete a finished job: its row, events, metrics, checkpoints and run directory."""
+    client.delete(job_id)
+    console.print(f"deleted job {job_id}")

@@ -1,4 +1,4 @@
-"""Watching what a job produces: its logs and its metric series, once or live."""
+"""Watching what a job produces: its logs and its metric series, once or live, and its history of states."""
 
 from __future__ import annotations
 
@@ -6,12 +6,12 @@ import sys
 import time
 
 import click
-from rich.table import Table
 
 from app.cli.follow import outcome_line
-from app.cli.render import console, number
+from app.cli.render import console, local_time, number
+from app.cli.table import Column, Output, listing, print_json, print_table
 from app.client import StreamEnd, TrainyardClient
-from app.schemas import MetricPublic
+from app.schemas import MetricPublic, MetricsPublic
 
 LOG_POLL_S = 1.0
 
@@ -48,17 +48,34 @@ def metric_line(row: MetricPublic) -> str:
     return f"step {row.step:>7}  epoch {row.epoch:>3}  {row.name:<16} {number(row.value, 6)}"
 
 
+METRIC_COLUMNS = (
+    Column("step", justify="right"),
+    Column("epoch", justify="right"),
+    Column("name"),
+    Column("value", justify="right"),
+)
+
+
 @click.command()
 @click.argument("job_id", type=int)
 @click.option("--name", help="one series, e.g. loss")
 @click.option("--follow", "-f", is_flag=True, help="print new rows as the job reports them, until it ends")
 @click.option("--max-points", type=click.IntRange(2, 10_000), help="shorten each series to this many points")
+@listing
 @click.pass_obj
 def metrics(
-    client: TrainyardClient, job_id: int, name: str | None, follow: bool, max_points: int | None
+    client: TrainyardClient,
+    job_id: int,
+    name: str | None,
+    follow: bool,
+    max_points: int | None,
+    wide: bool,
+    output: Output,
 ) -> None:
     """Print a job's metrics."""
     if follow:
+        if output is Output.JSON:
+            raise click.UsageError("--follow prints rows as they come, not JSON; leave out one of them")
         for event in client.stream_metrics(job_id, name):
             if isinstance(event, StreamEnd):
                 console.print(outcome_line(client.get_job(job_id)))
@@ -66,10 +83,45 @@ def metrics(
                 console.print(metric_line(event))
         return
     if max_points is not None:
-        rows = client.metrics(job_id, name, max_points=max_points).data
+        page = client.metrics(job_id, name, max_points=max_points)
     else:
-        rows = client.all_metrics(job_id, name)
-    table = Table("step", "epoch", "name", "value")
-    for row in rows:
-        table.add_row(str(row.step), str(row.epoch), row.name, number(row.value, 6))
-    console.print(table)
+        page = MetricsPublic(data=client.all_metrics(job_id, name), next_after_step=None)
+    if output is Output.JSON:
+        print_json(page)
+        return
+    rows = [(str(row.step), str(row.epoch), row.name, number(row.value, 6)) for row in page.data]
+    print_table(METRIC_COLUMNS, rows, wide)
+
+
+EVENT_COLUMNS = (
+    Column("at", rank=1),
+    Column("from", rank=5),
+    Column("to"),
+    Column("attempt", rank=4, justify="right"),
+    Column("reason", rank=2),
+    Column("message", rank=3, free_text=True),
+)
+
+
+@click.command()
+@click.argument("job_id", type=int)
+@listing
+@click.pass_obj
+def events(client: TrainyardClient, job_id: int, wide: bool, output: Output) -> None:
+    """A job's history: every change of state, when, why, and in which attempt."""
+    history = client.events(job_id)
+    if output is Output.JSON:
+        print_json(history)
+        return
+    rows = [
+        (
+            local_time(event.at),
+            str(event.from_status or "-"),
+            str(event.to_status),
+            str(event.attempt),
+            event.reason or "-",
+            event.message or "",
+        )
+        for event in history.data
+    ]
+    print_table(EVENT_COLUMNS, rows, wide)

@@ -23,6 +23,17 @@ def number(value: float | None, digits: int = 4) -> str:
     return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.{digits}g}"
 
 
+def size(count: int) -> str:
+    if count < 1024:
+        return f"{count} B"
+    value, unit = count / 1024, "KiB"
+    for bigger in ("MiB", "GiB"):
+        if value < 1024:
+            break
+        value, unit = value / 1024, bigger
+    return f"{value:.1f} {unit}"
+
+
 def duration(seconds: float | None) -> str:
     if seconds is None:
         return "-"

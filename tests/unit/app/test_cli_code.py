@@ -12,8 +12,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
+from sqlalchemy.orm import Session
 
 from app.cli.pack import PackError, bundle_files, pack
+from core.models import CodeBundle
 from tests.unit.conftest import job_body
 
 if TYPE_CHECKING:
@@ -113,3 +115,31 @@ def test_an_empty_folder_is_refused_before_anything_is_sent(run: CliRunnerCall, 
     refused = run("code", "push", write_tree(tmp_path / "empty", {".git/HEAD": ""}))
     assert refused.exit_code == 1 and "has no files to push" in refused.output
     assert run("code", "ls").output.startswith("no code bundles")
+
+
+def test_a_bundle_is_named_by_a_unique_prefix(run: CliRunnerCall, tmp_path: Path, session: Session) -> None:
+    bundle_id = run("code", "push", write_tree(tmp_path / "project")).stdout.strip()
+    digits = bundle_id.removeprefix("sha256:")
+    # Another bundle whose id shares the first four digits and no more: a row as a push would leave it.
+    other = f"sha256:{digits[:4]}{'1' if digits[4] == '0' else '0'}{digits[5:]}"
+    session.add(CodeBundle(id=other, owner="local", size_bytes=1, unpacked_bytes=1, file_count=0, files=[]))
+    session.commit()
+    for prefix in (f"sha256:{digits[:5]}", digits[:5]):
+        assert run("code", "show", prefix).output.startswith(f"{bundle_id}: local")
+    ambiguous = run("code", "show", f"sha256:{digits[:4]}")
+    assert ambiguous.exit_code == 1
+    assert f"sha256:{digits[:4]} is ambiguous: it starts 2 bundles" in ambiguous.output
+    assert bundle_id in ambiguous.output and other in ambiguous.output
+    unknown_digits = "".join("0" if d != "0" else "1" for d in digits[:6])
+    unknown = run("code", "show", unknown_digits)
+    assert unknown.exit_code == 1
+    assert f"no code bundle of yours starts with sha256:{unknown_digits}" in unknown.output
+    assert "`trainyard code ls`" in unknown.output
+    short = run("code", "show", digits[:3])
+    assert short.exit_code == 1 and "at least 4 of its lowercase hex digits" in short.output
+    (tmp_path / "spec.json").write_text(json.dumps(job_body(code=digits[:8])))
+    submitted = run("submit", tmp_path / "spec.json")
+    assert submitted.exit_code == 0, submitted.output
+    assert f"code:     {bundle_id}" in run("status", 1).output
+    run("cancel", 1)
+    assert run("code", "rm", digits[:8]).output.strip() == f"deleted {bundle_id}"

@@ -1,5 +1,5 @@
 """A program job through the `trainyard` commands: `submit --code DIR` pushes the script, `status` shows its
-argv and hyperparameters, and `compare --diff` names a hyperparameter that differs by its own name."""
+argv and hyperparameters, and `compare --diff` shows a hyperparameter that differs as a row of its own."""
 
 from __future__ import annotations
 
@@ -7,6 +7,8 @@ import json
 import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from tests.unit.app.table_rows import table_rows
 
 if TYPE_CHECKING:
     from tests.unit.cli_fixtures import CliRunnerCall
@@ -41,5 +43,5 @@ def test_status_shows_the_program_and_compare_names_its_hyperparameters(
     status = run("status", first).output
     assert "program:  python train.py --lr 3e-4 (lr 0.0003, warmup 100)" in status
     assert "per-rank batch" not in status, "the script picks its own batch"
-    compared = run("compare", first, second, "--diff").output.splitlines()
-    assert compared[-1] == "differs: warmup 100 vs 0"
+    compared = run("compare", first, second, "--diff").output
+    assert table_rows(compared)[-1] == ["program.hyperparameters.warmup", "100", "0"]

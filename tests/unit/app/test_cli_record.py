@@ -1,5 +1,5 @@
 """The experiment record from a terminal: logs default to rank 0's, and `compare --diff` shows how specs
-differ as the API works it out."""
+differ as the API works it out, a row per field."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from core.config import Settings
 from core.db import session_scope
 from core.models import Job
 from core.states import JobStatus
+from tests.unit.app.table_rows import table_rows
 from tests.unit.conftest import submit
 
 if TYPE_CHECKING:
@@ -37,12 +38,11 @@ def test_logs_show_rank_0_unless_the_launcher_is_asked_for(
     assert both.exit_code == 2 and "--rank and --launcher name two different logs" in both.output
 
 
-def test_compare_diff_adds_each_job_s_differences_and_a_line(run: CliRunnerCall, client: TestClient) -> None:
+def test_compare_diff_adds_a_row_per_field_that_differs(run: CliRunnerCall, client: TestClient) -> None:
     fast = submit(client, name="lr-high", train={"max_steps": 5, "batch_size": 8, "lr": 0.1})["id"]
     slow = submit(client, name="lr-low", train={"max_steps": 5, "batch_size": 8, "lr": 0.05})["id"]
     plain = run("compare", fast, slow).output
-    assert "differs" not in plain
-    compared = run("compare", fast, slow, "--diff").output.splitlines()
-    high = next(line for line in compared if "lr-high" in line)
-    assert [cell.strip() for cell in high.split("│")[1:-1]][-1] == "lr 0.1"
-    assert compared[-1] == "differs: lr 0.1 vs 0.05"
+    assert "train.lr" not in plain
+    compared = run("compare", fast, slow, "--diff").output
+    assert f"┃ field    ┃ job {fast} ┃ job {slow} ┃" in compared
+    assert table_rows(compared)[-1] == ["train.lr", "0.1", "0.05"]

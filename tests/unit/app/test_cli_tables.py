@@ -1,0 +1,183 @@
+"""Listings in an 80-column terminal: id, name, status and progress whole, no line past 80, free text
+shortened with "…", the least important columns dropped; `--wide` shows them all, `--output json` the API's
+answer."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+from fastapi.testclient import TestClient
+from sqlalchemy import update
+from sqlalchemy.orm import Session
+
+from app.cli.render import console
+from app.cli.table import FREE_TEXT_MIN, Column, layout
+from core.config import Settings
+from core.db import session_scope
+from core.models import Checkpoint, Job
+from core.states import JobStatus
+from tests.unit.app.table_rows import table_rows
+from tests.unit.conftest import submit
+
+if TYPE_CHECKING:
+    from tests.unit.cli_fixtures import CliRunnerCall
+
+pytest_plugins = ["tests.unit.cli_fixtures"]
+
+NAMES = ("resnet50-cifar10-bf16-ddp-4gpu", "gpt2-small-fineweb-fsdp")
+REASON = "waiting for 4 GPUs on one host: box-a has 2 free (GPUs 0, 1 held by job 7 of alice until it ends)"
+
+
+@pytest.fixture
+def narrow(run: CliRunnerCall, monkeypatch: pytest.MonkeyPatch) -> CliRunnerCall:
+    monkeypatch.setattr(console, "width", 80)
+    return run
+
+
+def fits(output: str, width: int = 80) -> bool:
+    return all(len(line) <= width for line in output.splitlines())
+
+
+def set_job(job_id: int, **values: object) -> None:
+    with session_scope() as session:
+        session.execute(update(Job).where(Job.id == job_id).values(**values))
+
+
+def two_jobs(client: TestClient) -> tuple[int, int]:
+    first, second = (submit(client, name=name)["id"] for name in NAMES)
+    return first, second
+
+
+def test_layout_shortens_free_text_then_drops_the_least_important() -> None:
+    columns = [
+        Column("id"),
+        Column("name"),
+        Column("owner", rank=2),
+        Column("wants", rank=3),
+        Column("reason", rank=1, free_text=True),
+    ]
+    natural = [4, 30, 10, 12, 60]
+    chrome = 3 * len(columns) + 1
+    assert layout(columns, natural, sum(natural) + chrome) == dict(enumerate(natural))
+    # Ten too few: the reason gives them up, and nothing is dropped.
+    assert layout(columns, natural, sum(natural) + chrome - 10) == {0: 4, 1: 30, 2: 10, 3: 12, 4: 50}
+    # The reason at its least still too wide with every column: wants goes, and the reason has what is left.
+    assert layout(columns, natural, 80) == {0: 4, 1: 30, 2: 10, 4: 80 - (4 + 30 + 10) - 3 * 4 - 1}
+    assert layout(columns, natural, 60) == {0: 4, 1: 30, 4: 60 - (4 + 30) - 3 * 3 - 1}
+    # Room for the essential columns alone: they stay whole even so.
+    assert layout(columns, natural, 20) == {0: 4, 1: 30}
+    assert layout(columns, [4, 30, 10, 12, 5], 60)[4] == 5 < FREE_TEXT_MIN, "short text is never padded"
+
+
+def test_ls_at_80_columns_keeps_ids_names_status_and_progress_whole(
+    narrow: CliRunnerCall, client: TestClient
+) -> None:
+    first, second = two_jobs(client)
+    set_job(first, status=JobStatus.FAILED, status_reason="exception", message=REASON, progress_total=1000)
+    set_job(second, status=JobStatus.RUNNING, progress_step=1234, progress_total=20000)
+    listed = narrow("ls").output
+    assert fits(listed), listed
+    rows = {row[0]: row for row in table_rows(listed)}
+    assert rows[str(first)][:4] == [str(first), NAMES[0], "failed", "0/1000"]
+    assert rows[str(second)][:4] == [str(second), NAMES[1], "running", "1234/20000"]
+    assert rows[str(first)][-1].startswith("exception: w") and rows[str(first)][-1].endswith("…")
+    assert "created" not in listed and "precision" not in listed
+    wide = narrow("ls", "--wide").output
+    assert "created" in wide and "precision" in wide and f"exception: {REASON}" in wide
+    assert not fits(wide)
+
+
+def test_queue_keeps_one_line_per_job_and_the_whole_reason_with_wide(
+    narrow: CliRunnerCall, client: TestClient
+) -> None:
+    first, second = two_jobs(client)
+    set_job(first, message=REASON)
+    queued = narrow("queue").output
+    assert fits(queued), queued
+    rows = table_rows(queued)
+    assert [row[1:3] for row in rows] == [[str(first), NAMES[0]], [str(second), NAMES[1]]]
+    assert rows[0][-1].startswith("waiting for 4 GPUs") and rows[0][-1].endswith("…")
+    assert len(rows) == 2, "one line per job"
+    assert REASON in narrow("queue", "--wide").output
+    answer = json.loads(narrow("queue", "--output", "json").stdout)
+    assert [(e["job_id"], e["reason"]) for e in answer["data"]] == [
+        (first, REASON),
+        (second, "waiting for a worker to take it"),
+    ]
+
+
+def test_compare_diff_is_a_row_per_field_within_80_columns(narrow: CliRunnerCall, client: TestClient) -> None:
+    first = submit(client, name=NAMES[0], train={"max_steps": 5, "batch_size": 8, "lr": 0.1})["id"]
+    second = submit(client, name=NAMES[1], train={"max_steps": 7, "batch_size": 16, "lr": 0.05})["id"]
+    set_job(first, status=JobStatus.SUCCEEDED)
+    compared = narrow("compare", first, second, "--diff").output
+    assert fits(compared), compared
+    rows = table_rows(compared)
+    assert rows[0][:3] == [str(first), NAMES[0], "succeeded"]
+    assert rows[1][:3] == [str(second), NAMES[1], "queued"]
+    assert ["train.lr", "0.1", "0.05"] in rows and ["train.batch_size", "8", "16"] in rows
+    assert f"┃ field            ┃ job {first} ┃ job {second} ┃" in compared
+    assert "GPU util %" not in compared and "GPU util %" in narrow("compare", first, second, "--wide").output
+    answer = json.loads(narrow("compare", first, second, "--diff", "--output", "json").stdout)
+    assert [job["name"] for job in answer["jobs"]] == list(NAMES)
+    assert {d["field"] for d in answer["diff"]["differences"]} >= {"train.lr", "train.batch_size"}
+
+
+def test_checkpoints_at_80_columns(
+    narrow: CliRunnerCall, client: TestClient, session: Session, settings: Settings
+) -> None:
+    job_id = submit(client)["id"]
+    for step in (1000, 250000):
+        session.add(
+            Checkpoint(job_id=job_id, step=step, epoch=step // 1000, path=f"/x/{step}.pt", size_bytes=9)
+        )
+    session.commit()
+    listed = narrow("checkpoints", "ls", job_id).output
+    assert fits(listed), listed
+    ids = [
+        c["id"] for c in json.loads(narrow("checkpoints", "ls", job_id, "--output", "json").stdout)["data"]
+    ]
+    assert [row[:2] for row in table_rows(listed)] == [[str(ids[0]), "1000"], [str(ids[1]), "250000"]]
+    assert f"/v1/checkpoints/{ids[1]}/download" in narrow("checkpoints", "ls", job_id, "--wide").output
+
+
+def test_code_bundles_at_80_columns_show_whole_ids(narrow: CliRunnerCall, tmp_path: Path) -> None:
+    folder = tmp_path / "project"
+    folder.mkdir()
+    (folder / "model.py").write_text("WIDTH = 8\n")
+    bundle_id = narrow("code", "push", folder).stdout.strip()
+    assert bundle_id.startswith("sha256:") and len(bundle_id) == len("sha256:") + len(
+        hashlib.sha256().hexdigest()
+    )
+    listed = narrow("code", "ls").output
+    assert fits(listed), listed
+    assert [row[0] for row in table_rows(listed)] == [bundle_id]
+    assert "owner" not in listed and "owner" in narrow("code", "ls", "--wide").output
+    answer = json.loads(narrow("code", "ls", "--output", "json").stdout)
+    assert [b["id"] for b in answer["data"]] == [bundle_id] and answer["count"] == 1
+
+
+@pytest.mark.parametrize(
+    ("args", "key"),
+    [
+        (("ls",), "name"),
+        (("events", 1), "to_status"),
+        (("metrics", 1), "value"),
+        (("gpus",), "host"),
+        (("usage",), "user"),
+        (("keys", "ls"), "user"),
+    ],
+)
+def test_every_listing_prints_the_api_answer_as_json(
+    run: CliRunnerCall, client: TestClient, args: tuple[object, ...], key: str
+) -> None:
+    submit(client, name=NAMES[0])
+    result = run(*args, "--output", "json")
+    assert result.exit_code == 0, result.output
+    answer = json.loads(result.stdout)
+    assert isinstance(answer["data"], list)
+    assert all(key in row for row in answer["data"])
