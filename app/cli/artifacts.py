@@ -12,11 +12,20 @@ from app.cli.render import console, local_time, size
 from app.cli.table import Column, Output, listing, print_json, print_table
 from app.client import TrainyardClient
 
+
+def _in_a_folder(_ctx: click.Context, _param: click.Parameter, target: Path) -> Path:
+    folder = target if target.is_dir() else target.parent
+    if not folder.is_dir():
+        raise click.BadParameter(f"{folder} is not a folder; make it first, or name a file in one that is")
+    return target
+
+
 output_file = click.option(
     "-o",
     "--output-file",
     "target",
     type=click.Path(dir_okay=True, path_type=Path),
+    callback=_in_a_folder,
     default=Path(),
     help="the file to write, or a folder for the name the API gives  [default: that name, here]",
 )

@@ -82,7 +82,16 @@ def _table(columns: Sequence[Column], rows: Sequence[Sequence[str]], widths: dic
     return table
 
 
+def _one_line(columns: Sequence[Column], row: Sequence[str]) -> list[str]:
+    """Free text (a worker's message) may hold line breaks; a row keeps to one line all the same."""
+    return [
+        " ".join(cell.split()) if column.free_text else cell
+        for column, cell in zip(columns, row, strict=True)
+    ]
+
+
 def print_table(columns: Sequence[Column], rows: Sequence[Sequence[str]], wide: bool = False) -> None:
+    rows = [_one_line(columns, row) for row in rows]
     natural = natural_widths(columns, rows)
     widths = dict(enumerate(natural)) if wide else layout(columns, natural, console.width)
     table = _table(columns, rows, widths)

@@ -75,6 +75,8 @@ def test_checkpoints_are_listed_and_downloaded(
     assert (here / name).read_bytes() == path.read_bytes()
     assert run("checkpoints", "download", checkpoint_id, "-o", "../best.pt").exit_code == 0
     assert (here.parent / "best.pt").read_bytes() == path.read_bytes()
+    nowhere = run("checkpoints", "download", checkpoint_id, "-o", "absent/best.pt")
+    assert nowhere.exit_code == 2 and "absent is not a folder; make it first" in nowhere.output
     missing = run("checkpoints", "download", 999)
     assert missing.exit_code == 1 and "(HTTP 404)" in missing.output
     assert sorted(p.name for p in here.iterdir()) == [name], "a refused download leaves no file"

@@ -16,12 +16,15 @@ from sqlalchemy.orm import Session
 
 from app.cli.render import console
 from app.cli.table import FREE_TEXT_MIN, Column, layout
+from app.services.keys import LOCAL_USER
 from core.config import Settings
 from core.db import session_scope
-from core.models import Checkpoint, Job
+from core.keys import create_key
+from core.models import Checkpoint, Job, Metric, Worker, utcnow
 from core.states import JobStatus
 from tests.unit.app.table_rows import table_rows
 from tests.unit.conftest import submit
+from worker.telemetry import charge
 
 if TYPE_CHECKING:
     from tests.unit.cli_fixtures import CliRunnerCall
@@ -96,17 +99,18 @@ def test_queue_keeps_one_line_per_job_and_the_whole_reason_with_wide(
 ) -> None:
     first, second = two_jobs(client)
     set_job(first, message=REASON)
+    set_job(second, message="placed on box-a;\nstarting")
     queued = narrow("queue").output
     assert fits(queued), queued
     rows = table_rows(queued)
     assert [row[1:3] for row in rows] == [[str(first), NAMES[0]], [str(second), NAMES[1]]]
-    assert rows[0][-1].startswith("waiting for 4 GPUs") and rows[0][-1].endswith("…")
-    assert len(rows) == 2, "one line per job"
+    assert rows[0][-1].startswith("waiting for 4") and rows[0][-1].endswith("…")
+    assert len(rows) == 2 and rows[1][-1].startswith("placed on box"), "one line per job"
     assert REASON in narrow("queue", "--wide").output
     answer = json.loads(narrow("queue", "--output", "json").stdout)
     assert [(e["job_id"], e["reason"]) for e in answer["data"]] == [
         (first, REASON),
-        (second, "waiting for a worker to take it"),
+        (second, "placed on box-a;\nstarting"),
     ]
 
 
@@ -173,11 +177,20 @@ def test_code_bundles_at_80_columns_show_whole_ids(narrow: CliRunnerCall, tmp_pa
     ],
 )
 def test_every_listing_prints_the_api_answer_as_json(
-    run: CliRunnerCall, client: TestClient, args: tuple[object, ...], key: str
+    run: CliRunnerCall,
+    client: TestClient,
+    session: Session,
+    settings: Settings,
+    args: tuple[object, ...],
+    key: str,
 ) -> None:
-    submit(client, name=NAMES[0])
+    job_id = submit(client, name=NAMES[0])["id"]
+    session.add(Metric(job_id=job_id, name="loss", step=1, value=0.5))
+    session.add(Worker(id="a:1", host="box-a", address="10.0.0.1", gpus=[{"index": 0, "name": "H200"}]))
+    charge(session, LOCAL_USER, 3600.0, 0.0, utcnow(), settings)
+    create_key(session, "ada", admin=False)
+    session.commit()
     result = run(*args, "--output", "json")
     assert result.exit_code == 0, result.output
     answer = json.loads(result.stdout)
-    assert isinstance(answer["data"], list)
-    assert all(key in row for row in answer["data"])
+    assert answer["data"] and all(key in row for row in answer["data"])
