@@ -176,16 +176,30 @@ class Settings(BaseSettings):
         120.0,
         ge=0,
         le=3600,
-        description="a preempted job's SIGTERM to SIGKILL: time to reach its next report step and checkpoint",
+        description="a preempted job's (GPU or CPU) SIGTERM to SIGKILL: time to reach its next report step "
+        "and checkpoint",
     )
     preempt_min_runtime_s: float = Field(
-        600.0, ge=0, le=30 * 86400, description="an attempt runs this long before it can be preempted"
+        600.0,
+        ge=0,
+        le=30 * 86400,
+        description="an attempt of a GPU or CPU job runs this long before a higher priority can preempt it; "
+        "a job waiting only for that says from when",
     )
     admin_priority_above: int = Field(
-        50, ge=-100, le=100, description="priorities above this are for admins: they preempt everyone else"
+        50,
+        ge=-100,
+        le=100,
+        description="priorities above this only admins may set (422 naming priority otherwise); every band "
+        "schedules alike: a higher priority starts first and preempts running GPU or CPU jobs of strictly "
+        "lower priority that are preemptible and past TRAINYARD_PREEMPT_MIN_RUNTIME_S",
     )
     cpu_overcommit: float = Field(
-        1.0, gt=0, le=64, description="a host runs CPU jobs up to this many processes per core it has"
+        1.0,
+        gt=0,
+        le=64,
+        description="a host runs CPU jobs up to this many processes per core it has; a CPU job takes a core "
+        "per training process (hogwild: per worker)",
     )
     auth: AuthMode = Field(
         AuthMode.OFF, description="on: every route but /healthz needs a bearer API key (docker-compose)"

@@ -48,3 +48,8 @@ def live_hosts(session: Session, settings: Settings) -> dict[str, Worker]:
 
 def gpu_indices(worker: WorkerReport) -> list[int]:
     return sorted(int(gpu["index"]) for gpu in worker.gpus)
+
+
+def cores_text(count: int) -> str:
+    """'1 CPU core', '2 CPU cores': what a CPU job takes, as the queue's reasons and its `wants` say it."""
+    return f"{count} CPU core{'s' if count != 1 else ''}"

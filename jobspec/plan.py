@@ -62,6 +62,12 @@ class Plan(BaseModel):
         """num_gpus is per host; a multi-host job takes that many on each of its hosts."""
         return self.num_gpus * self.nnodes
 
+    @property
+    def cpu_cores(self) -> int:
+        """The cores one node of a CPU job keeps busy, one per training process: hogwild's workers, not its
+        one rank, which only reports; 0 for a GPU job, whose processes drive its GPUs."""
+        return 0 if self.gpus or self.num_gpus else self.nproc_per_node * self.workers
+
 
 def scaled_lr(train: TrainSpec) -> float:
     ratio = train.batch_size / train.base_batch_size

@@ -7,7 +7,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from sqlalchemy import ColumnElement, Select, delete, func, select, update
+from sqlalchemy import ColumnElement, Select, delete, func, or_, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -21,7 +21,16 @@ from core.states import ACTIVE, JobStatus
 from core.transitions import move
 from jobspec.plan import Plan
 from jobspec.startup import Mark
-from worker.placement import HostView, NodeChoice, choose_nodes, cpu_cores, never_fits, reserve, wants_gpus
+from worker.placement import (
+    HostView,
+    NodeChoice,
+    choose_nodes,
+    cpu_cores,
+    jobs_text,
+    never_fits,
+    reserve,
+    wants_gpus,
+)
 from worker.preempt import PreemptRaced, preempt_for
 from worker.tail import add_marks
 
@@ -89,10 +98,16 @@ def host_views(session: Session) -> list[HostView]:
 
 
 def _reserved_ahead(session: Session, job: Job, hosts: list[HostView]) -> list[HostView]:
-    """`hosts` with the GPUs that queued jobs of higher priority would take marked held: a job that starts
-    first must not be one that lets a lower priority slip onto the GPUs a higher one waits for."""
+    """`hosts` with what the queued jobs that `job` must not delay would take marked held: every one of a
+    higher priority, and the first in start order whatever its priority, so that a job that needs more than
+    is free now is not overtaken for ever by smaller ones that keep taking what comes free. A job starts
+    before them only with what they leave (backfill)."""
+    first = session.scalar(_queued().limit(1))
     ahead = session.scalars(
-        select(Job).where(Job.status == JobStatus.QUEUED, Job.priority > job.priority).order_by(*START_ORDER)
+        select(Job)
+        .where(Job.status == JobStatus.QUEUED, Job.id != job.id)
+        .where(or_(Job.priority > job.priority, Job.id == first))
+        .order_by(*START_ORDER)
     )
     for other in ahead:
         hosts = reserve(hosts, other.id, Plan.model_validate(other.plan))
@@ -110,15 +125,9 @@ def _set_waiting(job_id: int, message: str, reason: str = WAITING_FOR_GPUS) -> N
 
 
 def _reservers(hosts: list[HostView], reserved: list[HostView]) -> list[int]:
-    """The jobs that `reserved` marks on GPUs that `hosts` left free."""
-    return sorted(
-        {
-            job
-            for before, after in zip(hosts, reserved, strict=True)
-            for gpu, job in after.held.items()
-            if gpu not in before.held
-        }
-    )
+    """The jobs that `reserved` marks on GPUs or cores that `hosts` left free."""
+    takers = {job for host in hosts for job in host.takers}
+    return sorted({job for host in reserved for job in host.takers} - takers)
 
 
 def claim_job(job_id: int) -> Claim:
@@ -131,7 +140,7 @@ def claim_job(job_id: int) -> Claim:
             # Another job leased one of our GPUs between our look and our insert, or a victim moved on
             # before we stopped it: look again, since num_gpus jobs may still fit on the GPUs that are left.
             continue
-    _set_waiting(job_id, f"waiting for GPUs: other jobs took them first {CLAIM_TRIES} times in a row")
+    _set_waiting(job_id, f"waiting: other jobs took what it needs first {CLAIM_TRIES} times in a row")
     return Claim(job_id, ClaimOutcome.WAITING)
 
 
@@ -152,12 +161,13 @@ def _try_claim(job_id: int) -> Claim:
         nodes, wait = choose_nodes(plan, reserved)
         ahead = _reservers(hosts, reserved)
         if wait is not None and ahead:
-            wait += f" (queued jobs {', '.join(map(str, ahead))} have a higher priority and start first)"
+            starts = "starts" if len(ahead) == 1 else "start"
+            wait += f" (kept for queued {jobs_text(ahead)}, which {starts} first)"
         if wait is not None:
             # Decided here rather than in the reaper: this is the moment a job fails to place, with its plan,
             # the hosts and the GPUs reserved for higher priorities already read, in a transaction whose
             # compare-and-sets make two claims at once stop each victim once.
-            wait = preempt_for(session, job, plan, reserved) or wait
+            wait = preempt_for(session, job, plan, reserved, wait)
     if wait is not None:
         _set_waiting(job_id, wait, WAITING_FOR_GPUS if wants_gpus(plan) else WAITING_FOR_CORES)
         return Claim(job_id, ClaimOutcome.WAITING)

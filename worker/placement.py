@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
+from core.hosts import cores_text
 from jobspec.plan import Plan
 
 
@@ -27,18 +28,25 @@ class HostView:
     def free(self) -> int:
         return sum(gpu not in self.held for gpu in self.gpu_ids)
 
+    @property
+    def takers(self) -> set[int]:
+        """The jobs holding or reserving its GPUs or cores."""
+        return {*self.held.values(), *self.cpu_held}
+
+    @property
+    def free_cores(self) -> int:
+        """Cores no CPU job holds or has reserved; 0 where cores are not counted."""
+        return 0 if self.cpus is None else max(self.cpus - sum(self.cpu_held.values()), 0)
+
 
 def wants_gpus(plan: Plan) -> bool:
     return bool(plan.gpus or plan.num_gpus)
 
 
 def cpu_cores(plan: Plan) -> int:
-    """The cores one node of a CPU job takes, one per process; a GPU job's processes drive its GPUs."""
-    return 0 if wants_gpus(plan) else plan.nproc_per_node
-
-
-def _cores(count: int) -> str:
-    return f"{count} CPU core{'s' if count != 1 else ''}"
+    """The cores one node takes here and in fair share (worker/telemetry.py): Plan.cpu_cores, which counts
+    hogwild's workers."""
+    return plan.cpu_cores
 
 
 @dataclass(frozen=True)
@@ -53,6 +61,11 @@ def _format_ids(ids: Iterable[int]) -> str:
     return ", ".join(str(i) for i in ids) or "none"
 
 
+def jobs_text(jobs: list[int]) -> str:
+    """'job 7', 'jobs 7, 9'."""
+    return ("job " if len(jobs) == 1 else "jobs ") + _format_ids(jobs)
+
+
 def infeasibility(plan: Plan, host: HostView) -> str | None:
     """Why this host can never run one node of the plan, or None when it could once its GPUs (or cores) are
     free."""
@@ -65,8 +78,8 @@ def infeasibility(plan: Plan, host: HostView) -> str | None:
         return f"asked for {plan.num_gpus} GPUs but {have}"
     if host.cpus is not None and cpu_cores(plan) > host.cpus:
         return (
-            f"asked for {_cores(cpu_cores(plan))} (parallel.nproc_per_node) but host {host.name} runs CPU "
-            f"jobs on {_cores(host.cpus)} (TRAINYARD_CPU_OVERCOMMIT raises that)"
+            f"asked for {cores_text(cpu_cores(plan))} (parallel.nproc_per_node) but host {host.name} runs "
+            f"CPU jobs on {cores_text(host.cpus)} (TRAINYARD_CPU_OVERCOMMIT raises that)"
         )
     return None
 
@@ -78,8 +91,8 @@ def wait_for_cores(plan: Plan, host: HostView) -> str | None:
     if host.cpus is None or used + cpu_cores(plan) <= host.cpus:
         return None
     holders = sorted(host.cpu_held)
-    who = f"job {holders[0]} holds" if len(holders) == 1 else f"jobs {_format_ids(holders)} hold"
-    return f"waiting for {_cores(cpu_cores(plan))} on {host.name}; {who} {used} of {host.cpus}"
+    who = f"{jobs_text(holders)} {'holds' if len(holders) == 1 else 'hold'}"
+    return f"waiting for {cores_text(cpu_cores(plan))} on {host.name}; {who} {used} of {host.cpus}"
 
 
 def pick_gpus(plan: Plan, host_gpu_ids: list[int], held: dict[int, int]) -> tuple[list[int], str | None]:
@@ -145,24 +158,30 @@ def choose_nodes(plan: Plan, hosts: list[HostView]) -> tuple[list[NodeChoice], s
     return nodes, None
 
 
+def _reserving(host: HostView, job_id: int, gpus: list[int], cores: int) -> HostView:
+    return replace(
+        host,
+        held={**host.held, **{gpu: job_id for gpu in gpus}},
+        cpu_held={**host.cpu_held, job_id: cores} if cores else host.cpu_held,
+    )
+
+
 def reserve(hosts: list[HostView], job_id: int, plan: Plan) -> list[HostView]:
-    """The hosts with `plan`'s GPUs marked as held by `job_id`: where it would start now, or, while it waits,
-    the free GPUs of the live host that can run it with most free, so no lower priority takes them."""
-    if not wants_gpus(plan) or never_fits(plan, hosts) is not None:
+    """The hosts with what `job_id` takes marked as held by it: where it would start now, or, while it waits,
+    what it needs of what is free on the live host that can run it with most free (GPUs, or cores for a CPU
+    job), so that no job after it takes them: the rest is held by running jobs or by jobs ahead of it, so
+    nothing that starts after it can delay it."""
+    if never_fits(plan, hosts) is not None:
         return hosts
     nodes, _ = choose_nodes(plan, hosts)
     if nodes:
-        wanted = {node.host: node.gpu_ids for node in nodes}
+        wanted = {node.host: (node.gpu_ids, cpu_cores(plan)) for node in nodes}
     else:
         able = [h for h in candidates(plan, hosts) if h.live and infeasibility(plan, h) is None]
         if not able:
             return hosts
-        best = max(able, key=lambda host: (host.free, host.name))
+        best = max(able, key=lambda host: (host.free if wants_gpus(plan) else host.free_cores, host.name))
         free = [gpu for gpu in sorted(best.gpu_ids) if gpu not in best.held]
-        wanted = {best.name: [gpu for gpu in (plan.gpus or free[: plan.num_gpus]) if gpu in free]}
-    return [
-        replace(host, held={**host.held, **{gpu: job_id for gpu in wanted[host.name]}})
-        if host.name in wanted
-        else host
-        for host in hosts
-    ]
+        gpus = [gpu for gpu in (plan.gpus or free[: plan.num_gpus]) if gpu in free]
+        wanted = {best.name: (gpus, min(cpu_cores(plan), best.free_cores))}
+    return [_reserving(host, job_id, *wanted[host.name]) if host.name in wanted else host for host in hosts]

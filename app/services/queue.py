@@ -12,9 +12,11 @@ from sqlalchemy.orm import Session
 from app.schemas import QueueEntry, QueuePublic
 from app.services.usage import explain_share, read_use
 from core.config import get_settings
+from core.hosts import cores_text
 from core.models import Job
 from core.queue_order import JOBS, START_ORDER, starts_before
 from core.states import JobStatus
+from jobspec.plan import Plan
 
 NOT_YET_SEEN = "waiting for a worker to take it"
 
@@ -36,19 +38,15 @@ def _queued_ahead() -> ColumnElement[int]:
 QUEUE_POSITION = case((JOBS.c.status == JobStatus.QUEUED, _queued_ahead() + 1)).label("queue_position")
 
 
-def wanted_devices(plan: dict[str, object]) -> str:
-    """What the job waits for, as a person would say it: 'GPUs [1, 2]', '2 GPUs', '2 processes on CPU', and
-    for a multi-host job '2 hosts x 4 GPUs'."""
-    nnodes = plan.get("nnodes", 1)
-    hosts = f"{nnodes} hosts x " if isinstance(nnodes, int) and nnodes > 1 else ""
-    gpus = plan.get("gpus")
-    if isinstance(gpus, list) and gpus:
-        return hosts + "GPUs [" + ", ".join(str(gpu) for gpu in gpus) + "]"
-    num_gpus = plan.get("num_gpus")
-    if isinstance(num_gpus, int) and num_gpus:
-        return hosts + f"{num_gpus} GPU" + ("s" if num_gpus > 1 else "")
-    world = plan.get("nproc_per_node", plan.get("world_size", 1)) if hosts else plan.get("world_size", 1)
-    return hosts + f"{world} process{'es' if world != 1 else ''} on CPU"
+def wanted_devices(plan: Plan) -> str:
+    """What the job waits for, as a person would say it: 'GPUs [1, 2]', '2 GPUs', '2 CPU cores' (as the
+    scheduler counts them: hogwild's workers), and for a multi-host job '2 hosts x 4 GPUs'."""
+    hosts = f"{plan.nnodes} hosts x " if plan.nnodes > 1 else ""
+    if plan.gpus:
+        return hosts + "GPUs [" + ", ".join(str(gpu) for gpu in plan.gpus) + "]"
+    if plan.num_gpus:
+        return hosts + f"{plan.num_gpus} GPU" + ("s" if plan.num_gpus > 1 else "")
+    return hosts + cores_text(plan.cpu_cores)
 
 
 def list_queue(session: Session, owner: str | None = None) -> QueuePublic:
@@ -62,7 +60,7 @@ def list_queue(session: Session, owner: str | None = None) -> QueuePublic:
             name=job.name,
             owner=job.owner,
             priority=job.priority,
-            wants=wanted_devices(job.plan),
+            wants=wanted_devices(Plan.model_validate(job.plan)),
             status_reason=job.status_reason,
             reason=job.message or NOT_YET_SEEN,
             created_at=job.created_at,
@@ -86,4 +84,4 @@ def _fair_share(session: Session, jobs: list[Job], owner: str | None) -> str | N
     if not named:
         return None
     settings = get_settings()
-    return explain_share(named, read_use(session, settings, named), settings)
+    return explain_share(named, read_use(session, settings, ordered), settings)

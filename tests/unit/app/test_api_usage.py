@@ -38,7 +38,9 @@ def test_usage_is_the_callers_own_unless_admin(auth_on: Settings, session: Sessi
         who: client.get("/v1/queue", headers=bearer(token)).json()["fair_share"]
         for who, token in (("ada", ada), ("root", root))
     }
-    assert shown["ada"].endswith(": ada has used 14.2 GPU-h (use halves every 24 h)")
+    # Bob's CPU use counts in the order, so both units show, Ada's included, though she sees only hers.
+    both = "(use halves every 24 h; a CPU core-h counts 0.1 GPU-h)"
+    assert shown["ada"].endswith(f": ada has used 14.2 GPU-h and 0.0 CPU core-h {both}")
     assert shown["root"].endswith(
-        ": bob has used 0.3 GPU-h and 2.0 CPU core-h, ada 14.2 GPU-h (use halves every 24 h)"
+        f": bob has used 0.3 GPU-h and 2.0 CPU core-h, ada 14.2 GPU-h and 0.0 CPU core-h {both}"
     )

@@ -60,3 +60,29 @@ def test_a_charge_adds_to_what_is_left_of_earlier_ones(database: WorkerDb) -> No
         charge(session, "ada", 100.0, 0.0, now, settings)
     with session_scope() as session:
         assert use_now(session.get_one(UserUsage, "ada"), now, settings) == Use(1900.0, 3600.0)
+
+
+def test_the_sentence_names_the_cpu_core_hours_that_decided(database: WorkerDb) -> None:
+    """Issue 33 #8: on a CPU box the order comes from CPU core-hours, a few minutes of which still show."""
+    now, settings = utcnow(), get_settings()
+    with session_scope() as session:
+        charge(session, "alice", 0.0, 90.0, now, settings)
+        charge(session, "carol", 0.0, 2 * HOUR_S, now, settings)
+    for owner in ("carol", "alice", "bob"):
+        database.add_job(database.spec(nproc_per_node=1), owner=owner)
+
+    client = TestClient(create_app(), base_url="http://localhost")
+    assert client.get("/v1/queue").json()["fair_share"] == (
+        "among jobs of equal priority the users who used less lately start first: "
+        "bob has used 0.0 CPU core-h, alice 0.025 CPU core-h, carol 2.0 CPU core-h (use halves every 24 h)"
+    )
+
+
+def test_the_sentence_says_when_no_one_has_used_anything(database: WorkerDb) -> None:
+    for owner in ("alice", "bob"):
+        database.add_job(database.spec(nproc_per_node=1), owner=owner)
+    client = TestClient(create_app(), base_url="http://localhost")
+    assert client.get("/v1/queue").json()["fair_share"] == (
+        "among jobs of equal priority the users who used less lately start first; none of these has used "
+        "any lately, so the oldest job starts first (use halves every 24 h)"
+    )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 from jobspec.plan import Plan, resolve_plan
@@ -74,8 +75,34 @@ def test_never_preempts_for_a_job_that_could_not_run_anyway() -> None:
     assert choose(plan(gpus=[2, 3]), [host({2: 1, 3: 2})], [holder(1), holder(2, priority=20)]) is None
     # A down host runs nothing.
     assert choose(plan(num_gpus=1), [host({0: 1}, gpus=1, live=False)], [holder(1)]) is None
-    # A CPU job takes no GPUs, so no one is stopped for it.
-    assert choose(plan(nproc_per_node=1), [host({0: 1}, gpus=1)], [holder(1)]) is None
+    # A CPU job needs cores, not GPUs: stopping the job on the GPU frees none.
+    assert choose(plan(nproc_per_node=1), [cpu_host({2: 2}, gpus=1, held={0: 1})], [holder(1)]) is None
+
+
+def cpu_host(
+    cpu_held: dict[int, int], cores: int = 2, gpus: int = 0, held: dict[int, int] | None = None
+) -> HostView:
+    return replace(host(held or {}, gpus=gpus), cpus=cores, cpu_held=cpu_held)
+
+
+def test_cpu_jobs_are_victims_by_the_cores_they_hold() -> None:
+    """Issue 33 #7: the same choice for cores as for GPUs. Job 1 holds one core, job 2 the other: a 2-core
+    job stops both, a 1-core job the cheaper one."""
+    hosts = [cpu_host({1: 1, 2: 1})]
+    holders = [holder(1, priority=1), holder(2)]
+    assert choose(plan(nproc_per_node=2, strategy="ddp"), hosts, holders) == Choice(
+        stop=[1, 2], awaited=[1, 2]
+    )
+    assert choose(plan(nproc_per_node=1), hosts, holders) == Choice(stop=[2], awaited=[2])
+    assert choose(plan(nproc_per_node=1), hosts, holders, priority=0) is None, "only lower priorities"
+
+
+def test_many_one_core_jobs_are_chosen_among_quickly() -> None:
+    """A host of 64 one-core jobs: the most recently started ones go, without trying every set of them."""
+    hosts = [cpu_host({job: 1 for job in range(64)}, cores=64)]
+    holders = [holder(job, minutes_ago=100 - job) for job in range(64)]
+    wide = plan(nproc_per_node=6, strategy="ddp")
+    assert choose(wide, hosts, holders) == Choice(stop=list(range(58, 64)), awaited=list(range(58, 64)))
 
 
 def test_gpus_of_a_job_already_stopping_are_awaited_not_taken_again() -> None:

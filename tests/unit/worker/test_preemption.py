@@ -6,16 +6,18 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
+from datetime import timedelta
 
 import pytest
 from sqlalchemy import func, select
 
 from core.config import get_settings
 from core.db import session_scope
-from core.models import Checkpoint, JobEvent
+from core.models import Checkpoint, JobEvent, as_utc
 from core.states import JobStatus
 from core.transitions import move
 from jobspec.events import SPEC_FILE
+from tests.unit.worker.test_cpu_accounting import report_cores
 from tests.unit.worker.test_kill import run_in_thread, wait_for_status
 from tests.unit.worker_fixtures import Doorbell, WorkerDb
 from worker.leases import ClaimOutcome, claim_job, claim_next
@@ -29,6 +31,10 @@ def no_min_runtime(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TRAINYARD_PREEMPT_MIN_RUNTIME_S", "0")
     monkeypatch.setenv("TRAINYARD_PREEMPT_GRACE_S", "1")
     get_settings.cache_clear()
+
+
+EVERY_GPU: dict[str, object] = {"num_gpus": 4}
+ONE_GPU: dict[str, object] = {"num_gpus": 1}
 
 
 def events(job_id: int) -> list[tuple[str | None, str, str | None, str | None]]:
@@ -56,15 +62,21 @@ def wait_for_checkpoint(database: WorkerDb, job_id: int) -> None:
         time.sleep(0.05)
 
 
-def preempt_and_resume(database: WorkerDb, fake_trainer: Callable[[str], None], victim_mode: str) -> int:
-    """A priority-0 job on all four GPUs, preempted by a priority-10 job; returns the victim's id once the
-    thread that runs the queue has run both to the end."""
+def preempt_and_resume(
+    database: WorkerDb,
+    fake_trainer: Callable[[str], None],
+    victim_mode: str,
+    wide: dict[str, object] = EVERY_GPU,
+    narrow: dict[str, object] = ONE_GPU,
+) -> int:
+    """A priority-0 job on all four GPUs (or both cores), preempted by a priority-10 job; returns the victim's
+    id once the thread that runs the queue has run both to the end."""
     fake_trainer(victim_mode)
-    victim = database.add_job(database.spec(num_gpus=4))
+    victim = database.add_job(database.spec(**wide))
     thread = run_in_thread(victim)
     wait_for_checkpoint(database, victim)
     fake_trainer("ok")
-    urgent = database.add_job(database.spec(num_gpus=1), priority=10)
+    urgent = database.add_job(database.spec(**narrow), priority=10)
 
     assert claim_job(urgent).outcome is ClaimOutcome.WAITING
     assert database.job(victim).status == JobStatus.PREEMPTING
@@ -97,6 +109,28 @@ def test_a_higher_priority_job_preempts_and_the_victim_resumes_from_its_final_ch
     assert (resumed_from(database, victim) or "").endswith("checkpoints/step-10.pt")
 
 
+def test_a_higher_priority_cpu_job_preempts_and_the_victim_resumes_from_its_final_checkpoint(
+    database: WorkerDb,
+    doorbell: Doorbell,
+    fake_trainer: Callable[[str], None],
+    no_min_runtime: None,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue 33 #7: on a host of two cores, a 2-core job is preempted for a 1-core job of higher priority,
+    through the same path as a GPU job."""
+    report_cores(monkeypatch, 2)
+    victim = preempt_and_resume(
+        database,
+        fake_trainer,
+        "stop_on_term",
+        {"nproc_per_node": 2, "strategy": "ddp"},
+        {"nproc_per_node": 1},
+    )
+    assert (resumed_from(database, victim) or "").endswith("checkpoints/step-10.pt")
+    (asked,) = [event[3] for event in events(victim) if event[1] == JobStatus.PREEMPTING]
+    assert "which takes its CPU cores" in (asked or "")
+
+
 def test_a_victim_that_ignores_sigterm_is_killed_and_resumes_from_its_previous_checkpoint(
     database: WorkerDb, doorbell: Doorbell, fake_trainer: Callable[[str], None], no_min_runtime: None
 ) -> None:
@@ -127,3 +161,25 @@ def test_guards_keep_the_victim_running(
     assert claim_job(urgent).outcome is ClaimOutcome.WAITING
     assert database.job(victim).status == JobStatus.RUNNING
     assert claim_next() is None
+    later = f"job {victim} (priority 0) can be preempted for it from "
+    assert (later in (database.job(urgent).message or "")) is (min_runtime_s != "0")
+
+
+def test_a_cpu_job_says_when_it_can_preempt(database: WorkerDb, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 33 #7: a priority-60 job behind a priority-0 one that has not run its minimum says so."""
+    monkeypatch.setenv("TRAINYARD_PREEMPT_MIN_RUNTIME_S", "600")
+    report_cores(monkeypatch, 2)
+    victim = database.add_job(database.spec(nproc_per_node=2, strategy="ddp"))
+    assert claim_job(victim).outcome is ClaimOutcome.CLAIMED
+    with session_scope() as session:
+        move(session, victim, JobStatus.STARTING, JobStatus.RUNNING)
+    urgent = database.add_job(database.spec(nproc_per_node=2, strategy="ddp"), priority=60)
+    assert claim_job(urgent).outcome is ClaimOutcome.WAITING
+    started = database.job(victim).started_at
+    assert started is not None
+    at = as_utc(started) + timedelta(seconds=600)
+    assert database.job(urgent).message == (
+        f"waiting for 2 CPU cores on {database.host}; job {victim} holds 2 of 2; job {victim} (priority 0) "
+        f"can be preempted for it from {at:%H:%M:%S} UTC, once it has run TRAINYARD_PREEMPT_MIN_RUNTIME_S "
+        "(600 s)"
+    )

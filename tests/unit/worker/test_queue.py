@@ -12,12 +12,15 @@ from sqlalchemy.orm import Session
 from core.db import session_scope
 from core.models import Job, JobEvent
 from core.states import JobStatus
+from jobspec.plan import resolve_plan
+from jobspec.spec import JobSpec
 from tests.unit.conftest import submit
+from tests.unit.worker_fixtures import WorkerDb
 from worker.leases import ClaimOutcome, claim_job
 from worker.runner import run_job
 
 if TYPE_CHECKING:
-    from tests.unit.worker_fixtures import Doorbell, WorkerDb
+    from tests.unit.worker_fixtures import Doorbell
 
 pytest_plugins = ["tests.unit.worker_fixtures"]
 
@@ -38,7 +41,7 @@ def test_queue_lists_waiting_jobs_in_start_order_with_reasons(client: TestClient
     assert entries[0]["reason"] == "waiting for a worker to take it"
     assert entries[1]["reason"] == "waiting for GPU 1, held by job 7"
     assert entries[1]["status_reason"] == "waiting_for_gpus"
-    assert entries[0]["wants"] == "1 process on CPU"
+    assert entries[0]["wants"] == "1 CPU core"
 
 
 def test_patch_priority_reorders_the_queue(client: TestClient) -> None:
@@ -83,30 +86,41 @@ def test_lower_priority_job_does_not_take_gpus_a_higher_one_waits_for(database: 
     # GPU 1 is free, but the urgent job needs it as soon as GPU 0 frees up.
     later = database.add_job(database.spec(gpus=[1]))
     assert claim_job(later).outcome is ClaimOutcome.WAITING
-    assert f"queued jobs {urgent} have a higher priority" in (database.job(later).message or "")
+    assert database.job(later).message == (
+        f"waiting for GPU 1, held by job {urgent} (kept for queued job {urgent}, which starts first)"
+    )
     # A job that needs none of the reserved GPUs still starts.
     other = database.add_job(database.spec(num_gpus=2))
     claim = claim_job(other)
     assert (claim.outcome, claim.gpu_ids) == (ClaimOutcome.CLAIMED, [2, 3])
 
 
-def test_equal_priority_jobs_do_not_reserve(database: WorkerDb) -> None:
+def test_the_first_waiting_job_keeps_what_it_waits_for_at_equal_priority(database: WorkerDb) -> None:
+    """Issue 33 #6, on GPUs: a later job of the same priority does not take GPU 1, which would hold the
+    first waiting job back when GPU 0 frees up; it may take what that job does not need."""
     holder = database.add_job(database.spec(gpus=[0]))
     assert claim_job(holder).outcome is ClaimOutcome.CLAIMED
     waiting = database.add_job(database.spec(gpus=[0, 1]))
     assert claim_job(waiting).outcome is ClaimOutcome.WAITING
     later = database.add_job(database.spec(gpus=[1]))
-    assert claim_job(later).outcome is ClaimOutcome.CLAIMED
+    assert claim_job(later).outcome is ClaimOutcome.WAITING
+    assert f"kept for queued job {waiting}, which starts first" in (database.job(later).message or "")
+    elsewhere = database.add_job(database.spec(gpus=[2]))
+    assert claim_job(elsewhere).outcome is ClaimOutcome.CLAIMED
 
 
-def test_what_a_multi_host_job_waits_for_names_its_hosts() -> None:
+def test_what_a_job_waits_for_names_its_hosts_gpus_or_cores() -> None:
     from app.services.queue import wanted_devices
 
-    assert wanted_devices({"nnodes": 2, "num_gpus": 4, "gpus": None}) == "2 hosts x 4 GPUs"
-    assert (
-        wanted_devices({"nnodes": 3, "nproc_per_node": 2, "world_size": 6}) == "3 hosts x 2 processes on CPU"
-    )
-    assert wanted_devices({"num_gpus": 1, "world_size": 1}) == "1 GPU"
+    def wants(**parallel: object) -> str:
+        spec = {**WorkerDb.spec(**parallel), "train": {"epochs": 1, "batch_size": 48}}
+        return wanted_devices(resolve_plan(JobSpec.model_validate(spec)))
+
+    assert wants(num_gpus=4, nnodes=2, strategy="ddp") == "2 hosts x 4 GPUs"
+    assert wants(nproc_per_node=2, nnodes=3, strategy="ddp") == "3 hosts x 2 CPU cores"
+    assert wants(gpus=[1, 2]) == "GPUs [1, 2]"
+    assert wants(num_gpus=1) == "1 GPU"
+    assert wants(strategy="hogwild", nproc_per_node=4) == "4 CPU cores", "one per hogwild worker"
 
 
 def test_a_doorbell_runs_the_queue_in_start_order(
