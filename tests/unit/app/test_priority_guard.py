@@ -1,5 +1,5 @@
-"""Priorities above TRAINYARD_ADMIN_PRIORITY_ABOVE preempt everyone below, so only admins may set them: at
-submit (dry runs included) and by PATCH."""
+"""Only admins may set a priority above TRAINYARD_ADMIN_PRIORITY_ABOVE, since a higher priority starts first
+and preempts lower ones: at submit (dry runs included) and by PATCH."""
 
 from __future__ import annotations
 
