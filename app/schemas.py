@@ -219,7 +219,7 @@ class QueueEntry(BaseModel):
     name: str
     owner: str
     priority: int
-    wants: str = Field(description="the GPUs or processes the job waits for")
+    wants: str = Field(description="the GPUs or CPU cores the job waits for")
     status_reason: str | None
     reason: str = Field(description="why it waits, as the worker last wrote it")
     created_at: UtcDatetime

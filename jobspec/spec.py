@@ -215,7 +215,13 @@ class JobSpec(Section):
     metrics: MetricsSpec = Field(default_factory=MetricsSpec)
     limits: LimitsSpec = Field(default_factory=LimitsSpec)
     profile: ProfileSpec = Field(default_factory=ProfileSpec)
-    priority: int = Field(0, ge=-100, le=100)
+    priority: int = Field(
+        0,
+        ge=-100,
+        le=100,
+        description="higher starts first and preempts running jobs of strictly lower priority (GPU or CPU); "
+        "above TRAINYARD_ADMIN_PRIORITY_ABOVE only admins may set it",
+    )
 
     # The precision as the user wrote it ("O1" as much as "fp16"), so that a message quotes their own words.
     _precision_written: str = PrivateAttr("")

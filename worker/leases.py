@@ -25,7 +25,6 @@ from worker.placement import (
     HostView,
     NodeChoice,
     choose_nodes,
-    cpu_cores,
     jobs_text,
     never_fits,
     reserve,
@@ -80,7 +79,7 @@ def host_views(session: Session) -> list[HostView]:
     cores: dict[str, dict[int, int]] = {}
     for host, job_id, plan in active_nodes:
         active[host] += 1
-        if taken := cpu_cores(Plan.model_validate(plan)):
+        if taken := Plan.model_validate(plan).cpu_cores:
             cores.setdefault(host, {})[job_id] = taken
     return [
         HostView(

@@ -43,12 +43,6 @@ def wants_gpus(plan: Plan) -> bool:
     return bool(plan.gpus or plan.num_gpus)
 
 
-def cpu_cores(plan: Plan) -> int:
-    """The cores one node takes here and in fair share (worker/telemetry.py): Plan.cpu_cores, which counts
-    hogwild's workers."""
-    return plan.cpu_cores
-
-
 @dataclass(frozen=True)
 class NodeChoice:
     node_rank: int
@@ -76,9 +70,9 @@ def infeasibility(plan: Plan, host: HostView) -> str | None:
             return f"asked for GPUs [{_format_ids(plan.gpus)}] but {have} (no GPU {_format_ids(missing)})"
     elif plan.num_gpus > len(host.gpu_ids):
         return f"asked for {plan.num_gpus} GPUs but {have}"
-    if host.cpus is not None and cpu_cores(plan) > host.cpus:
+    if host.cpus is not None and plan.cpu_cores > host.cpus:
         return (
-            f"asked for {cores_text(cpu_cores(plan))} (parallel.nproc_per_node) but host {host.name} runs "
+            f"asked for {cores_text(plan.cpu_cores)} (parallel.nproc_per_node) but host {host.name} runs "
             f"CPU jobs on {cores_text(host.cpus)} (TRAINYARD_CPU_OVERCOMMIT raises that)"
         )
     return None
@@ -88,11 +82,11 @@ def wait_for_cores(plan: Plan, host: HostView) -> str | None:
     """Why a CPU job waits for this host's cores ("waiting for 2 CPU cores on vm; job 21 holds 2 of 2"), or
     None when they are free."""
     used = sum(host.cpu_held.values())
-    if host.cpus is None or used + cpu_cores(plan) <= host.cpus:
+    if host.cpus is None or used + plan.cpu_cores <= host.cpus:
         return None
     holders = sorted(host.cpu_held)
     who = f"{jobs_text(holders)} {'holds' if len(holders) == 1 else 'hold'}"
-    return f"waiting for {cores_text(cpu_cores(plan))} on {host.name}; {who} {used} of {host.cpus}"
+    return f"waiting for {cores_text(plan.cpu_cores)} on {host.name}; {who} {used} of {host.cpus}"
 
 
 def pick_gpus(plan: Plan, host_gpu_ids: list[int], held: dict[int, int]) -> tuple[list[int], str | None]:
@@ -175,7 +169,7 @@ def reserve(hosts: list[HostView], job_id: int, plan: Plan) -> list[HostView]:
         return hosts
     nodes, _ = choose_nodes(plan, hosts)
     if nodes:
-        wanted = {node.host: (node.gpu_ids, cpu_cores(plan)) for node in nodes}
+        wanted = {node.host: (node.gpu_ids, plan.cpu_cores) for node in nodes}
     else:
         able = [h for h in candidates(plan, hosts) if h.live and infeasibility(plan, h) is None]
         if not able:
@@ -183,5 +177,5 @@ def reserve(hosts: list[HostView], job_id: int, plan: Plan) -> list[HostView]:
         best = max(able, key=lambda host: (host.free if wants_gpus(plan) else host.free_cores, host.name))
         free = [gpu for gpu in sorted(best.gpu_ids) if gpu not in best.held]
         gpus = [gpu for gpu in (plan.gpus or free[: plan.num_gpus]) if gpu in free]
-        wanted = {best.name: (gpus, min(cpu_cores(plan), best.free_cores))}
+        wanted = {best.name: (gpus, min(plan.cpu_cores, best.free_cores))}
     return [_reserving(host, job_id, *wanted[host.name]) if host.name in wanted else host for host in hosts]

@@ -25,7 +25,6 @@ from jobspec.spec import JobSpec
 from worker.placement import (
     HostView,
     candidates,
-    cpu_cores,
     infeasibility,
     jobs_text,
     pick_gpus,
@@ -97,7 +96,7 @@ def _worth_trying(plan: Plan, host: HostView, able: list[Holder]) -> list[Holder
         cores = host.cpu_held.get(holder.job_id, 0)
         if gpus if wants_gpus(plan) else cores:
             groups.setdefault((gpus, cores, holder.priority), []).append(holder)
-    most = max(plan.num_gpus, len(plan.gpus or []), cpu_cores(plan))
+    most = max(plan.num_gpus, len(plan.gpus or []), plan.cpu_cores)
     return [holder for group in groups.values() for holder in group[:most]]
 
 

@@ -24,7 +24,6 @@ from core.usage import NO_USE, Use, share_key, use_now
 from jobspec.plan import Plan
 from worker.gpus import sample_gpus
 from worker.nodes import NodeTask
-from worker.placement import cpu_cores
 from worker.tail import note
 from worker.upsert import insert_ignoring_duplicates, insert_or_update
 
@@ -82,7 +81,7 @@ class JobMeter:
         owner, step, plan, gpu_ids = row
         self.gpu_ids = list(gpu_ids)
         seconds = max((now - self.since).total_seconds(), 0.0)
-        cores = cpu_cores(Plan.model_validate(plan))  # as placement counts them: 0 for a GPU job
+        cores = Plan.model_validate(plan).cpu_cores  # as placement counts them: 0 for a GPU job
         charge(session, owner, seconds * len(gpu_ids), seconds * cores, now, self.settings)
         for gpu, values in samples.items():
             for quantity, value in values.items():

@@ -122,7 +122,8 @@ def cancel_job(session: Session, job_id: int) -> Job:
 
 
 def check_priority(settings: Settings, priority: int, caller: Caller) -> None:
-    """A priority above the threshold preempts every job below it, so only admins may ask for one."""
+    """Only admins may set a priority above the threshold; any higher priority starts first and preempts
+    lower ones."""
     if priority > settings.admin_priority_above and not caller.is_admin:
         raise InvalidSpec(
             "priority",

@@ -95,13 +95,17 @@ class StepChart {
       axes: [{ label: "step" }, { size: 70 }],
       series: [
         { label: "step" },
-        ...this.labels.map((label, i) => ({
-          label,
-          stroke: PALETTE[i % PALETTE.length],
-          width: 1.5,
-          spanGaps: true,
-          points: { show: false },
-        })),
+        ...this.labels.map((label, i) => {
+          const colour = PALETTE[i % PALETTE.length];
+          return {
+            label,
+            stroke: colour,
+            width: 1.5,
+            spanGaps: true,
+            // A line needs two points: a series of one (the epoch time of a one-epoch job) is drawn as a dot.
+            points: { show: (plot, index) => plot.data[index].filter((v) => v !== null).length === 1, size: 8, fill: colour },
+          };
+        }),
       ],
     };
   }

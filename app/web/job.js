@@ -88,6 +88,9 @@ function facts(job) {
   const plan = job.plan || {};
   const run = runSeconds(job);
   return [
+    ["owner", job.owner],
+    // An admin's retry of a user's job is the user's; who asked for it is said beside.
+    ["requested by", job.requested_by !== job.owner ? job.requested_by : ""],
     ["attempt", String(job.attempt)],
     ["strategy", `${plan.strategy || "?"} · ${devicesText(job)}`],
     ["precision", plan.precision],

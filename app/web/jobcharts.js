@@ -3,11 +3,13 @@
 // the job reports (throughput, step time, memory, epoch time, and whatever else comes), and the loss of the
 // jobs it went on from, joined before its own.
 
-// Chart title -> the metric names it overlays.
+// Chart title -> the metric names it overlays, and whether it waits, hidden, for its first point. Every job
+// reports a loss and a learning rate, but only some an eval_accuracy (a built-in classifier, or a program that
+// names it so; one reporting eval_acc gets a chart of that name): empty, it would say "no data yet" for ever.
 const JOB_CHARTS = [
-  ["loss", ["loss", "eval_loss"]],
-  ["eval accuracy", ["eval_accuracy"]],
-  ["learning rate", ["lr"]],
+  ["loss", ["loss", "eval_loss"], false],
+  ["eval accuracy", ["eval_accuracy"], true],
+  ["learning rate", ["lr"], false],
 ];
 const MAX_ANCESTORS = 20;
 
@@ -16,15 +18,15 @@ function jobCharts(holder, signal) {
   const grid = h("div", { class: "charts" });
   holder.append(style.controls(), grid);
   const byMetric = new Map();
-  const chart = (title, names) => {
-    const el = h("div", { class: "chart", "data-metric": names[0] });
+  const chart = (title, names, waits = false) => {
+    const el = h("div", { class: "chart", "data-metric": names[0], hidden: waits });
     grid.append(el);
     const made = new StepChart(el, title, [...names], style);
     signal.addEventListener("abort", () => made.destroy());
     names.forEach((name, i) => byMetric.set(name, [made, i]));
     return made;
   };
-  JOB_CHARTS.forEach(([title, names]) => chart(title, names));
+  JOB_CHARTS.forEach(([title, names, waits]) => chart(title, names, waits));
   // A family of series, such as the worker's GPU telemetry ("gpu_util/0", "gpu_util/1"), shares one chart.
   const families = new Map();
   const place = (name) => {
@@ -40,6 +42,7 @@ function jobCharts(holder, signal) {
       for (const name of new Set(rows.map((r) => r.name))) {
         const [target, index] = byMetric.get(name) || place(name);
         target.add(index, rows.filter((r) => r.name === name).map((r) => [r.step, r.value]));
+        target.el.hidden = false;
       }
     },
     /** The loss of the jobs `job` went on from, each up to the step the next one resumed at. */
