@@ -9,14 +9,27 @@ export TRAINYARD_PORT ?= $(PORT)
 # The API logs no line per request.
 export TRAINYARD_LOG_LEVEL ?= warning
 
-.PHONY: install migrate run worker api test test-unit test-integration lint servers gpu-wheels
+.PHONY: install install-test migrate run worker api test test-unit test-integration lint sandbox servers gpu-wheels
 
+# `make run` installs what running needs; `make test` adds the test extras (browser driver, linters, the
+# fuzzer, the S3 double, lightning), which a first run should not wait for.
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install -q -e .
+	touch $@
+
+$(VENV)/.installed-test: $(VENV)/.installed
 	$(PY) -m pip install -q -e '.[test]'
 	touch $@
 
 install: $(VENV)/.installed
+
+install-test: $(VENV)/.installed-test
+
+# bubblewrap is the sandbox of user code (docs/security.md): a code-bundle job needs it, so `make run`
+# installs it from apt when missing.
+sandbox:
+	@command -v bwrap >/dev/null || (apt-get update -qq && apt-get install -y -qq bubblewrap >/dev/null)
 
 migrate: install
 	$(VENV)/bin/alembic -c migrations/alembic.ini upgrade head
@@ -24,8 +37,9 @@ migrate: install
 # Both processes share the terminal's process group, so Ctrl-C reaches both; the trap also stops the
 # other one when either exits on its own. The API prints its address and auth mode (app/serve.py); its
 # connection limits are TRAINYARD_* settings (docs/operations.md, "Configuration").
-run: migrate
-	@echo "make run: the API and a worker; Ctrl-C stops both"
+run: migrate sandbox
+	@echo "make run: the API and a worker; Ctrl-C stops both. The CLI is $(VENV)/bin/trainyard (or run"
+	@echo "  \`source $(VENV)/bin/activate\` once); from this checkout it finds the API by itself (var/api-url)."
 	@trap 'kill -TERM $$api $$wrk 2>/dev/null; wait' INT TERM EXIT; \
 	$(PY) -m worker & wrk=$$!; \
 	$(PY) -m app.serve & api=$$!; \
@@ -33,24 +47,22 @@ run: migrate
 
 # Servers the integration tests start on loopback: redis-server from apt when missing; PostgreSQL's
 # binaries are used from /usr/lib/postgresql/15/bin. Debian's chromium is the browser of the dashboard test
-# (Playwright drives it and never downloads its own). bubblewrap is the sandbox of user code
-# (docs/security.md), for the worker of `make run` as for the tests.
-servers:
+# (Playwright drives it and never downloads its own).
+servers: sandbox
 	@command -v redis-server >/dev/null || (apt-get update -qq && apt-get install -y -qq redis-server >/dev/null)
-	@command -v bwrap >/dev/null || (apt-get update -qq && apt-get install -y -qq bubblewrap >/dev/null)
 	@test -x /usr/lib/postgresql/15/bin/initdb || (apt-get update -qq && apt-get install -y -qq postgresql-15 >/dev/null)
 	@test -x /usr/bin/chromium || (apt-get update -qq && apt-get install -y -qq chromium >/dev/null)
 
-test: install servers lint
+test: install-test servers lint
 	$(VENV)/bin/pytest -q -p no:cacheprovider --durations=15  # the slowest, so the suite stays under its 20 minutes
 
-test-unit: install
+test-unit: install-test
 	$(VENV)/bin/pytest -q tests/unit
 
-test-integration: install servers
+test-integration: install-test servers
 	$(VENV)/bin/pytest -q tests/integration
 
-lint: install
+lint: install-test
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
@@ -58,7 +70,7 @@ lint: install
 
 # Wheels of the web/queue/db stack for the GPU machine's Python 3.12 (see bench/README.md).
 LM_WHEELS := transformers|peft|accelerate|tokenizers|safetensors|huggingface[-_]hub|hf-xet|regex|fsspec|filelock|PyYAML|requests|charset-normalizer
-gpu-wheels: install
+gpu-wheels: install-test
 	../shared/tools/gpu-wheels.sh nvidia-ml-py psutil prometheus_client boto3
 	# Language models' stack, at the versions this venv resolved, without their dependencies: pip would
 	# otherwise fetch a torch of its own, far beyond what a device call carries; the image's torch, numpy
