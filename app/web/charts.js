@@ -103,7 +103,11 @@ class StepChart {
             width: 1.5,
             spanGaps: true,
             // A line needs two points: a series of one (the epoch time of a one-epoch job) is drawn as a dot.
-            points: { show: (plot, index) => plot.data[index].filter((v) => v !== null).length === 1, size: 8, fill: colour },
+            points: {
+              show: (plot, index) => plot.data[index].filter((v) => v !== null).length === 1,
+              size: 8,
+              fill: colour,
+            },
           };
         }),
       ],

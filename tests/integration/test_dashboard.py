@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Browser, Page, expect, sync_playwright
 
+from app.services.keys import LOCAL_USER
 from tests.integration.jobs import TERMINAL, example_spec, metric_values, submit, wait_status
 from tests.integration.servers import Stack
 from tests.integration.test_program_e2e import push
@@ -75,6 +76,24 @@ def wait_for_more_points(page: Page, metric: str, than: int, timeout: float = 90
             return points
         time.sleep(0.25)
     raise AssertionError(f"the {metric} chart stayed at {than} points for {timeout:.0f}s")
+
+
+def drawn_pixels(page: Page, metric: str, timeout: float = 10) -> int:
+    """The pixels of a chart's plot in its first series' colour (PALETTE[0], #2563eb, in app/web/charts.js):
+    what it drew of its data, once it drew any."""
+    count_them = """(metric) => {
+        const canvas = document.querySelector(`.chart[data-metric="${metric}"] canvas`);
+        const { data } = canvas.getContext("2d").getImageData(0, 0, canvas.width, canvas.height);
+        let count = 0;
+        for (let i = 0; i < data.length; i += 4) {
+            if (data[i] < 120 && data[i + 1] < 160 && data[i + 2] > 180 && data[i + 3] > 0) count += 1;
+        }
+        return count;
+    }"""
+    deadline = time.monotonic() + timeout
+    while (drawn := int(page.evaluate(count_them, metric))) == 0 and time.monotonic() < deadline:
+        time.sleep(0.25)
+    return drawn
 
 
 def test_follow_a_running_job_cancel_it_and_retry_it(embedded_stack: Stack, page: Page, shots: Path) -> None:
@@ -223,6 +242,14 @@ def test_the_record_of_finished_jobs_side_by_side_and_a_failure(
         assert any(name.startswith(f"job{finished['id']}/events.out.tfevents.") for name in tar.getnames())
     page.screenshot(path=shots / "record.png", full_page=True)
 
+    # A one-epoch job's epoch time is a single point, which no line can join: the point itself is drawn.
+    page.goto(f"{embedded_stack.url}/#/jobs/{other['id']}")
+    expect(page.locator('.chart[data-metric="epoch_time_s"]')).to_have_attribute("data-points", "1")
+    assert drawn_pixels(page, "epoch_time_s") > 0
+    expect(page.locator('.chart[data-metric="eval_accuracy"]')).to_be_visible()
+    expect(page.locator(".facts div", has_text="owner")).to_contain_text(LOCAL_USER)
+    page.screenshot(path=shots / "one-epoch.png", full_page=True)
+
     page.goto(f"{embedded_stack.url}/#/jobs/{failed['id']}")
     expect(page.locator(".message")).to_contain_text("data.root")
     expect(page.locator('.chart[data-metric="loss"] .chart-empty')).to_have_text("no data yet")
@@ -259,15 +286,22 @@ def test_with_auth_on_the_key_box_lets_the_page_in(auth_stack: Stack, page: Page
 def test_a_program_job_s_spec_card_shows_its_argv_and_hyperparameters(
     embedded_stack: Stack, page: Page, tmp_path: Path
 ) -> None:
-    (tmp_path / "hello.py").write_text("print('hello')\n")
+    # It names its accuracy its own way: eval_acc, a chart of its own, and no empty "eval accuracy" beside it.
+    (tmp_path / "hello.py").write_text(
+        "import trainyard.job as ty\nty.init()\nty.report_eval(1, acc=0.75)\nprint('hello')\n"
+    )
     spec = {
         "name": "dashboard-program",
         "code": push(embedded_stack, tmp_path),
         "program": {"entrypoint": ["python", "hello.py", "--lr", "3e-4"], "hyperparameters": {"warmup": 100}},
     }
     with embedded_stack.client() as client:
-        job = submit(client, spec)
+        job = wait_status(client, submit(client, spec)["id"], TERMINAL)
+    assert job["status"] == "succeeded", job["message"]
     page.goto(f"{embedded_stack.url}/#/jobs/{job['id']}")
     card = page.locator('[data-record="spec"]')
     expect(card).to_contain_text("python hello.py --lr 3e-4")
     expect(card).to_contain_text("warmup 100")
+    expect(page.locator('.chart[data-metric="eval_acc"]')).to_have_attribute("data-points", "1")
+    expect(page.locator('.chart[data-metric="eval_accuracy"]')).to_be_hidden()
+    expect(page.locator('.chart[data-metric="loss"]')).to_be_visible()
