@@ -90,7 +90,7 @@ function facts(job) {
   return [
     ["owner", job.owner],
     // An admin's retry of a user's job is the user's; who asked for it is said beside.
-    ["requested by", job.requested_by !== job.owner ? job.requested_by : ""],
+    ["requested by", job.owner && job.requested_by !== job.owner ? job.requested_by : ""],
     ["attempt", String(job.attempt)],
     ["strategy", `${plan.strategy || "?"} · ${devicesText(job)}`],
     ["precision", plan.precision],
