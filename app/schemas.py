@@ -12,6 +12,7 @@ from app.timings import JobTimings
 from core.clock import as_utc
 from core.states import JobStatus
 from core.users import USER_PATTERN, check_user
+from core.webhook_events import EVENT_NAMES, unknown_events
 from jobspec.plan import Plan
 
 UtcDatetime = Annotated[datetime, AfterValidator(as_utc)]
@@ -47,6 +48,7 @@ class JobPublic(BaseModel):
     message: str | None
     attempt: int
     priority: int
+    owner: str = Field(description="whose job it is: the user of the key that submitted it")
     parent_id: int | None = Field(
         description="the job this one was made from: the one it retries, or the one whose checkpoint it "
         "resumes from; null for a fresh job, or once that job is deleted"
@@ -306,3 +308,66 @@ class CodeBundleDetail(CodeBundlePublic):
 class CodeBundlesPublic(BaseModel):
     data: list[CodeBundlePublic] = Field(description="newest first; an admin sees every user's")
     count: int
+
+
+def _known_events(events: list[str]) -> list[str]:
+    if unknown := unknown_events(events):
+        raise ValueError(
+            f"unknown event {', '.join(map(repr, unknown))}; valid: {', '.join(EVENT_NAMES)}, or '*' for all"
+        )
+    return events
+
+
+class WebhookCreate(BaseModel):
+    """POST /v1/webhooks: POST each of the caller's job state changes named in `events` to `url`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    url: str = Field(max_length=2048, description="http(s); its host must resolve to public addresses")
+    events: Annotated[list[str], AfterValidator(_known_events)] = Field(
+        min_length=1, description="job.<state> names (job.succeeded, job.failed, ...), or ['*'] for every one"
+    )
+    secret: str = Field(
+        min_length=16,
+        max_length=256,
+        description="signs each body (X-Trainyard-Signature); never shown again",
+    )
+    all_users: bool = Field(False, strict=True, description="admins only: fire for every user's jobs")
+
+
+class WebhookPublic(BaseModel):
+    """A webhook as stored, without its secret."""
+
+    model_config = ConfigDict(from_attributes=True)
+
+    id: int
+    owner: str
+    url: str
+    events: list[str]
+    all_users: bool
+    created_at: UtcDatetime
+
+
+class WebhooksPublic(BaseModel):
+    data: list[WebhookPublic] = Field(
+        description="the caller's webhooks (an admin's: every one), oldest first"
+    )
+
+
+class WebhookDeliveryPublic(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
+    id: int = Field(description="X-Trainyard-Delivery: the same on every attempt")
+    job_id: int
+    event: str
+    at: UtcDatetime = Field(description="when the job changed state")
+    status: str = Field(description="pending, delivered (answered 2xx) or failed (past the retry deadline)")
+    attempts: int
+    last_attempt_at: UtcDatetime | None
+    delivered_at: UtcDatetime | None
+    response_code: int | None = Field(description="the last attempt's HTTP status; null if none came back")
+    error: str | None = Field(description="why the last attempt failed")
+
+
+class WebhookDeliveriesPublic(BaseModel):
+    data: list[WebhookDeliveryPublic] = Field(description="the latest deliveries, newest first")

@@ -216,10 +216,12 @@ class Stack:
             **extra_env,
         )
 
-    def _spawn(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> None:
+    def _spawn(
+        self, name: str, argv: list[str], env: dict[str, str] | None = None, cwd: Path = ROOT
+    ) -> None:
         log = (self.workdir / f"{name}.log").open("ab")
         self.procs[name] = subprocess.Popen(
-            argv, cwd=ROOT, env={**self.env, **(env or {})}, stdout=log, stderr=subprocess.STDOUT
+            argv, cwd=cwd, env={**self.env, **(env or {})}, stdout=log, stderr=subprocess.STDOUT
         )
 
     def start_api(self) -> None:
@@ -230,7 +232,9 @@ class Stack:
         port = free_port()
         self.url = f"http://127.0.0.1:{port}"
         where = {"TRAINYARD_HOST": "127.0.0.1", "TRAINYARD_PORT": str(port)}
-        self._spawn("api", [sys.executable, "-m", "app.serve"], {**self.api_env, **where})
+        # In its own folder: the API writes var/api-url where it runs, which must not be the checkout's, where
+        # a developer's `make run` and the CLI look for it.
+        self._spawn("api", [sys.executable, "-m", "app.serve"], {**self.api_env, **where}, self.workdir)
 
     def _wait_api(self) -> None:
         wait_for(lambda: httpx.get(f"{self.url}/healthz").status_code == 200, 60, "api")
