@@ -24,6 +24,7 @@ from app.api.routes import (
     stream,
     usage,
     web,
+    webhooks,
 )
 from app.api.routes.prometheus import install_prometheus
 
@@ -38,6 +39,7 @@ def create_app() -> FastAPI:
         # Trainyard exports Prometheus metrics (/metrics) and sets up no OpenTelemetry, so FastAPI's native
         # OpenTelemetry, on by default, would only look for providers on every request and find none.
         telemetry={"tracing": False, "metrics": False, "logs": False},
+        lifespan=webhooks.lifespan,
     )
     # The one body that is not a JSON spec: a code bundle's archive, capped by TRAINYARD_CODE_MAX_BYTES.
     raw_bodies = [("POST", f"{API_PREFIX}{code.router.prefix}")]
@@ -55,6 +57,7 @@ def create_app() -> FastAPI:
         keys,
         code,
         compare,
+        webhooks,
     ):
         # Auth once for every /v1 route, those added later included; a route that needs to know who is
         # asking takes CallerDep, which FastAPI resolves once per request.

@@ -232,6 +232,29 @@ class Settings(BaseSettings):
     gpu_inventory: str | None = Field(
         None, description="test only: comma-separated fake GPU ids that replace NVML discovery"
     )
+    webhook_allow: str = Field(
+        "",
+        description="comma-separated host patterns (fnmatch: '*.internal', '10.0.0.5') a webhook may reach "
+        "on a loopback, private or other non-global address; any other host must resolve to public ones",
+    )
+    webhook_timeout_s: float = Field(
+        5.0, gt=0, le=60, description="a webhook delivery's connect and read timeout"
+    )
+    webhook_retry_deadline_s: float = Field(
+        86400.0,
+        gt=0,
+        le=30 * 86400,
+        description="a delivery not answered 2xx this long after its event fails",
+    )
+    webhook_backoff_s: float = Field(
+        2.0, gt=0, le=3600, description="the wait after a delivery's first failure"
+    )
+    webhook_backoff_max_s: float = Field(
+        600.0, gt=0, le=86400, description="the longest wait between attempts"
+    )
+    webhook_poll_s: float = Field(
+        1.0, gt=0, le=60, description="how often the API's sender looks for due ones"
+    )
 
     @field_validator("runs_dir", "data_dir", "code_dir", "compile_cache_dir")
     @classmethod

@@ -224,3 +224,54 @@ class CodeBundle(Base):
 Index("ix_jobs_queue", Job.status, Job.priority, Job.id)
 # The quota's count and GPU sum over a user's unfinished jobs, answered from the index alone.
 Index("ix_jobs_owner_status_gpus", Job.owner, Job.status, Job.total_gpus)
+
+
+# BIGINT on PostgreSQL: the outbox gains a row per transition per webhook. SQLite's AUTOINCREMENT takes only
+# INTEGER, which is 64-bit there.
+_BIG_ID = BigInteger().with_variant(Integer(), "sqlite")
+
+
+class Webhook(Base):
+    """A user's subscription to their jobs' state changes (an admin's with all_users: every job's). The
+    secret signs each delivery, so it is stored as given; the API never shows it after creation."""
+
+    __tablename__ = "webhooks"
+
+    id: Mapped[int] = mapped_column(_BIG_ID, primary_key=True, autoincrement=True)
+    owner: Mapped[str] = mapped_column(String(128), index=True)
+    url: Mapped[str] = mapped_column(Text)
+    events: Mapped[list[str]] = mapped_column(JSON)  # "job.<status>" names, or ["*"]
+    secret: Mapped[str] = mapped_column(String(256))
+    all_users: Mapped[bool] = mapped_column(Boolean, default=False, server_default="0")
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+    __table_args__ = ({"sqlite_autoincrement": True},)
+
+
+class WebhookDelivery(Base):
+    """One event for one webhook: the outbox row written in the transition's transaction (core/webhooks.py),
+    then claimed and sent until a 2xx or the deadline. No foreign key to the job: a deleted job's history
+    of deliveries stays."""
+
+    __tablename__ = "webhook_deliveries"
+
+    id: Mapped[int] = mapped_column(_BIG_ID, primary_key=True, autoincrement=True)
+    webhook_id: Mapped[int] = mapped_column(_BIG_ID, ForeignKey("webhooks.id", ondelete="CASCADE"))
+    job_id: Mapped[int] = mapped_column(Integer)
+    event: Mapped[str] = mapped_column(String(32))
+    at: Mapped[datetime] = mapped_column(DateTime(timezone=True))  # when the job moved
+    status: Mapped[str] = mapped_column(String(16))  # core.webhooks.DeliveryStatus
+    attempts: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    # Due time while pending; while a sender holds the row, the end of its claim.
+    next_attempt_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    last_attempt_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    delivered_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    response_code: Mapped[int | None] = mapped_column(Integer)
+    error: Mapped[str | None] = mapped_column(Text)
+
+    __table_args__ = (
+        Index("ix_webhook_deliveries_webhook_id", "webhook_id", "id"),
+        Index("ix_webhook_deliveries_due", "status", "next_attempt_at"),
+        {"sqlite_autoincrement": True},
+    )
+

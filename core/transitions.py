@@ -9,6 +9,7 @@ from sqlalchemy.orm import Session
 
 from core.models import Job, JobEvent, utcnow
 from core.states import ALLOWED, JobStatus
+from core.webhooks import record_deliveries
 
 
 class InvalidTransition(Exception):
@@ -51,6 +52,8 @@ def move(
             attempt=attempt.attempt if attempt else 0,
         )
     )
+    if attempt is not None:  # the webhooks' outbox, committed with the change by the caller
+        record_deliveries(session, attempt, to_status)
     return True
 
 

@@ -1,0 +1,102 @@
+"""The webhook outbox: a delivery row per matching webhook, written by core.transitions.move in the
+transition's own transaction (so a state change and its deliveries commit or vanish together), then claimed
+by a sender, one at a time per row, until a 2xx or the deadline. The sender is app/services/webhook_sender.py:
+only the API can render the job as GET /v1/jobs/{id} shows it."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from enum import StrEnum
+
+from sqlalchemy import or_, select, update
+from sqlalchemy.orm import Session
+
+from core.models import Job, Webhook, WebhookDelivery, utcnow
+from core.states import JobStatus
+from core.webhook_events import ALL_EVENTS, event_name
+
+
+class DeliveryStatus(StrEnum):
+    PENDING = "pending"
+    DELIVERED = "delivered"  # a 2xx: never sent again
+    FAILED = "failed"  # the deadline passed, or there was nothing left to send
+
+
+def _wants(webhook: Webhook, event: str) -> bool:
+    return ALL_EVENTS in webhook.events or event in webhook.events
+
+
+def record_deliveries(session: Session, job: Job, to_status: JobStatus) -> None:
+    """Add a pending delivery for each webhook of the job's owner (and each admin's all_users one) that
+    asks for this event. The caller's commit writes them with the transition."""
+    event, now = event_name(to_status), utcnow()
+    hooks = session.scalars(select(Webhook).where(or_(Webhook.owner == job.owner, Webhook.all_users)))
+    session.add_all(
+        WebhookDelivery(
+            webhook_id=hook.id,
+            job_id=job.id,
+            event=event,
+            at=now,
+            status=DeliveryStatus.PENDING,
+            next_attempt_at=now,
+        )
+        for hook in hooks
+        if _wants(hook, event)
+    )
+
+
+def due_deliveries(session: Session, now: datetime, limit: int) -> list[int]:
+    """Ids of pending deliveries whose time has come, oldest first (read from ix_webhook_deliveries_due)."""
+    query = (
+        select(WebhookDelivery.id)
+        .where(WebhookDelivery.status == DeliveryStatus.PENDING, WebhookDelivery.next_attempt_at <= now)
+        .order_by(WebhookDelivery.next_attempt_at)
+        .limit(limit)
+    )
+    return list(session.scalars(query))
+
+
+def claim(session: Session, delivery_id: int, now: datetime, hold: timedelta) -> int | None:
+    """Take a due delivery for one attempt: its due time moves past the attempt, so no other sender finds it
+    due until `hold` has passed (a sender that died mid-send). Returns the attempt's number, or None when
+    another sender claimed it first. Commits, so the claim holds before anything is sent."""
+    result = session.execute(
+        update(WebhookDelivery)
+        .where(
+            WebhookDelivery.id == delivery_id,
+            WebhookDelivery.status == DeliveryStatus.PENDING,
+            WebhookDelivery.next_attempt_at <= now,
+        )
+        .values(attempts=WebhookDelivery.attempts + 1, next_attempt_at=now + hold, last_attempt_at=now)
+        .returning(WebhookDelivery.attempts)
+    )
+    attempt = result.scalar_one_or_none()
+    session.commit()
+    return attempt
+
+
+def settle(
+    session: Session,
+    delivery_id: int,
+    attempt: int,
+    *,
+    status: DeliveryStatus,
+    next_attempt_at: datetime,
+    response_code: int | None,
+    error: str | None,
+) -> None:
+    """Record an attempt's outcome, only if the row is still this attempt's: a sender whose claim lapsed and
+    was taken over leaves the newer attempt's record alone."""
+    delivered_at = utcnow() if status is DeliveryStatus.DELIVERED else None
+    session.execute(
+        update(WebhookDelivery)
+        .where(WebhookDelivery.id == delivery_id, WebhookDelivery.attempts == attempt)
+        .values(
+            status=status,
+            next_attempt_at=next_attempt_at,
+            delivered_at=delivered_at,
+            response_code=response_code,
+            error=error,
+        )
+    )
+    session.commit()
