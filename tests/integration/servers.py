@@ -194,6 +194,7 @@ class Stack:
             # Tests run tiny CPU jobs side by side on a CI box of two cores, as they did before CPU
             # accounting: without it they would queue one behind another into their timeouts.
             "TRAINYARD_CPU_OVERCOMMIT": "4",
+            "TRAINYARD_WEBHOOK_ALLOW": "127.0.0.1",  # tests' webhook receivers listen on loopback
             "CUDA_VISIBLE_DEVICES": "",
             **extra_env,
         }
