@@ -36,6 +36,7 @@ from app.services.errors import (
     RunDirStuck,
     TensorBoardNotFound,
     UnsafeCode,
+    WebhookNotFound,
 )
 from core.transitions import InvalidTransition
 from jobspec.files import JobFileMissing, JobFileRefused, JobFileTooLarge
@@ -56,6 +57,7 @@ STATUS_OF: dict[type[Exception], int] = {
     TensorBoardNotFound: 404,
     CodeNotFound: 404,
     KeyNotFound: 404,
+    WebhookNotFound: 404,
     CodeInUse: 409,
     CheckpointCorrupt: 409,
     # A job's file the service will not read: a link, a FIFO, a folder (409), or more than its reader takes.

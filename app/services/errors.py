@@ -27,6 +27,11 @@ class CheckpointCorrupt(DomainError):
     """A checkpoint whose bytes no longer hash to the sha256 recorded when it was written: never served."""
 
 
+class WebhookNotFound(DomainError):
+    def __init__(self, webhook_id: int) -> None:
+        super().__init__(f"webhook {webhook_id} does not exist; list yours with GET /v1/webhooks")
+
+
 class KeyNotFound(DomainError):
     def __init__(self, key_id: int) -> None:
         super().__init__(f"API key {key_id} does not exist; list the keys you may revoke with GET /v1/keys")

@@ -7,18 +7,13 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from app.schemas import WebhookCreate
-from app.services.errors import DomainError
+from app.services.errors import WebhookNotFound
 from app.services.keys import Caller
 from app.services.webhook_destinations import check_destination
 from core.config import Settings
 from core.models import Webhook, WebhookDelivery
 
 DELIVERIES_SHOWN = 50
-
-
-class WebhookNotFound(DomainError):
-    def __init__(self, webhook_id: int) -> None:
-        super().__init__(f"webhook {webhook_id} does not exist; list yours with GET /v1/webhooks")
 
 
 def create_webhook(session: Session, body: WebhookCreate, caller: Caller, settings: Settings) -> Webhook:

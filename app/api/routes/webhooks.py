@@ -29,10 +29,7 @@ WebhookId = Annotated[int, CanonicalInt, Path(ge=1, le=2**63 - 1, description="w
 
 def owned_webhook(webhook_id: WebhookId, session: SessionDep, caller: CallerDep) -> Webhook:
     """The path's webhook, if it is the caller's: another user's is a 404, like a missing one."""
-    try:
-        return service.get_owned_webhook(session, webhook_id, caller)
-    except service.WebhookNotFound as missing:
-        raise HTTPException(status.HTTP_404_NOT_FOUND, str(missing)) from None
+    return service.get_owned_webhook(session, webhook_id, caller)
 
 
 OwnedWebhook = Annotated[Webhook, Depends(owned_webhook)]
