@@ -22,6 +22,7 @@ from app.api.routes import (
     profile,
     queue,
     stream,
+    sweeps,
     usage,
     web,
     webhooks,
@@ -46,6 +47,7 @@ def create_app() -> FastAPI:
     install_error_handlers(app, streamed=raw_bodies)
     for module in (
         jobs,
+        sweeps,
         metrics,
         stream,
         checkpoints,

@@ -72,6 +72,8 @@ class JobPublic(BaseModel):
         "without defaults; the plan holds what they resolved to"
     )
     plan: dict[str, Any] = Field(description="what the worker runs: world size, per-rank batch, argv")
+    sweep_id: int | None = Field(None, description="the sweep this job is a trial of; null for other jobs")
+    trial: int | None = Field(None, description="its trial's number in that sweep")
 
 
 class RetryFrom(StrEnum):
@@ -371,3 +373,59 @@ class WebhookDeliveryPublic(BaseModel):
 
 class WebhookDeliveriesPublic(BaseModel):
     data: list[WebhookDeliveryPublic] = Field(description="the latest deliveries, newest first")
+
+
+class TrialCounts(BaseModel):
+    running: int = Field(0, description="queued or running")
+    completed: int = 0
+    pruned: int = 0
+    failed: int = Field(0, description="failed, cancelled, or never reported the objective")
+
+
+class BestTrial(BaseModel):
+    trial: int
+    job_id: int | None
+    value: float
+    params: dict[str, Any]
+
+
+class SweepPublic(BaseModel):
+    id: int
+    name: str
+    owner: str
+    status: str = Field(description="running, completed (every trial ended) or cancelled")
+    created_at: UtcDatetime
+    finished_at: UtcDatetime | None
+    objective: dict[str, str] = Field(description="{metric, goal}")
+    sampler: str
+    pruner: str
+    max_trials: int
+    parallel: int
+    trials: TrialCounts = Field(description="trials by state")
+    best: BestTrial | None = Field(description="the best completed trial so far; null before one completes")
+    steps_used: int = Field(description="optimizer steps every trial ran, pruned ones up to their stop")
+    steps_if_unpruned: int = Field(description="the steps the same trials would have run without pruning")
+    config: dict[str, Any] = Field(description="the sweep as created")
+
+
+class SweepsPublic(BaseModel):
+    data: list[SweepPublic]
+    next_cursor: int | None = Field(description="pass as ?cursor= for the next page; null on the last")
+
+
+class TrialPublic(BaseModel):
+    number: int
+    job_id: int | None = Field(description="null if its spec was invalid, or once its job was deleted")
+    job_status: JobStatus | None
+    state: str = Field(description="running, completed, pruned or failed (Optuna's trial states)")
+    params: dict[str, Any]
+    latest: float | None = Field(description="the objective's latest report")
+    best: float | None = Field(description="the objective's best report, by the sweep's goal")
+    value: float | None = Field(description="a completed trial's objective: its last report")
+    message: str | None = Field(description="why it was pruned or failed")
+    steps: int | None
+    total_steps: int | None
+
+
+class TrialsPublic(BaseModel):
+    data: list[TrialPublic] = Field(description="in trial order")

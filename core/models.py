@@ -78,10 +78,15 @@ class Job(Base):
     # The current attempt's start-up: {"attempt": n, "marks": {mark: epoch seconds}} (jobspec/startup.py);
     # null until a worker claims the job.
     timings: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    # A sweep's trial: its sweep and its number there (core/sweeps.py); null for any other job. Unique, so
+    # asking for a sweep's next trial twice never makes two jobs of it.
+    sweep_id: Mapped[int | None] = mapped_column(ForeignKey("sweeps.id", name="fk_jobs_sweep"), index=True)
+    trial: Mapped[int | None] = mapped_column(Integer)
 
     __table_args__ = (
         UniqueConstraint("owner", "idempotency_key", name="uq_jobs_owner_idempotency"),
         UniqueConstraint("parent_id", "retry_generation", name="uq_jobs_parent_retry"),
+        UniqueConstraint("sweep_id", "trial", name="uq_jobs_sweep_trial"),
         # Without AUTOINCREMENT SQLite hands the newest deleted job's id to the next one, which would then be
         # taken for the deleted job in paths, links and logs.
         {"sqlite_autoincrement": True},
@@ -275,3 +280,42 @@ class WebhookDelivery(Base):
         {"sqlite_autoincrement": True},
     )
 
+
+class Sweep(Base):
+    """A hyperparameter search whose trials are jobs (core/sweeps.py). `config` is the request as given
+    (core/sweep_spec.SweepSpec); Optuna's study is rebuilt from these rows, never stored elsewhere."""
+
+    __tablename__ = "sweeps"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    name: Mapped[str] = mapped_column(String(128))
+    owner: Mapped[str] = mapped_column(String(128), index=True)
+    status: Mapped[str] = mapped_column(String(16), default="running")  # core.sweeps.SweepStatus
+    config: Mapped[dict[str, Any]] = mapped_column(JSON)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+    __table_args__ = ({"sqlite_autoincrement": True},)
+
+
+class SweepTrial(Base):
+    """One of a sweep's trials, made in the transaction that makes its job (jobs.sweep_id, jobs.trial) and
+    told its end in the transaction that ends the job. It outlives the job, should the job be deleted."""
+
+    __tablename__ = "sweep_trials"
+
+    sweep_id: Mapped[int] = mapped_column(ForeignKey("sweeps.id", ondelete="CASCADE"), primary_key=True)
+    number: Mapped[int] = mapped_column(Integer, primary_key=True)
+    job_id: Mapped[int | None] = mapped_column(Integer)  # no foreign key: kept once the job is deleted
+    params: Mapped[dict[str, Any]] = mapped_column(JSON)
+    # What the sampler and the pruner keep on an Optuna trial (the grid point, ASHA's rungs), for the rebuild.
+    system_attrs: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    state: Mapped[str] = mapped_column(String(16), default="running")  # core.sweeps.TrialState
+    value: Mapped[float | None] = mapped_column(Float)  # the objective's last report, once completed
+    # Why it ended, or, while it runs, the pruner's verdict that it stop (kept for a restarted attempt).
+    message: Mapped[str | None] = mapped_column(Text)
+    judged_step: Mapped[int | None] = mapped_column(Integer)  # the last report the pruner judged
+    steps: Mapped[int | None] = mapped_column(Integer)  # at its end: steps run, and those it was to run
+    total_steps: Mapped[int | None] = mapped_column(Integer)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))

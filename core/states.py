@@ -16,20 +16,30 @@ class JobStatus(StrEnum):
     CANCELLED = "cancelled"
     RESTARTING = "restarting"
     PREEMPTING = "preempting"  # asked to stop for a higher priority; requeued once it has
+    PRUNED = "pruned"  # a sweep's trial that its pruner stopped early (core/sweeps.py), after a checkpoint
 
     @property
     def is_terminal(self) -> bool:
         return self in TERMINAL
 
 
-TERMINAL = frozenset({JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.TIMED_OUT, JobStatus.CANCELLED})
+TERMINAL = frozenset(
+    {JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.TIMED_OUT, JobStatus.CANCELLED, JobStatus.PRUNED}
+)
 
 # Where each state may go. QUEUED is reachable again from the active states so the reaper can requeue a job
 # whose worker died.
 ALLOWED: dict[JobStatus, frozenset[JobStatus]] = {
     JobStatus.QUEUED: frozenset({JobStatus.STARTING, JobStatus.CANCELLED, JobStatus.FAILED}),
     JobStatus.STARTING: frozenset(
-        {JobStatus.RUNNING, JobStatus.FAILED, JobStatus.CANCELLING, JobStatus.QUEUED, JobStatus.TIMED_OUT}
+        {
+            JobStatus.RUNNING,
+            JobStatus.FAILED,
+            JobStatus.CANCELLING,
+            JobStatus.QUEUED,
+            JobStatus.TIMED_OUT,
+            JobStatus.PRUNED,
+        }
     ),
     JobStatus.RUNNING: frozenset(
         {
@@ -40,6 +50,7 @@ ALLOWED: dict[JobStatus, frozenset[JobStatus]] = {
             JobStatus.RESTARTING,
             JobStatus.QUEUED,
             JobStatus.PREEMPTING,
+            JobStatus.PRUNED,
         }
     ),
     # Ending on its own before it stopped (done, failed, out of time) still counts as that end.
@@ -50,6 +61,7 @@ ALLOWED: dict[JobStatus, frozenset[JobStatus]] = {
             JobStatus.FAILED,
             JobStatus.TIMED_OUT,
             JobStatus.CANCELLING,
+            JobStatus.PRUNED,
         }
     ),
     JobStatus.RESTARTING: frozenset({JobStatus.STARTING, JobStatus.FAILED, JobStatus.CANCELLING}),
@@ -58,6 +70,7 @@ ALLOWED: dict[JobStatus, frozenset[JobStatus]] = {
     JobStatus.FAILED: frozenset(),
     JobStatus.TIMED_OUT: frozenset(),
     JobStatus.CANCELLED: frozenset(),
+    JobStatus.PRUNED: frozenset(),
 }
 
 ACTIVE = frozenset(

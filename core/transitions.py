@@ -9,6 +9,7 @@ from sqlalchemy.orm import Session
 
 from core.models import Job, JobEvent, utcnow
 from core.states import ALLOWED, JobStatus
+from core.sweeps import trial_ended
 from core.webhooks import record_deliveries
 
 
@@ -54,6 +55,8 @@ def move(
     )
     if attempt is not None:  # the webhooks' outbox, committed with the change by the caller
         record_deliveries(session, attempt, to_status)
+    if attempt is not None and to_status.is_terminal:  # a sweep's trial: told, and its successor asked for
+        trial_ended(session, attempt)
     return True
 
 

@@ -32,6 +32,7 @@ from worker.leases import release_leases, ring_waiting_jobs
 from worker.metric_caps import MetricCounts
 from worker.nodes import NodeTask, next_attempt_of_nodes, unfinished_after
 from worker.preempt import PREEMPTED_REASON
+from worker.pruning import TrialPruning
 from worker.tail import EventTail, add_marks, apply_events
 from worker.uploads import Uploads
 
@@ -179,6 +180,8 @@ class Supervisor:
         self.next_attempt: int | None = None
         self.disk = DiskWatch(job.mark.run_dir, job.max_disk)
         self.metric_counts = MetricCounts.from_settings()  # read from the table at the first batch only
+        # A sweep's trial, judged by its pruner where its events are tailed (node 0).
+        self.pruning = TrialPruning.for_job(job.job_id) if job.tail is not None else None
 
     def run(self) -> int | None:
         """Supervise until the attempt ends; the attempt to launch next when it ended in a restart."""
@@ -210,6 +213,8 @@ class Supervisor:
                 # One that finished meanwhile keeps its success rather than running again.
                 done = job.process.poll() == 0
                 return self._end(exit_outcome(job.mark.run_dir, 0) if done else PREEMPTED)
+            if self.pruning is not None and (why := self.pruning.verdict()) is not None:
+                return self._end(Outcome(JobStatus.PRUNED, "pruned", why))
             if seen.deadline is not None and utcnow() >= seen.deadline:
                 limit = f"ran past limits.max_runtime_s={job.max_runtime_s}"
                 return self._end(Outcome(JobStatus.TIMED_OUT, "max_runtime", limit))

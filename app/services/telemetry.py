@@ -16,8 +16,9 @@ from app.schemas import as_utc
 from app.timings import TO_FIRST_STEP, between, phases
 from core.db import new_session
 from core.gpu_series import GAUGES, GpuQuantity, split_series
-from core.models import GpuLease, Job, Metric, Worker, utcnow
+from core.models import GpuLease, Job, Metric, SweepTrial, Worker, utcnow
 from core.states import JobStatus
+from core.sweep_spec import TrialState
 from jobspec.startup import Mark
 
 # Seconds: from a warm start's tenths to a cold compiled job's minutes.
@@ -35,10 +36,20 @@ class ClusterCollector(Collector):
             workers = session.execute(select(Worker.id, Worker.host, Worker.heartbeat_at)).all()
             telemetry = latest_gpu_telemetry(session)
             timings = session.scalars(select(Job.timings).where(Job.timings.is_not(None))).all()
+            trials: dict[str, int] = {
+                state: count
+                for state, count in session.execute(
+                    select(SweepTrial.state, func.count()).group_by(SweepTrial.state)
+                )
+            }
         jobs = GaugeMetricFamily("trainyard_jobs", "Jobs in each state", labels=["status"])
         for status in JobStatus:
             jobs.add_metric([status], by_status.get(status, 0))
         yield jobs
+        by_state = GaugeMetricFamily("trainyard_sweep_trials", "Sweep trials in each state", labels=["state"])
+        for state in TrialState:
+            by_state.add_metric([state], trials.get(state, 0))
+        yield by_state
         depth = by_status.get(JobStatus.QUEUED, 0)
         yield GaugeMetricFamily("trainyard_queue_depth", "Jobs queued and not yet started", value=depth)
         gpus = GaugeMetricFamily("trainyard_gpus_allocated", "GPUs leased to jobs, per host", labels=["host"])

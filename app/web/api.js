@@ -2,7 +2,7 @@
 // The page's only link to Trainyard: the /v1 API, called with the key kept in this browser's localStorage.
 
 const TOKEN_KEY = "trainyard.token";
-const TERMINAL = new Set(["succeeded", "failed", "timed_out", "cancelled"]);
+const TERMINAL = new Set(["succeeded", "failed", "timed_out", "cancelled", "pruned"]);
 const POLL_MS = 2000;
 
 class ApiError extends Error {

@@ -2,7 +2,7 @@
 // The overview pages: jobs, the queue, GPUs.
 
 const STATUSES = ["queued", "starting", "running", "restarting", "preempting", "cancelling", "succeeded", "failed",
-  "timed_out", "cancelled"];
+  "timed_out", "cancelled", "pruned"];
 
 function jobsView(root, signal) {
   const selected = new Set();

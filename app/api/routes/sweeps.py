@@ -1,0 +1,82 @@
+"""/v1/sweeps: hyperparameter searches whose trials are ordinary jobs (docs/sweeps.md)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, HTTPException, Path, Query, status
+from sqlalchemy.orm import Session
+
+from app.api.deps import DB_INT_MAX, CallerDep, CanonicalInt, SessionDep, SettingsDep
+from app.api.openapi import BODY_PROBLEMS, problem, problems
+from app.schemas import SweepPublic, SweepsPublic, TrialsPublic
+from app.services import sweeps
+from app.services.keys import Caller
+from core.config import Settings
+from core.db import run_in_session
+from core.models import Sweep
+from core.sweep_spec import SweepSpec
+
+router = APIRouter(prefix="/sweeps", tags=["sweeps"])
+
+SweepId = Annotated[int, CanonicalInt, Path(ge=1, le=DB_INT_MAX, description="sweep id")]
+
+
+def owned_sweep(sweep_id: SweepId, session: SessionDep, caller: CallerDep) -> Sweep:
+    """Another user's sweep is a 404, like a missing one."""
+    try:
+        return sweeps.owned_sweep(session, sweep_id, caller)
+    except sweeps.SweepNotFound as exc:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, str(exc)) from None
+
+
+OwnedSweep = Annotated[Sweep, Depends(owned_sweep)]
+
+
+def _create(session: Session, settings: Settings, body: SweepSpec, caller: Caller) -> SweepPublic:
+    sweep_id = sweeps.create_sweep(session, settings, body, caller)
+    return sweeps.public_sweep(session, session.get_one(Sweep, sweep_id))
+
+
+@router.post(
+    "",
+    status_code=status.HTTP_201_CREATED,
+    responses={**BODY_PROBLEMS, **problems(429)},
+)
+async def create_sweep(body: SweepSpec, settings: SettingsDep, caller: CallerDep) -> SweepPublic:
+    # As POST /v1/jobs: its trials' jobs are written in one unit of work, limited like submissions on SQLite.
+    return await run_in_session(_create, settings, body, caller)
+
+
+@router.get("")
+def list_sweeps(
+    session: SessionDep,
+    caller: CallerDep,
+    cursor: Annotated[int | None, CanonicalInt, Query(ge=1, le=DB_INT_MAX)] = None,
+    limit: Annotated[int, Query(ge=1, le=100)] = 20,
+) -> SweepsPublic:
+    page, next_cursor = sweeps.list_sweeps(session, caller, cursor, limit)
+    return SweepsPublic(data=[sweeps.public_sweep(session, sweep) for sweep in page], next_cursor=next_cursor)
+
+
+@router.get("/{sweep_id}", responses=problems(404))
+def get_sweep(sweep: OwnedSweep, session: SessionDep) -> SweepPublic:
+    return sweeps.public_sweep(session, sweep)
+
+
+@router.get("/{sweep_id}/trials", responses=problems(404))
+def list_trials(sweep: OwnedSweep, session: SessionDep) -> TrialsPublic:
+    return TrialsPublic(data=sweeps.trials(session, sweep))
+
+
+@router.post(
+    "/{sweep_id}/cancel",
+    responses={**problems(404), 409: problem("the sweep has already ended")},
+)
+def cancel_sweep(sweep: OwnedSweep, session: SessionDep) -> SweepPublic:
+    """No more trials are made; each running trial is cancelled as POST /v1/jobs/{id}/cancel does."""
+    try:
+        cancelled = sweeps.cancel_sweep(session, sweep)
+    except sweeps.SweepEnded as exc:
+        raise HTTPException(status.HTTP_409_CONFLICT, str(exc)) from None
+    return sweeps.public_sweep(session, cancelled)

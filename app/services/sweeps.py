@@ -1,0 +1,196 @@
+"""Sweeps over the API: create one (its space checked through the submit path), list and show them with their
+trials, cancel one. Asking for trials and telling their ends is core/sweeps.py's, shared with the worker."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from pydantic import ValidationError
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from app.schemas import BestTrial, SweepPublic, TrialCounts, TrialPublic
+from app.services.errors import DomainError, JobStateConflict
+from app.services.jobs import cancel_job
+from app.services.keys import Caller
+from app.services.quotas import check_quota
+from app.services.submit import dry_run
+from core.config import Settings
+from core.models import Job, Sweep, SweepTrial, utcnow
+from core.states import JobStatus
+from core.sweep_spec import Goal, SweepSpec, TrialState, trial_spec
+from core.sweeps import SweepStatus, config, reports, top_up, trials_of
+from jobspec.problems import Problem, SpecError
+from jobspec.spec import JobSpec
+
+
+class SweepNotFound(DomainError):
+    def __init__(self, sweep_id: int) -> None:
+        super().__init__(f"sweep {sweep_id} does not exist; list yours with GET /v1/sweeps")
+
+
+class SweepEnded(DomainError):
+    def __init__(self, sweep: Sweep) -> None:
+        super().__init__(f"sweep {sweep.id} is {sweep.status}: it has no trials left to cancel")
+
+
+def _field(loc: str, message: str, body: SweepSpec) -> str:
+    """The request field to blame for a trial spec's fault at `loc` (a dotted path in the job spec): the
+    parameter that sets it, else the base spec's own field."""
+    for path in body.parameters:
+        if loc == path or loc.startswith(f"{path}.") or (path.startswith(f"{loc}.") and path in message):
+            return f"parameters.{path}"
+        if path.startswith(f"{loc}.") and path.rsplit(".", 1)[-1] in message:
+            return f"parameters.{path}"
+    return f"spec.{loc}" if loc else "spec"
+
+
+def _validated(written: dict[str, Any], body: SweepSpec, corner: str) -> JobSpec:
+    try:
+        return JobSpec.model_validate(written)
+    except ValidationError as exc:
+        problems = []
+        for error in exc.errors():
+            loc = ".".join(str(part) for part in error["loc"])
+            message = f"{corner}: {loc}: {error['msg']}"
+            problems.append(Problem(_field(loc, message, body), message, "narrow the space or fix the spec"))
+        raise SpecError(problems) from None
+
+
+def _corner_names(body: SweepSpec) -> Iterator[tuple[str, dict[str, Any]]]:
+    for index, params in enumerate(body.corners()):
+        name = "the space's low corner" if index == 0 else "its high corner" if index == 1 else "the trial"
+        yield f"{name} {params}", params
+
+
+def check_space(session: Session, settings: Settings, body: SweepSpec, caller: Caller) -> None:
+    """Each corner of the space as a job spec, checked and planned as a submission is (services/submit.py);
+    a fault is a 422 naming the parameter that causes it, or the base spec's field."""
+    for corner, params in _corner_names(body):
+        spec = _validated(trial_spec(body.spec, params), body, corner)
+        try:
+            plan = dry_run(session, settings, spec, caller)
+        except SpecError as exc:
+            raise SpecError(
+                [
+                    Problem(_field(p.field, p.message, body), f"{corner}: {p.message}", p.fix)
+                    for p in exc.problems
+                ]
+            ) from None
+        if not plan.runnable:
+            reasons = "; ".join(plan.not_runnable_because)
+            raise SpecError([Problem("spec", f"{corner} cannot run on this cluster: {reasons}")])
+        check_quota(session, settings, caller.user, plan)
+
+
+def create_sweep(session: Session, settings: Settings, body: SweepSpec, caller: Caller) -> int:
+    """The sweep and its first `parallel` trials, in one transaction; their jobs are rung once committed."""
+    check_space(session, settings, body, caller)
+    sweep = Sweep(name=body.name, owner=caller.user, status=SweepStatus.RUNNING, config=body.model_dump())
+    session.add(sweep)
+    session.flush()
+    top_up(session, sweep.id)
+    session.commit()
+    return sweep.id
+
+
+def owned_sweep(session: Session, sweep_id: int, caller: Caller) -> Sweep:
+    sweep = session.get(Sweep, sweep_id)
+    if sweep is None or not caller.may_see(sweep.owner):
+        raise SweepNotFound(sweep_id)
+    return sweep
+
+
+def list_sweeps(
+    session: Session, caller: Caller, cursor: int | None, limit: int
+) -> tuple[list[Sweep], int | None]:
+    query = select(Sweep).order_by(Sweep.id.desc()).limit(limit + 1)
+    if not caller.is_admin:
+        query = query.where(Sweep.owner == caller.user)
+    if cursor is not None:
+        query = query.where(Sweep.id < cursor)
+    rows = list(session.scalars(query))
+    return rows[:limit], rows[limit - 1].id if len(rows) > limit else None
+
+
+def trials(session: Session, sweep: Sweep) -> list[TrialPublic]:
+    spec = config(sweep)
+    rows = trials_of(session, sweep.id)
+    job_ids = [trial.job_id for trial in rows if trial.job_id is not None]
+    jobs = {job.id: job for job in session.scalars(select(Job).where(Job.id.in_(job_ids)))}
+    reported = reports(session, spec.objective.metric, job_ids)
+    pick = min if spec.objective.goal is Goal.MINIMIZE else max
+    shown = []
+    for trial in rows:
+        job = jobs.get(trial.job_id) if trial.job_id is not None else None
+        values = reported.get(trial.job_id, {}) if trial.job_id is not None else {}
+        running = trial.state == TrialState.RUNNING and job is not None
+        shown.append(
+            TrialPublic(
+                number=trial.number,
+                job_id=trial.job_id if job is not None else None,
+                job_status=JobStatus(job.status) if job is not None else None,
+                state=trial.state,
+                params=trial.params,
+                latest=values[max(values)] if values else None,
+                best=pick(values.values()) if values else None,
+                value=trial.value,
+                message=trial.message,
+                steps=job.progress_step if running and job else trial.steps,
+                total_steps=job.progress_total if running and job else trial.total_steps,
+            )
+        )
+    return shown
+
+
+def public_sweep(session: Session, sweep: Sweep) -> SweepPublic:
+    spec = config(sweep)
+    shown = trials(session, sweep)
+    counts = TrialCounts()
+    for trial in shown:
+        setattr(counts, trial.state, getattr(counts, trial.state) + 1)
+    done = [trial for trial in shown if trial.state == TrialState.COMPLETED and trial.value is not None]
+    sign = 1 if spec.objective.goal is Goal.MINIMIZE else -1
+    best = min(done, key=lambda trial: sign * (trial.value or 0.0), default=None)
+    return SweepPublic(
+        id=sweep.id,
+        name=sweep.name,
+        owner=sweep.owner,
+        status=sweep.status,
+        created_at=sweep.created_at,
+        finished_at=sweep.finished_at,
+        objective={"metric": spec.objective.metric, "goal": spec.objective.goal},
+        sampler=spec.sampler,
+        pruner=spec.pruner,
+        max_trials=spec.max_trials,
+        parallel=spec.parallel,
+        trials=counts,
+        best=None
+        if best is None or best.value is None
+        else BestTrial(trial=best.number, job_id=best.job_id, value=best.value, params=best.params),
+        steps_used=sum(trial.steps or 0 for trial in shown),
+        steps_if_unpruned=sum(trial.total_steps or trial.steps or 0 for trial in shown),
+        config=sweep.config,
+    )
+
+
+def cancel_sweep(session: Session, sweep: Sweep) -> Sweep:
+    """No trial is asked for once this commits; then each unfinished trial's job is cancelled, as
+    POST /v1/jobs/{id}/cancel does, each in its own transaction (the sweep's row is never held meanwhile)."""
+    if sweep.status != SweepStatus.RUNNING:
+        raise SweepEnded(sweep)
+    sweep.status = SweepStatus.CANCELLED
+    sweep.finished_at = utcnow()
+    session.commit()
+    running = select(SweepTrial.job_id).where(
+        SweepTrial.sweep_id == sweep.id,
+        SweepTrial.state == TrialState.RUNNING,
+        SweepTrial.job_id.is_not(None),
+    )
+    for job_id in [job_id for job_id in session.scalars(running) if job_id is not None]:
+        try:
+            cancel_job(session, job_id)
+        except JobStateConflict:  # it ended meanwhile
+            session.rollback()
+    return sweep

@@ -1,0 +1,135 @@
+"""A sweep's trials through the worker's own path: asking for the next trial is idempotent, a trial is told
+its end in the transaction that ends its job, one that never reports the objective fails naming it, and one the
+pruner gives up on is stopped as a cancel stops a job, keeping its final checkpoint, and ends `pruned`."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from sqlalchemy import func, select
+from sqlalchemy.exc import IntegrityError
+
+from core.db import session_scope
+from core.models import Checkpoint, Job, Metric, Sweep, SweepTrial
+from core.states import JobStatus
+from core.sweep_spec import SweepSpec
+from core.sweeps import SweepStatus, top_up
+from core.transitions import move
+from tests.unit.worker.test_kill import run_in_thread
+from tests.unit.worker_fixtures import Doorbell, WorkerDb
+
+pytest_plugins = ["tests.unit.worker_fixtures"]
+
+
+def make_sweep(database: WorkerDb, **changes: Any) -> int:
+    body = {
+        "name": "lr",
+        "spec": database.spec(),
+        "parameters": {"train.lr": {"type": "float", "low": 1e-3, "high": 1.0, "log": True}},
+        "objective": {"metric": "loss"},
+        "max_trials": 3,
+        "parallel": 2,
+        "pruner": "none",
+        **changes,
+    }
+    with session_scope() as session:
+        sweep = Sweep(
+            name="lr", owner="local", status=SweepStatus.RUNNING, config=SweepSpec(**body).model_dump()
+        )
+        session.add(sweep)
+        session.flush()
+        top_up(session, sweep.id)
+        return sweep.id
+
+
+def trials(sweep_id: int) -> list[tuple[int, str, int | None, str | None]]:
+    with session_scope() as session:
+        rows = session.scalars(
+            select(SweepTrial).where(SweepTrial.sweep_id == sweep_id).order_by(SweepTrial.number)
+        )
+        return [(t.number, t.state, t.job_id, t.message) for t in rows]
+
+
+def job_of(sweep_id: int, number: int) -> int:
+    job_id = trials(sweep_id)[number][2]
+    assert job_id is not None
+    return job_id
+
+
+def end(job_id: int, status: JobStatus, reports: dict[int, float]) -> None:
+    """The job runs, reports the objective at these steps, and ends: as the worker would record it."""
+    with session_scope() as session:
+        session.add_all(Metric(job_id=job_id, name="loss", step=s, value=v) for s, v in reports.items())
+        move(session, job_id, JobStatus.QUEUED, JobStatus.STARTING)
+        move(session, job_id, JobStatus.STARTING, JobStatus.RUNNING)
+        move(session, job_id, JobStatus.RUNNING, status)
+
+
+def test_asking_again_makes_no_second_trial(database: WorkerDb, doorbell: Doorbell) -> None:
+    sweep_id = make_sweep(database)
+    made = trials(sweep_id)
+    assert [(n, state) for n, state, _, _ in made] == [(0, "running"), (1, "running")]
+    assert sorted(doorbell.rung) == sorted(job_id for _, _, job_id, _ in made), "rung once committed"
+    with session_scope() as session:
+        assert top_up(session, sweep_id) == []  # `parallel` trials run already
+    assert trials(sweep_id) == made
+    end(job_of(sweep_id, 0), JobStatus.SUCCEEDED, {5: 0.3})
+    after = trials(sweep_id)
+    assert [(n, state) for n, state, _, _ in after] == [(0, "completed"), (1, "running"), (2, "running")]
+    with session_scope() as session:  # asked again: max_trials are made, and running ones fill `parallel`
+        assert top_up(session, sweep_id) == []
+    assert trials(sweep_id) == after
+    with pytest.raises(IntegrityError), session_scope() as session:  # a second job for trial 2: refused
+        job = session.get_one(Job, job_of(sweep_id, 2))
+        session.add(Job(name="dup", spec=job.spec, plan=job.plan, sweep_id=sweep_id, trial=2))
+        session.flush()
+
+
+def test_the_sweep_completes_once_every_trial_ended(database: WorkerDb, doorbell: Doorbell) -> None:
+    sweep_id = make_sweep(database, max_trials=2)
+    end(job_of(sweep_id, 0), JobStatus.SUCCEEDED, {5: 0.3})
+    end(job_of(sweep_id, 1), JobStatus.FAILED, {})
+    with session_scope() as session:
+        sweep = session.get_one(Sweep, sweep_id)
+        assert sweep.status == SweepStatus.COMPLETED
+        (first, second) = session.scalars(select(SweepTrial).order_by(SweepTrial.number))
+        assert (first.state, first.value) == ("completed", 0.3)
+        assert second.state == "failed" and "ended failed" in (second.message or "")
+
+
+def test_a_trial_that_never_reports_the_objective_fails_naming_it(
+    database: WorkerDb, doorbell: Doorbell
+) -> None:
+    sweep_id = make_sweep(database, objective={"metric": "eval_loss"})
+    end(job_of(sweep_id, 0), JobStatus.SUCCEEDED, {5: 0.3})  # reports loss only
+    _, state, _, message = trials(sweep_id)[0]
+    assert state == "failed"
+    assert "never reported the objective metric 'eval_loss'" in (message or "")
+    assert "it reported: " in (message or "")
+
+
+def test_a_pruned_trial_stops_at_a_checkpoint_and_ends_pruned(
+    database: WorkerDb, doorbell: Doorbell, fake_trainer: Callable[[str], None]
+) -> None:
+    """The median pruner stops trial 1 at its first report (0.5 at step 5, where trial 0 had 0.1); SIGTERM
+    makes the fake trainer save step 10 and exit, as the ranks stop after a cancel."""
+    median = {"n_startup_trials": 1, "n_min_trials": 1}
+    sweep_id = make_sweep(database, parallel=1, max_trials=2, pruner="median", pruner_options=median)
+    end(job_of(sweep_id, 0), JobStatus.SUCCEEDED, {5: 0.1})
+    fake_trainer("stop_on_term")
+    pruned = job_of(sweep_id, 1)
+    thread = run_in_thread(pruned)
+    thread.join(timeout=60)
+    assert not thread.is_alive()
+    job = database.job(pruned)
+    assert (job.status, job.status_reason) == (JobStatus.PRUNED, "pruned"), job.message
+    assert "pruned at step 5: loss=0.5" in (job.message or "")
+    with session_scope() as session:
+        steps = session.scalars(select(Checkpoint.step).where(Checkpoint.job_id == pruned)).all()
+        assert 10 in steps, "the checkpoint written as it stopped is kept"
+        trial = session.get_one(SweepTrial, (sweep_id, 1))
+        assert (trial.state, trial.steps) == ("pruned", 5)  # its last report
+        assert session.get_one(Sweep, sweep_id).status == SweepStatus.COMPLETED
+        assert session.scalar(select(func.count()).select_from(Job)) == 2
