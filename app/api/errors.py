@@ -34,6 +34,8 @@ from app.services.errors import (
     ProfileUnreadable,
     QuotaExceeded,
     RunDirStuck,
+    SweepEnded,
+    SweepNotFound,
     TensorBoardNotFound,
     UnsafeCode,
     WebhookNotFound,
@@ -58,6 +60,8 @@ STATUS_OF: dict[type[Exception], int] = {
     CodeNotFound: 404,
     KeyNotFound: 404,
     WebhookNotFound: 404,
+    SweepNotFound: 404,
+    SweepEnded: 409,
     CodeInUse: 409,
     CheckpointCorrupt: 409,
     # A job's file the service will not read: a link, a FIFO, a folder (409), or more than its reader takes.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from core.models import Sweep
 from core.states import JobStatus
 from jobspec.problems import Problem, SpecError
 
@@ -30,6 +31,16 @@ class CheckpointCorrupt(DomainError):
 class WebhookNotFound(DomainError):
     def __init__(self, webhook_id: int) -> None:
         super().__init__(f"webhook {webhook_id} does not exist; list yours with GET /v1/webhooks")
+
+
+class SweepNotFound(DomainError):
+    def __init__(self, sweep_id: int) -> None:
+        super().__init__(f"sweep {sweep_id} does not exist; list yours with GET /v1/sweeps")
+
+
+class SweepEnded(DomainError):
+    def __init__(self, sweep: Sweep) -> None:
+        super().__init__(f"sweep {sweep.id} is {sweep.status}: it has no trials left to cancel")
 
 
 class KeyNotFound(DomainError):

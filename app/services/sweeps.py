@@ -11,7 +11,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from app.schemas import BestTrial, SweepPublic, TrialCounts, TrialPublic
-from app.services.errors import DomainError, JobStateConflict
+from app.services.errors import JobStateConflict, SweepEnded, SweepNotFound
 from app.services.jobs import cancel_job
 from app.services.keys import Caller
 from app.services.quotas import check_quota
@@ -23,16 +23,6 @@ from core.sweep_spec import Goal, SweepSpec, TrialState, trial_spec
 from core.sweeps import SweepStatus, config, reports, top_up, trials_of
 from jobspec.problems import Problem, SpecError
 from jobspec.spec import JobSpec
-
-
-class SweepNotFound(DomainError):
-    def __init__(self, sweep_id: int) -> None:
-        super().__init__(f"sweep {sweep_id} does not exist; list yours with GET /v1/sweeps")
-
-
-class SweepEnded(DomainError):
-    def __init__(self, sweep: Sweep) -> None:
-        super().__init__(f"sweep {sweep.id} is {sweep.status}: it has no trials left to cancel")
 
 
 def _field(loc: str, message: str, body: SweepSpec) -> str:

@@ -14,7 +14,7 @@ from jobspec.events import LOG_DIR, rank_log_name
 from tests.integration.servers import ROOT
 from worker.kill import STANDBY_FILES, STANDBY_ID_ENV
 
-TERMINAL = {"succeeded", "failed", "timed_out", "cancelled"}
+TERMINAL = {"succeeded", "failed", "timed_out", "cancelled", "pruned"}
 
 
 def example_spec(name: str, **overrides: dict[str, Any]) -> dict[str, Any]:

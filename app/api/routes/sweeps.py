@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, HTTPException, Path, Query, status
+from fastapi import APIRouter, Depends, Path, Query, status
 from sqlalchemy.orm import Session
 
 from app.api.deps import DB_INT_MAX, CallerDep, CanonicalInt, SessionDep, SettingsDep
@@ -24,10 +24,7 @@ SweepId = Annotated[int, CanonicalInt, Path(ge=1, le=DB_INT_MAX, description="sw
 
 def owned_sweep(sweep_id: SweepId, session: SessionDep, caller: CallerDep) -> Sweep:
     """Another user's sweep is a 404, like a missing one."""
-    try:
-        return sweeps.owned_sweep(session, sweep_id, caller)
-    except sweeps.SweepNotFound as exc:
-        raise HTTPException(status.HTTP_404_NOT_FOUND, str(exc)) from None
+    return sweeps.owned_sweep(session, sweep_id, caller)
 
 
 OwnedSweep = Annotated[Sweep, Depends(owned_sweep)]
@@ -75,8 +72,4 @@ def list_trials(sweep: OwnedSweep, session: SessionDep) -> TrialsPublic:
 )
 def cancel_sweep(sweep: OwnedSweep, session: SessionDep) -> SweepPublic:
     """No more trials are made; each running trial is cancelled as POST /v1/jobs/{id}/cancel does."""
-    try:
-        cancelled = sweeps.cancel_sweep(session, sweep)
-    except sweeps.SweepEnded as exc:
-        raise HTTPException(status.HTTP_409_CONFLICT, str(exc)) from None
-    return sweeps.public_sweep(session, cancelled)
+    return sweeps.public_sweep(session, sweeps.cancel_sweep(session, sweep))
