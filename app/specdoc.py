@@ -17,6 +17,15 @@ from pydantic import BaseModel, JsonValue
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
+from core.sweep_spec import (
+    AshaOptions,
+    CategoricalParam,
+    FloatParam,
+    IntParam,
+    MedianOptions,
+    Objective,
+    SweepSpec,
+)
 from jobspec.catalog.archs import ARCHS, Kwarg
 from jobspec.catalog.datasets import DATASETS
 from jobspec.spec import APEX_LEVELS, JobSpec
@@ -183,6 +192,8 @@ def subsections(model: type[BaseModel], path: str = "") -> Iterator[tuple[str, t
 
 
 def section_name(model: type[BaseModel]) -> str:
+    if model in SWEEP_PARTS:
+        return SWEEP_PARTS[model][0]
     return next((path for path, inner in subsections(JobSpec) if inner is model), "top level")
 
 
@@ -238,6 +249,31 @@ def dataset_table() -> list[str]:
     return lines
 
 
+SWEEP_NOTE = """## Sweep body
+
+The JSON body of `POST /v1/sweeps` ([sweeps.md](sweeps.md)): a job spec as above, searched over the dotted
+paths of `parameters`. The spec at the space's low corner, its high corner and each categorical choice must
+be a job that could run, or the sweep is a 422 naming `parameters.<path>` or `spec.<field>`.
+"""
+
+# The sweep body's parts: a heading each (its anchor drops the dot), and what it is.
+SWEEP_PARTS: dict[type[BaseModel], tuple[str, str]] = {
+    FloatParam: ("sweep.float", 'a `parameters` entry of `"type": "float"`'),
+    IntParam: ("sweep.int", 'a `parameters` entry of `"type": "int"`'),
+    CategoricalParam: ("sweep.categorical", 'a `parameters` entry of `"type": "categorical"`'),
+    Objective: ("sweep.objective", "`objective`"),
+    AshaOptions: ("sweep.asha", "`pruner_options` of `asha` (Optuna's SuccessiveHalvingPruner)"),
+    MedianOptions: ("sweep.median", "`pruner_options` of `median` (Optuna's MedianPruner)"),
+}
+
+
+def sweep_section() -> list[str]:
+    out = [SWEEP_NOTE, *field_table(SweepSpec), ""]
+    for model, (name, what) in SWEEP_PARTS.items():
+        out += [f"### {name}", "", what + ":", "", *field_table(model), ""]
+    return out
+
+
 def render() -> str:
     out = [HEADER, "## top level", "", *field_table(JobSpec), ""]
     aliases = ", ".join(f"`{level}` → `{precision.value}`" for level, precision in APEX_LEVELS.items())
@@ -253,7 +289,7 @@ def render() -> str:
                 out += [ARCHS_NOTE, "", *arch_table(), ""]
             if name == "data":
                 out += ["Datasets (nothing is downloaded):", "", *dataset_table(), ""]
-    out += [USER_CODE]
+    out += [USER_CODE, *sweep_section()]
     return "\n".join(out).rstrip() + "\n"
 
 
