@@ -29,6 +29,9 @@ from app.schemas import (
     RetryFrom,
     SpecDiff,
     StreamEnd,
+    SweepPublic,
+    SweepsPublic,
+    TrialsPublic,
     UsagesPublic,
 )
 from core.states import JobStatus
@@ -285,3 +288,21 @@ class TrainyardClient:
 
     def delete_code(self, code_id: str) -> None:
         self._call("DELETE", f"/v1/code/{code_id}")
+
+    def create_sweep(self, body: dict[str, Any]) -> SweepPublic:
+        """A sweep as POST /v1/sweeps takes it (docs/sweeps.md); its first trials are queued as jobs."""
+        return SweepPublic.model_validate(self._call("POST", "/v1/sweeps", json=body))
+
+    def list_sweeps(self, cursor: int | None = None, limit: int | None = None) -> SweepsPublic:
+        params = {"cursor": cursor, "limit": limit}
+        return SweepsPublic.model_validate(self._call("GET", "/v1/sweeps", params=params))
+
+    def get_sweep(self, sweep_id: int) -> SweepPublic:
+        return SweepPublic.model_validate(self._call("GET", f"/v1/sweeps/{sweep_id}"))
+
+    def sweep_trials(self, sweep_id: int) -> TrialsPublic:
+        return TrialsPublic.model_validate(self._call("GET", f"/v1/sweeps/{sweep_id}/trials"))
+
+    def cancel_sweep(self, sweep_id: int) -> SweepPublic:
+        """No more trials are made, and the running ones are cancelled."""
+        return SweepPublic.model_validate(self._call("POST", f"/v1/sweeps/{sweep_id}/cancel"))

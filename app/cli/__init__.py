@@ -9,7 +9,7 @@ from typing import Any
 import click
 import httpx
 
-from app.cli import artifacts, cluster, code, compare, jobs, observe
+from app.cli import artifacts, cluster, code, compare, jobs, observe, sweeps
 from app.cli.api_url import ApiUrl, find_api_url
 from app.client import ApiError, TrainyardClient
 
@@ -69,6 +69,7 @@ for command in (
     cluster.keys,
     compare.compare,
     code.code,
+    sweeps.sweep,
 ):
     cli.add_command(command)
 
