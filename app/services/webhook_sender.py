@@ -189,13 +189,20 @@ class WebhookSender(threading.Thread):
 
     def run(self) -> None:
         settings = get_settings()
-        wait = 0.0
+        wait, failures = 0.0, 0
         while not self.stopping.wait(wait):
             try:
                 backlog = send_due(settings) == BATCH
             except Exception:  # a database restart must not end the thread; the rows keep the state
-                log.exception("webhook sender: a pass failed; trying again")
-                backlog = False
+                # Once per outage, not once per poll; the wait grows while it lasts.
+                if not failures:
+                    log.exception("webhook sender: a pass failed; trying again, less often while it fails")
+                failures += 1
+                wait = min(settings.webhook_poll_s * 2**failures, settings.webhook_backoff_max_s)
+                continue
+            if failures:
+                log.warning("webhook sender: passes succeed again after %d failures", failures)
+            failures = 0
             wait = 0.0 if backlog else settings.webhook_poll_s
 
     def stop(self) -> None:

@@ -1,0 +1,39 @@
+"""`--part stacks|rest`: one of the two halves `make test` runs at once, as two pytest processes.
+
+A machine of two cores runs the suite in about half the time this way: much of a test's time is spent
+waiting for a job on a running service, which the other half's work fills. The line between the halves is
+the shared running services (tests/integration/conftest.py): every test on one of them is in `stacks`, so
+that each starts once, together with the API's unit tests, which balance the halves; everything else (the
+other unit tests, the trainer's runs, modules with services of their own, the benchmarks' smoke runs) is in
+`rest`. Without `--part`, pytest runs everything, as before.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+PARTS = ("stacks", "rest")
+SHARED_STACKS = frozenset({"embedded_stack", "redis_postgres_stack", "stack", "auth_stack"})
+API_UNIT_TESTS = Path(__file__).parent / "unit" / "app"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--part", choices=PARTS, help="run one half of the suite (tests/parts.py)")
+
+
+def part_of(item: pytest.Item) -> str:
+    on_shared_stack = not SHARED_STACKS.isdisjoint(getattr(item, "fixturenames", ()))
+    return "stacks" if on_shared_stack or API_UNIT_TESTS in item.path.parents else "rest"
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    part = config.getoption("part")
+    if part is None:
+        return
+    kept = [item for item in items if part_of(item) == part]
+    dropped = [item for item in items if part_of(item) != part]
+    items[:] = kept
+    config.hook.pytest_deselected(items=dropped)
