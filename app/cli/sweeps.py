@@ -71,7 +71,7 @@ def submit(
     made = client.create_sweep(body)
     console.print(
         f"sweep {made.id} ({made.name}) {made.status}: {made.max_trials} trials, {made.parallel} at a time, "
-        f"{made.sampler} sampler, {made.pruner} pruner, {objective_text(made)}"
+        f"sampler {made.sampler}, pruner {made.pruner}, {objective_text(made)}"
     )
     if follow:
         exit_with_outcome(follow_sweep(client, made.id, wide))
@@ -164,7 +164,7 @@ def print_summary(sweep: SweepPublic) -> None:
     counts = sweep.trials
     console.print(f"sweep {sweep.id} ({sweep.name}): {sweep.status}, {ended_text(sweep)} trials ended")
     console.print(f"  objective: {objective_text(sweep)}")
-    console.print(f"  search:    {sweep.sampler} sampler, {sweep.pruner} pruner, {sweep.parallel} at a time")
+    console.print(f"  search:    sampler {sweep.sampler}, pruner {sweep.pruner}, {sweep.parallel} at a time")
     console.print(f"  best:      {best_text(sweep)}")
     console.print(
         f"  trials:    {counts.running} running, {counts.completed} completed, {counts.pruned} pruned, "

@@ -51,6 +51,7 @@ function copyButton(label, text) {
 }
 
 const jobLink = (id, text = `#${id}`) => h("a", { href: `#/jobs/${id}` }, text);
+const sweepLink = (id, text = `#${id}`) => h("a", { href: `#/sweeps/${id}` }, text);
 const formatTime = (iso) => (iso ? new Date(iso).toLocaleString() : "");
 /** For narrow columns: "Nov 26, 06:58"; the full time shows on hover. */
 const shortTime = (iso) => h("span", { title: formatTime(iso) },
@@ -105,6 +106,8 @@ const ROUTES = [
   [/^#\/queue$/, () => queueView],
   [/^#\/gpus$/, () => gpusView],
   [/^#\/compare(?:\?ids=([\d,]*))?$/, (m) => (root, signal) => compareView(root, signal, idsOf(m[1]))],
+  [/^#\/sweeps$/, () => sweepsView],
+  [/^#\/sweeps\/(\d+)$/, (m) => (root, signal) => sweepView(root, signal, Number(m[1]))],
 ];
 
 const idsOf = (text) => (text || "").split(",").map(Number).filter((n) => Number.isInteger(n) && n > 0);

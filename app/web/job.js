@@ -96,6 +96,7 @@ function facts(job) {
     ["precision", plan.precision],
     ["host", job.host || "not placed yet"],
     ["made from", job.parent_id ? h("span", {}, "job ", jobLink(job.parent_id)) : ""],
+    ["sweep", job.sweep_id != null ? sweepLink(job.sweep_id, `trial ${job.trial} of sweep ${job.sweep_id}`) : ""],
     ["priority", String(job.priority)],
     ["submitted", formatTime(job.created_at)],
     ["running since", formatTime(job.running_at)],

@@ -15,8 +15,9 @@ from playwright.sync_api import Browser, Page, expect, sync_playwright
 
 from app.services.keys import LOCAL_USER
 from tests.integration.jobs import TERMINAL, example_spec, metric_values, submit, wait_status
-from tests.integration.servers import Stack
+from tests.integration.servers import ROOT, Stack
 from tests.integration.test_program_e2e import push
+from tests.integration.test_sweeps import wait_done
 
 CHROMIUM = Path("/usr/bin/chromium")
 # Without the background-networking flags Chromium keeps dialling Google, which this closed network refuses.
@@ -265,6 +266,62 @@ def test_the_record_of_finished_jobs_side_by_side_and_a_failure(
 
     page.get_by_role("link", name="Queue").click()
     expect(page.locator("main")).to_contain_text("Nothing is waiting.")
+
+
+def test_a_sweep_s_page_draws_its_trials_best_so_far_curves_and_parameters(
+    embedded_stack: Stack, page: Page, shots: Path
+) -> None:
+    body = json.loads((ROOT / "examples" / "sweep_digits_lr.json").read_text())
+    # Two trials of two short epochs: two evaluations (the objective's reports) each, in seconds.
+    body["spec"]["train"].update(epochs=2, batch_size=64)
+    body.update(name="dashboard-sweep", max_trials=2, parallel=2, pruner="none", pruner_options={})
+    with embedded_stack.client() as client:
+        created = client.post("/v1/sweeps", json=body)
+        assert created.status_code == 201, created.text
+        sweep = wait_done(client, created.json()["id"], timeout=180)
+        trials = client.get(f"/v1/sweeps/{sweep['id']}/trials").json()["data"]
+        reports = sum(len(metric_values(client, t["job_id"], "eval_loss")) for t in trials)
+    assert sweep["status"] == "completed" and [t["state"] for t in trials] == ["completed"] * 2, trials
+    assert reports == 4
+
+    page.goto(embedded_stack.url + "/")
+    page.get_by_role("link", name="Sweeps").click()
+    listed = page.locator(f'tr[data-sweep="{sweep["id"]}"]')
+    expect(listed).to_contain_text("2 completed")
+    page.screenshot(path=shots / "sweeps.png")
+    listed.get_by_role("link", name="dashboard-sweep").click()
+    expect(page).to_have_url(f"{embedded_stack.url}/#/sweeps/{sweep['id']}")
+    expect(page.locator(".card .status").first).to_have_text("completed")
+    best = sweep["best"]
+    expect(page.locator('[data-fact="best so far"]')).to_contain_text(f"trial {best['trial']}")
+    expect(page.locator('[data-fact="by state"] dd')).to_have_text("2 completed")
+    rows = page.locator("tr[data-trial]")
+    expect(rows).to_have_count(2)
+    for trial in trials:
+        row = page.locator(f'tr[data-trial="{trial["number"]}"]')
+        expect(row).to_contain_text("completed")
+        expect(row.get_by_role("link", name=f"#{trial['job_id']}")).to_be_visible()
+    # The trials come in trial order; a click on the header they are sorted by turns it around.
+    page.locator("table.trials th").first.click()
+    expect(rows.first).to_have_attribute("data-trial", "1")
+    # Best so far: a point per ended trial and each completed trial's value; the curves: every report.
+    expect(page.locator('.chart[data-metric="best-so-far"]')).to_have_attribute("data-points", "4")
+    expect(page.locator('.chart[data-metric="curves"]')).to_have_attribute("data-points", str(reports))
+    assert drawn_pixels(page, "best-so-far") > 0
+    assert drawn_pixels(page, "curves") > 0
+    # A polyline per trial through its one parameter and its objective.
+    lines = page.locator(".parallel svg polyline")
+    expect(lines).to_have_count(2)
+    assert all(
+        len(line.split()) == 2 for line in lines.evaluate_all("ls => ls.map((l) => l.getAttribute('points'))")
+    )
+    page.screenshot(path=shots / "sweep.png", full_page=True)
+
+    page.locator(f'tr[data-trial="{best["trial"]}"]').get_by_role("link", name=f"#{best['job_id']}").click()
+    trial_of = page.locator(".facts div", has_text="sweep")
+    expect(trial_of).to_contain_text(f"trial {best['trial']} of sweep {sweep['id']}")
+    trial_of.get_by_role("link").click()
+    expect(page).to_have_url(f"{embedded_stack.url}/#/sweeps/{sweep['id']}")
 
 
 def test_with_auth_on_the_key_box_lets_the_page_in(auth_stack: Stack, page: Page) -> None:

@@ -54,7 +54,7 @@ def test_submit_ls_status_and_cancel_at_80_columns(
     assert submitted.exit_code == 0, submitted.output
     # Rich wraps the line at 80 columns.
     assert " ".join(submitted.output.split()).startswith(
-        f"sweep 1 ({NAME}) running: 4 trials, 2 at a time, tpe sampler, asha pruner, minimize eval_loss"
+        f"sweep 1 ({NAME}) running: 4 trials, 2 at a time, sampler tpe, pruner asha, minimize eval_loss"
     )
 
     listed = run("sweep", "ls").output
