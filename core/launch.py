@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from core.config import Settings
 from jobspec.datadir import DATA_DIR_ENV, RUN_DIR_ENV
 from jobspec.plan import Plan
 
@@ -82,6 +83,19 @@ def torchrun_argv(plan: Plan, run_dir: Path, python: str, rendezvous: Rendezvous
         "--run-dir",
         str(run_dir),
     ]
+
+
+def planned_argv(plan: Plan, settings: Settings, job_id: int | str) -> list[str]:
+    """The torchrun command a worker would run for the job, stored with it at submission (a job or a sweep's
+    trial) and shown by a dry run: `python` for the worker's interpreter and, over several hosts, node 0's
+    rendezvous with what placement decides named (Rendezvous.placeholder). The worker stores the command it
+    ran in its place when it launches the job."""
+    spanning = (
+        None
+        if plan.nnodes == 1
+        else Rendezvous.placeholder(plan.nnodes, job_id, settings.rendezvous_timeout_s)
+    )
+    return torchrun_argv(plan, settings.runs_dir / str(job_id), "python", spanning)
 
 
 def job_token(job_id: int, attempt: int, host: str) -> str:

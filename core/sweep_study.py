@@ -1,6 +1,7 @@
 """Optuna's study of a sweep, rebuilt in memory from the service's rows each time it is asked something: the
 rows are the only truth, so a restart loses nothing and a trial is made in the transaction that makes its job.
-Each ask gets a sampler seeded with the sweep's seed and the trial's number: the same rows ask the same."""
+Each ask gets a sampler seeded with the sweep's seed and the trial's number (a grid's, with the sweep's
+seed alone): the same rows ask the same."""
 
 from __future__ import annotations
 
@@ -81,9 +82,10 @@ def distributions(sweep: SweepSpec) -> dict[str, BaseDistribution]:
 
 
 def _sampler(sweep: SweepSpec, number: int) -> BaseSampler:
-    seed = sweep.seed + number
     if sweep.sampler is SamplerName.GRID:
-        return GridSampler(sweep.grid(), seed=seed)
+        # The seed shuffles the grid, and trial n takes the grid's point n: every ask must see one order.
+        return GridSampler(sweep.grid(), seed=sweep.seed)
+    seed = sweep.seed + number
     if sweep.sampler is SamplerName.RANDOM:
         return RandomSampler(seed=seed)
     return TPESampler(seed=seed)

@@ -16,7 +16,9 @@ from pydantic import ValidationError
 from sqlalchemy import event, select
 from sqlalchemy.orm import Session
 
+from core.config import get_settings
 from core.doorbell import enqueue_job
+from core.launch import planned_argv
 from core.models import Job, JobEvent, Metric, Sweep, SweepTrial, utcnow
 from core.states import JobStatus
 from core.sweep_spec import SweepSpec, TrialState, trial_spec
@@ -106,7 +108,6 @@ def _forget(session: Session) -> None:
 
 
 def _trial_job(session: Session, sweep: Sweep, number: int, spec: JobSpec, written: dict[str, Any]) -> Job:
-    # The argv stays empty until the worker builds the one it runs (worker/runner.py), as for every job.
     plan = resolve_plan(spec)  # the cluster was judged at the sweep's creation, on the space's corners
     job = Job(
         name=trial_name(sweep, number),
@@ -121,7 +122,9 @@ def _trial_job(session: Session, sweep: Sweep, number: int, spec: JobSpec, writt
         trial=number,
     )
     session.add(job)
-    session.flush()
+    session.flush()  # gives the job its id, which the argv names, as a submission's does
+    plan.argv = planned_argv(plan, get_settings(), job.id)
+    job.plan = plan.public()
     message = f"trial {number} of sweep {sweep.id} ({sweep.name})"
     session.add(JobEvent(job_id=job.id, to_status=JobStatus.QUEUED, reason="submitted", message=message))
     _ring_after_commit(session, job.id)

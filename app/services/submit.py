@@ -21,12 +21,11 @@ from app.services.gpus import read_inventory
 from app.services.jobs import check_priority, get_owned_job
 from app.services.keys import Caller
 from app.services.quotas import check_quota
-from app.services.runs import run_dir
 from app.services.shown import shown_plan
 from app.services.stored_spec import revalidated, same_spec, stored_form
 from core.config import Settings
 from core.doorbell import enqueue_job
-from core.launch import Rendezvous, torchrun_argv
+from core.launch import planned_argv
 from core.models import ApiKey, Checkpoint, Job, JobEvent
 from core.states import JobStatus
 from jobspec.cluster import Inventory, cluster_problems
@@ -109,18 +108,6 @@ def _plan(
     resumed = _resumed(session, settings, spec.checkpoint.resume_from, caller)
     plan.resume_path = None if resumed is None else resumed.path
     return plan, resumed
-
-
-def planned_argv(plan: Plan, settings: Settings, job_id: int | str) -> list[str]:
-    """The torchrun command a worker would run for the job: `python` for the worker's interpreter and, over
-    several hosts, node 0's rendezvous with what placement decides named (core.launch.Rendezvous.placeholder).
-    The worker stores the command it ran in its place when it launches the job."""
-    spanning = (
-        None
-        if plan.nnodes == 1
-        else Rendezvous.placeholder(plan.nnodes, job_id, settings.rendezvous_timeout_s)
-    )
-    return torchrun_argv(plan, run_dir(settings, job_id), "python", spanning)
 
 
 def _reason(problem: Problem) -> str:

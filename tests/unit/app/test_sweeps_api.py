@@ -9,6 +9,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from app.services.submit import DRY_RUN_ID
 from core.config import Settings
 from core.models import Job, Sweep
 from tests.unit.conftest import assert_problem, enqueued, job_body
@@ -74,3 +75,12 @@ def test_a_grid_over_a_float_needs_its_points(client: TestClient) -> None:
 def test_a_base_spec_fault_is_named_under_spec(client: TestClient) -> None:
     body = sweep_body(spec=job_body(train={"max_steps": 5, "batch_size": 8, "epochs_typo": 1}))
     assert_problem(client.post("/v1/sweeps", json=body), "spec.train.epochs_typo", "Extra inputs")
+
+
+def test_a_trial_s_plan_holds_the_argv_a_submission_of_its_spec_would(client: TestClient) -> None:
+    sweep = client.post("/v1/sweeps", json=sweep_body(parallel=1)).json()
+    trial = client.get(f"/v1/sweeps/{sweep['id']}/trials").json()["data"][0]
+    job = client.get(f"/v1/jobs/{trial['job_id']}").json()
+    planned = client.post("/v1/jobs", params={"dry_run": "true"}, json=job["spec"]).json()["plan"]["argv"]
+    assert job["plan"]["argv"], "the torchrun command the worker would run"
+    assert job["plan"]["argv"] == [arg.replace(DRY_RUN_ID, str(job["id"])) for arg in planned]

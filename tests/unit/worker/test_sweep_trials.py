@@ -1,9 +1,12 @@
-"""A sweep's trials through the worker's own path: asking for the next trial is idempotent, a trial is told
-its end in the transaction that ends its job, one that never reports the objective fails naming it, and one the
-pruner gives up on is stopped as a cancel stops a job, keeping its final checkpoint, and ends `pruned`."""
+"""A sweep's trials through the worker's own path: asking for the next trial is idempotent, also when two
+trials end at once (the same scenario runs on PostgreSQL in tests/integration/test_sweeps.py), a trial is
+told its end in the transaction that ends its job, one that never reports the objective fails naming it, and
+one the pruner gives up on is stopped as a cancel stops a job, keeping its final checkpoint, and ends
+`pruned`."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -58,12 +61,18 @@ def job_of(sweep_id: int, number: int) -> int:
     return job_id
 
 
-def end(job_id: int, status: JobStatus, reports: dict[int, float]) -> None:
-    """The job runs, reports the objective at these steps, and ends: as the worker would record it."""
+def run(job_id: int, reports: dict[int, float]) -> None:
+    """The job starts and reports the objective at these steps, as the worker would record it."""
     with session_scope() as session:
         session.add_all(Metric(job_id=job_id, name="loss", step=s, value=v) for s, v in reports.items())
         move(session, job_id, JobStatus.QUEUED, JobStatus.STARTING)
         move(session, job_id, JobStatus.STARTING, JobStatus.RUNNING)
+
+
+def end(job_id: int, status: JobStatus, reports: dict[int, float]) -> None:
+    """The job runs, reports the objective at these steps, and ends."""
+    run(job_id, reports)
+    with session_scope() as session:
         move(session, job_id, JobStatus.RUNNING, status)
 
 
@@ -85,6 +94,42 @@ def test_asking_again_makes_no_second_trial(database: WorkerDb, doorbell: Doorbe
         job = session.get_one(Job, job_of(sweep_id, 2))
         session.add(Job(name="dup", spec=job.spec, plan=job.plan, sweep_id=sweep_id, trial=2))
         session.flush()
+
+
+def two_trials_end_at_once(database: WorkerDb) -> None:
+    """Trial 0's end is told and its successor asked for in a transaction still open when trial 1's job
+    ends in another: the second waits for the sweep's row, then sees trial 2 and asks for trial 3. Without
+    the wait both would ask for trial 2, and the second to commit would fail on the unique trial number."""
+    sweep_id = make_sweep(database, max_trials=4)
+    first, second = job_of(sweep_id, 0), job_of(sweep_id, 1)
+    run(first, {5: 0.3})
+    run(second, {5: 0.2})
+    failures: list[BaseException] = []
+
+    def end_second() -> None:
+        try:
+            with session_scope() as session:
+                move(session, second, JobStatus.RUNNING, JobStatus.SUCCEEDED)
+        except BaseException as exc:  # kept for the test's thread, which asserts there was none
+            failures.append(exc)
+
+    with session_scope() as session:
+        move(session, first, JobStatus.RUNNING, JobStatus.SUCCEEDED)  # asks for trial 2; not committed yet
+        other = threading.Thread(target=end_second)
+        other.start()
+        other.join(timeout=0.5)
+        assert other.is_alive(), "the second end waits for the first one's transaction"
+    other.join(timeout=30)
+    assert not other.is_alive() and not failures, failures
+    states = [(n, state) for n, state, _, _ in trials(sweep_id)]
+    assert states == [(0, "completed"), (1, "completed"), (2, "running"), (3, "running")]
+    with session_scope() as session:
+        assert top_up(session, sweep_id) == []
+        assert session.scalar(select(func.count()).select_from(Job).where(Job.sweep_id == sweep_id)) == 4
+
+
+def test_two_trials_ending_at_once_ask_for_one_successor_each(database: WorkerDb, doorbell: Doorbell) -> None:
+    two_trials_end_at_once(database)
 
 
 def test_the_sweep_completes_once_every_trial_ended(database: WorkerDb, doorbell: Doorbell) -> None:
