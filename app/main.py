@@ -3,6 +3,9 @@ first request, not at import."""
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
 from fastapi import Depends, FastAPI
 
 from app.api.deps import get_caller
@@ -28,8 +31,18 @@ from app.api.routes import (
     webhooks,
 )
 from app.api.routes.prometheus import install_prometheus
+from app.services.mlflow_exporter import exporting
+from core.config import get_settings
 
 API_PREFIX = "/v1"
+
+
+@asynccontextmanager
+async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+    """The API's own threads while it serves: the webhook sender, and the MLflow exporter if configured."""
+    async with webhooks.lifespan(app):
+        with exporting(get_settings()):
+            yield
 
 
 def create_app() -> FastAPI:
@@ -40,7 +53,7 @@ def create_app() -> FastAPI:
         # Trainyard exports Prometheus metrics (/metrics) and sets up no OpenTelemetry, so FastAPI's native
         # OpenTelemetry, on by default, would only look for providers on every request and find none.
         telemetry={"tracing": False, "metrics": False, "logs": False},
-        lifespan=webhooks.lifespan,
+        lifespan=lifespan,
     )
     # The one body that is not a JSON spec: a code bundle's archive, capped by TRAINYARD_CODE_MAX_BYTES.
     raw_bodies = [("POST", f"{API_PREFIX}{code.router.prefix}")]

@@ -255,6 +255,26 @@ class Settings(BaseSettings):
     webhook_poll_s: float = Field(
         1.0, gt=0, le=60, description="how often the API's sender looks for due ones"
     )
+    mlflow_uri: str | None = Field(
+        None,
+        description="an MLflow tracking server (http://mlflow:5000): jobs with tracking.mlflow, or every "
+        "job with TRAINYARD_MLFLOW_ALL_JOBS, are exported to it as runs by the API; unset: refused",
+    )
+    mlflow_all_jobs: bool = Field(False, description="export every job to MLflow, tracking.mlflow or not")
+    mlflow_experiment: str = Field(
+        "trainyard",
+        min_length=1,
+        max_length=256,
+        description="the MLflow experiment of jobs whose tracking.mlflow names none",
+    )
+    mlflow_poll_s: float = Field(
+        2.0, gt=0, le=300, description="how often the API's exporter looks for rows to send to MLflow"
+    )
+    public_url: str | None = Field(
+        None,
+        description="where users reach this service (https://trainyard.example.com); each MLflow run is "
+        "tagged with its job's page there",
+    )
 
     @field_validator("runs_dir", "data_dir", "code_dir", "compile_cache_dir")
     @classmethod

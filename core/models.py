@@ -319,3 +319,38 @@ class SweepTrial(Base):
     total_steps: Mapped[int | None] = mapped_column(Integer)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+
+class MlflowExport(Base):
+    """A job exported to MLflow as a run (core/mlflow_export.py): made when the exporter first sees a job
+    that asks for it, then claimed pass after pass until the run holds every metric row and the job's end.
+    `exported_through` is the watermark that keeps a point from being sent twice."""
+
+    __tablename__ = "mlflow_exports"
+
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True)
+    # Tags the run, so that a creation whose answer was lost finds the run it made instead of a second one.
+    token: Mapped[str] = mapped_column(String(32))
+    experiment_id: Mapped[str | None] = mapped_column(String(64))
+    run_id: Mapped[str | None] = mapped_column(String(64))
+    # {metric name: the last step sent}: a job's rows of one name arrive in step order.
+    exported_through: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    checkpoint_logged: Mapped[bool] = mapped_column(Boolean, default=False, server_default="0")
+    done: Mapped[bool] = mapped_column(Boolean, default=False, server_default="0")
+    # Due time while pending; while an exporter holds the row, the end of its claim.
+    next_attempt_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    attempts: Mapped[int] = mapped_column(Integer, default=0, server_default="0")  # claims, ever
+    failures: Mapped[int] = mapped_column(Integer, default=0, server_default="0")  # in a row, for the backoff
+    last_error: Mapped[str | None] = mapped_column(Text)
+
+    __table_args__ = (Index("ix_mlflow_exports_due", "done", "next_attempt_at"),)
+
+
+class MlflowCursor(Base):
+    """One row: every job up to `job_id` has been looked at by the exporter (and given an MlflowExport row if
+    it asks for one), so each pass reads only the jobs submitted since."""
+
+    __tablename__ = "mlflow_cursor"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    job_id: Mapped[int] = mapped_column(Integer)

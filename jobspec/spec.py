@@ -17,6 +17,7 @@ from jobspec.spec_inputs import DataPlacement as DataPlacement
 from jobspec.spec_inputs import DataSpec as DataSpec
 from jobspec.spec_inputs import ModelSpec as ModelSpec
 from jobspec.spec_program import ProgramSpec, check_program_or_inputs
+from jobspec.spec_tracking import TrackingSpec
 from jobspec.spec_train import Loss as Loss
 from jobspec.spec_train import LrScaling as LrScaling
 from jobspec.spec_train import OnNonFinite as OnNonFinite
@@ -215,6 +216,7 @@ class JobSpec(Section):
     metrics: MetricsSpec = Field(default_factory=MetricsSpec)
     limits: LimitsSpec = Field(default_factory=LimitsSpec)
     profile: ProfileSpec = Field(default_factory=ProfileSpec)
+    tracking: TrackingSpec = Field(default_factory=TrackingSpec)
     priority: int = Field(
         0,
         ge=-100,

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.integration.servers import Postgres, Redis, Stack, await_exit
+from tests.unit.mlflow_fixtures import MlflowServer
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -33,9 +34,24 @@ def postgres_server() -> Iterator[Postgres]:
     server.stop()
 
 
+@pytest.fixture(scope="session")
+def mlflow_address(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MlflowServer]:
+    """The embedded stack's MLflow tracking server: its address is fixed when the stack starts, and it runs
+    only once a test asks for `mlflow_server` (its start costs seconds that other tests need not wait for)."""
+    server = MlflowServer.at_free_port(tmp_path_factory.mktemp("mlflow"))
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def mlflow_server(mlflow_address: MlflowServer) -> MlflowServer:
+    return mlflow_address if mlflow_address.running else mlflow_address.start()
+
+
 def _start_stack(kind: str, workdir: Path, request: pytest.FixtureRequest) -> Stack:
     if kind == "embedded":
-        return Stack.embedded(workdir)
+        mlflow: MlflowServer = request.getfixturevalue("mlflow_address")
+        return Stack.embedded(workdir, TRAINYARD_MLFLOW_URI=mlflow.uri)
     redis: Redis = request.getfixturevalue("redis_server")
     postgres: Postgres = request.getfixturevalue("postgres_server")
     return Stack.start(workdir, postgres.new_database(), redis.new_url())

@@ -1,0 +1,226 @@
+"""One pass of a job's MLflow export (its row: core/mlflow_export.py), through MLflow's own client: make the
+job's run once, send the metric rows past the watermark in batches, and once the job has ended, its last
+checkpoint (when asked) and its end status. Rows are read, then the transaction ends before MLflow is asked
+anything, so a slow tracking server holds no lock of the database.
+
+A pass that fails (the server down, an answer lost) records why and is tried again after a backoff, from the
+watermark: what it sent before it failed is sent again with the same step, value and timestamp, which
+MLflow's database stores once. A run is made once: its tag trainyard.export_id finds it again when the answer
+to its creation was lost.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from datetime import datetime, timedelta
+from pathlib import Path
+from tempfile import TemporaryDirectory
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from app.services.artifacts import checkpoint_content
+from app.services.errors import CheckpointCorrupt, CheckpointNotFound
+from app.services.keys import Caller
+from app.services.mlflow_params import RUN_STATUS, mlflow_key, run_tags, spec_params
+from core.clock import as_utc
+from core.config import Settings
+from core.db import new_session
+from core.mlflow_export import (
+    Point,
+    asked_options,
+    claim,
+    discover,
+    due_exports,
+    record,
+    through,
+    unsent_metrics,
+)
+from core.models import Checkpoint, Job, MlflowExport, utcnow
+from core.states import JobStatus
+from jobspec.files import JobFileError
+from jobspec.spec_tracking import MlflowTracking
+
+# MLflow's own settings, unless the admin set them. Set before MLflow loads, which reads whether to send
+# usage data as it does: none is sent to MLflow's makers from a training service. One retry of a request
+# (the exporter's backoff does the rest, so a server that is down never holds the thread for minutes), a
+# bounded wait for an answer, and no line on stdout per finished run.
+os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "1")
+os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "30")
+os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
+
+from mlflow import MlflowClient
+from mlflow.entities import Metric as MlflowMetric
+from mlflow.entities import Param, Run
+from mlflow.exceptions import MlflowException
+
+log = logging.getLogger(__name__)
+
+METRICS_PER_PASS = 10_000  # points read and sent per pass; a longer backlog takes the next pass at once
+# Longer than a pass lasts (its requests are bounded by MLFLOW_HTTP_REQUEST_TIMEOUT; a checkpoint upload
+# is the long one), so a claim lapses only for an exporter that died.
+CLAIM_HOLD = timedelta(minutes=15)
+QUEUED_WAIT = timedelta(seconds=30)  # a job not started yet has nothing to send
+MAX_BACKOFF_S = 300.0
+ERROR_CHARS = 500
+CHECKPOINT_FOLDER = "checkpoints"  # the artifact's folder in the run
+BATCH = 16  # exports worked on per look at the rows
+
+
+def tracking_client(uri: str) -> MlflowClient:
+    return MlflowClient(tracking_uri=uri)
+
+
+def _ms(at: datetime) -> int:
+    return int(as_utc(at).timestamp() * 1000)
+
+
+def _experiment_id(client: MlflowClient, name: str) -> str:
+    found = client.get_experiment_by_name(name)
+    if found is not None:
+        return str(found.experiment_id)
+    try:
+        return str(client.create_experiment(name))
+    except MlflowException:  # made meanwhile by another exporter (or anyone): use it
+        again = client.get_experiment_by_name(name)
+        if again is None:
+            raise
+        return str(again.experiment_id)
+
+
+def _open_run(
+    client: MlflowClient,
+    job: Job,
+    row: MlflowExport,
+    attempt: int,
+    options: MlflowTracking,
+    settings: Settings,
+) -> tuple[str, str]:
+    """The job's run, made (with its tags and params) unless an earlier pass made it; (experiment, run)."""
+    experiment_id = _experiment_id(client, options.experiment or settings.mlflow_experiment)
+    earlier: list[Run] = []
+    if attempt > 1:  # an earlier pass may have made the run and lost the answer
+        by_token = f"tags.`trainyard.export_id` = '{row.token}'"
+        earlier = client.search_runs([experiment_id], by_token, max_results=1)
+    if earlier:
+        run_id = earlier[0].info.run_id
+    else:
+        run = client.create_run(
+            experiment_id,
+            start_time=_ms(job.started_at or job.created_at),
+            tags=run_tags(job, row.token, settings.public_url),
+            run_name=options.run_name or f"{job.name}-{job.id}",
+        )
+        run_id = run.info.run_id
+    params = [Param(key, value) for key, value in spec_params(job.spec).items()]
+    client.log_batch(run_id, params=params)  # the same values again, where the run was found: no change
+    return experiment_id, run_id
+
+
+def _send(client: MlflowClient, run_id: str, points: list[Point]) -> None:
+    metrics = [MlflowMetric(mlflow_key(p.name), p.value, _ms(p.at), p.step) for p in points]
+    client.log_batch(run_id, metrics=metrics)  # split into MLflow's batch sizes by the client
+
+
+def _log_checkpoint(
+    session: Session, settings: Settings, client: MlflowClient, job: Job, run_id: str
+) -> None:
+    """The job's last checkpoint, read as a download is (the confined opener, its sha256 checked), copied to
+    a file of the service's own and uploaded from there: MLflow's client uploads a path, and the job's own
+    path may be swapped for a link by the job meanwhile. One that is gone, corrupt or refused (a link, a
+    FIFO) is not uploaded, and the run's tag trainyard.checkpoint says why."""
+    last = select(Checkpoint.id).where(Checkpoint.job_id == job.id).order_by(Checkpoint.step.desc())
+    checkpoint_id = session.scalar(last.order_by(Checkpoint.id.desc()).limit(1))
+    if checkpoint_id is None:
+        return
+    try:
+        _, content = checkpoint_content(session, settings, checkpoint_id, Caller(job.owner))
+        session.rollback()
+        with TemporaryDirectory(prefix="trainyard-mlflow-") as folder:
+            copy = Path(folder) / content.name
+            with copy.open("wb") as out:
+                for chunk in content.chunks:
+                    out.write(chunk)
+            client.log_artifact(run_id, str(copy), CHECKPOINT_FOLDER)
+    except (CheckpointNotFound, CheckpointCorrupt, JobFileError) as refused:
+        client.set_tag(run_id, "trainyard.checkpoint", str(refused)[:ERROR_CHARS])
+
+
+def _detached(session: Session, job_id: int) -> tuple[Job, MlflowExport] | None:
+    """The job and its export row as they are now, kept readable once the transaction ends."""
+    job = session.get(Job, job_id, populate_existing=True)
+    row = session.get(MlflowExport, job_id, populate_existing=True)
+    if job is None or row is None:  # the job was deleted, and its export row with it
+        return None
+    session.expunge(job)
+    session.expunge(row)
+    return job, row
+
+
+def _pass(session: Session, job_id: int, attempt: int, client: MlflowClient, settings: Settings) -> None:
+    found = _detached(session, job_id)
+    if found is None:
+        return
+    job, row = found
+    status = JobStatus(job.status)  # read before the metric rows: a job ends after its last one is written
+    options = asked_options(job.spec) or MlflowTracking()  # exported with the defaults under MLFLOW_ALL_JOBS
+    run_id = row.run_id
+    if run_id is None:
+        if status is JobStatus.QUEUED:
+            record(session, job_id, attempt, next_attempt_at=utcnow() + QUEUED_WAIT)
+            return
+        session.rollback()
+        experiment_id, run_id = _open_run(client, job, row, attempt, options, settings)
+        record(session, job_id, attempt, experiment_id=experiment_id, run_id=run_id)
+    points = unsent_metrics(session, job_id, row.exported_through, METRICS_PER_PASS)
+    session.rollback()
+    if points:
+        _send(client, run_id, points)
+        record(session, job_id, attempt, exported_through=through(row.exported_through, points))
+    if len(points) == METRICS_PER_PASS or not status.is_terminal:
+        wait = timedelta(0) if len(points) == METRICS_PER_PASS else timedelta(seconds=settings.mlflow_poll_s)
+        record(session, job_id, attempt, next_attempt_at=utcnow() + wait, failures=0, last_error=None)
+        return
+    if options.log_checkpoint and not row.checkpoint_logged:
+        _log_checkpoint(session, settings, client, job, run_id)
+        record(session, job_id, attempt, checkpoint_logged=True)
+    end = job.finished_at or utcnow()
+    client.set_terminated(run_id, RUN_STATUS[status], end_time=_ms(end))
+    record(session, job_id, attempt, done=True, failures=0, last_error=None)
+
+
+def _backoff(failures: int, settings: Settings) -> timedelta:
+    return timedelta(seconds=min(settings.mlflow_poll_s * 2**failures, MAX_BACKOFF_S))
+
+
+def export_job(session: Session, job_id: int, client: MlflowClient, settings: Settings) -> None:
+    """Claim the job's export and run one pass of it; a failed pass is tried again after a backoff that
+    doubles with each failure in a row."""
+    attempt = claim(session, job_id, utcnow(), CLAIM_HOLD)
+    if attempt is None:
+        return
+    try:
+        _pass(session, job_id, attempt, client, settings)
+    except Exception as error:  # whatever MLflow or the network raised: the next pass starts from the rows
+        session.rollback()
+        failures = (
+            session.scalar(select(MlflowExport.failures).where(MlflowExport.job_id == job_id)) or 0
+        ) + 1
+        log.warning("job %s: MLflow export failed (%d in a row): %s", job_id, failures, error)
+        why = f"{type(error).__name__}: {error}"[:ERROR_CHARS]
+        retry_at = utcnow() + _backoff(failures, settings)
+        record(session, job_id, attempt, failures=failures, last_error=why, next_attempt_at=retry_at)
+
+
+def export_due(client: MlflowClient, settings: Settings) -> int:
+    """Find the jobs submitted since the last look, then run a pass of each export due now; returns how many
+    were due."""
+    with new_session() as session:
+        discover(session, settings.mlflow_all_jobs, utcnow())
+        due = due_exports(session, utcnow(), BATCH)
+        session.rollback()
+        for job_id in due:
+            export_job(session, job_id, client, settings)
+    return len(due)
