@@ -53,8 +53,8 @@ servers: sandbox
 	@test -x /usr/lib/postgresql/15/bin/initdb || (apt-get update -qq && apt-get install -y -qq postgresql-15 >/dev/null)
 	@test -x /usr/bin/chromium || (apt-get update -qq && apt-get install -y -qq chromium >/dev/null)
 
-# The suite as two pytest processes at once (tests/parts.py): the tests on the shared running services in
-# the foreground; the linters, then everything else, beside them, their output shown once the first half
+# The suite as two pytest processes at once (tests/parts.py): the unit tests and those on the shared running
+# services in the foreground; the linters, then everything else, beside them, their output shown once the first half
 # ends. Each half prints its 15 slowest tests, so the suite stays under its 12 minutes.
 PYTEST := $(VENV)/bin/pytest -q -p no:cacheprovider --durations=15
 test: install-test servers
