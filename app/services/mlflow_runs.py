@@ -208,7 +208,8 @@ def export_job(session: Session, job_id: int, client: MlflowClient, settings: Se
         failures = (
             session.scalar(select(MlflowExport.failures).where(MlflowExport.job_id == job_id)) or 0
         ) + 1
-        log.warning("job %s: MLflow export failed (%d in a row): %s", job_id, failures, error)
+        # Once per outage and job: the row keeps the latest error, and the backoff the pace of retries.
+        (log.warning if failures == 1 else log.debug)("job %s: MLflow export failed: %s", job_id, error)
         why = f"{type(error).__name__}: {error}"[:ERROR_CHARS]
         retry_at = utcnow() + _backoff(failures, settings)
         record(session, job_id, attempt, failures=failures, last_error=why, next_attempt_at=retry_at)
