@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -29,6 +30,14 @@ def push_folder(client: TrainyardClient, folder: Path) -> CodeBundleDetail:
     what = "pushed" if created else "already pushed"
     click.echo(f"{what}: {bundle.file_count} files, {size(bundle.size_bytes)}", err=True)
     return bundle
+
+
+def with_code(client: TrainyardClient, spec: dict[str, Any], folder: Path | None) -> None:
+    """The spec's `code`: DIR pushed as a bundle, or the id (or its first digits) the spec names."""
+    if folder is not None:
+        spec["code"] = push_folder(client, folder).id
+    elif isinstance(spec.get("code"), str):
+        spec["code"] = resolve_code_id(client, spec["code"])
 
 
 @click.group("code")

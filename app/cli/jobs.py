@@ -8,8 +8,7 @@ from typing import Any
 
 import click
 
-from app.cli.code import FolderArgument, push_folder
-from app.cli.code_ids import resolve_code_id
+from app.cli.code import FolderArgument, with_code
 from app.cli.follow import follow_job, outcome_line
 from app.cli.render import (
     console,
@@ -62,10 +61,7 @@ def submit(
 ) -> None:
     """Submit a job spec."""
     spec = read_spec(spec_file)
-    if code_folder is not None:
-        spec["code"] = push_folder(client, code_folder).id
-    elif isinstance(spec.get("code"), str):
-        spec["code"] = resolve_code_id(client, spec["code"])
+    with_code(client, spec, code_folder)
     submitted = client.submit(spec, dry_run=dry_run)
     plan = submitted.plan
     if submitted.job is None:

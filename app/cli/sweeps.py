@@ -15,8 +15,7 @@ from rich.live import Live
 from rich.text import Text
 
 from app.cli import follow as job_follow
-from app.cli.code import FolderArgument, push_folder
-from app.cli.code_ids import resolve_code_id
+from app.cli.code import FolderArgument, with_code
 from app.cli.jobs import read_spec
 from app.cli.render import console, local_time, number
 from app.cli.table import Column, Output, listing, print_json, print_table
@@ -34,14 +33,6 @@ FOLLOW_CHROME_LINES = 12
 def sweep() -> None:
     """Hyperparameter sweeps: one job spec run as many trials with parameters Optuna picks, the ones doing
     worse stopped early (docs/sweeps.md)."""
-
-
-def with_code(client: TrainyardClient, spec: dict[str, Any], folder: Path | None) -> None:
-    """The spec's `code`: DIR pushed as a bundle, or the id (or its first digits) the spec names."""
-    if folder is not None:
-        spec["code"] = push_folder(client, folder).id
-    elif isinstance(spec.get("code"), str):
-        spec["code"] = resolve_code_id(client, spec["code"])
 
 
 @sweep.command()
