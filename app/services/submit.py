@@ -20,6 +20,7 @@ from app.services.factories import check_factories
 from app.services.gpus import read_inventory
 from app.services.jobs import check_priority, get_owned_job
 from app.services.keys import Caller
+from app.services.mlflow_exporter import check_tracking
 from app.services.quotas import check_quota
 from app.services.shown import shown_plan
 from app.services.stored_spec import revalidated, same_spec, stored_form
@@ -102,6 +103,7 @@ def _plan(
     check_factories(session, settings, spec, caller)
     check_priority(settings, spec.priority, caller)
     check_environment(settings, spec.environment)
+    check_tracking(settings, spec)
     if check_files:
         _check_files(settings, spec)
     plan = resolve_plan(spec, inventory)

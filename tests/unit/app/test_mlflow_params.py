@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from fastapi.testclient import TestClient
 
 import app.services.mlflow_runs  # noqa: F401  before MLflow loads: its settings (no telemetry) go first
 from app.services.errors import InvalidSpec
@@ -21,6 +22,7 @@ from app.services.mlflow_params import (
 from core.config import Settings
 from core.states import TERMINAL
 from jobspec.spec import JobSpec
+from tests.unit.conftest import assert_problem, job_body
 
 PROGRAM_SPEC: dict[str, Any] = {
     "name": "script",
@@ -95,3 +97,9 @@ def test_a_spec_asking_for_mlflow_on_a_server_without_it_is_refused_naming_the_f
     assert problem.field == "tracking.mlflow" and "TRAINYARD_MLFLOW_URI" in problem.message
     check_tracking(Settings(mlflow_uri="http://127.0.0.1:5000"), spec)
     check_tracking(Settings(mlflow_uri=None), JobSpec.model_validate({**PROGRAM_SPEC, "tracking": {}}))
+
+
+def test_a_spec_asking_for_mlflow_is_refused_by_a_server_without_it(client: TestClient) -> None:
+    for dry_run in ("false", "true"):
+        refused = client.post(f"/v1/jobs?dry_run={dry_run}", json=job_body(tracking={"mlflow": {}}))
+        assert_problem(refused, "tracking.mlflow", "TRAINYARD_MLFLOW_URI")
