@@ -85,9 +85,11 @@ def test_asha_prunes_half_and_finds_the_grid_s_lr(embedded_stack: Stack) -> None
         sweep = create(client, ASHA)
         running = [t for t in trials(client, sweep["id"]) if t["state"] == "running"]
         assert len(running) == 4, "parallel trials at once"
-        done = wait_done(client, sweep["id"], 600)
+        done = wait_done(client, sweep["id"], 300)
         # After the sweep, not beside it: the grid's trials would slow its trials past the pruner's rungs.
         reference = wait_done(client, create(client, GRID)["id"], 300)
+        decades = sorted(round(math.log10(t["params"]["train.lr"])) for t in trials(client, reference["id"]))
+        assert decades == [-4, -3, -2, -1, 0], "each point of the grid once"
         pruned = next(t for t in trials(client, sweep["id"]) if t["state"] == "pruned")
         assert client.get(f"/v1/jobs/{pruned['job_id']}").json()["status"] == "pruned"
         kept = client.get(f"/v1/jobs/{pruned['job_id']}/checkpoints").json()["data"]
@@ -201,7 +203,7 @@ def own_stack(
     tmp_path_factory: pytest.TempPathFactory, stopping: list[subprocess.Popen[bytes]]
 ) -> Iterator[Stack]:
     # Short leases: the killed worker's trials are requeued within seconds of the new worker's start.
-    stack = Stack.embedded(Path(tmp_path_factory.mktemp("sweep-restart")), TRAINYARD_LEASE_TIMEOUT_S="3")
+    stack = Stack.embedded(Path(tmp_path_factory.mktemp("sweep-restart")), TRAINYARD_LEASE_TIMEOUT_S="4")
     yield stack
     stopping += stack.terminate()
 
