@@ -3,15 +3,20 @@
 GPT-2 (pre-norm blocks, causal attention through F.scaled_dot_product_attention, which takes the flash kernel
 on the GPU; tied embeddings; no biases), random token ids drawn on the device each step, bf16 autocast,
 torch.compile, fused AdamW (betas 0.9/0.95, weight decay on matrices only), gradient clipping at 1.0 as the
-trainer's job does; the loss is read only after the clock stops, so no step waits for the host. Prints
-bench.result's line (images_per_s holds windows of --block tokens per second) and the model's parameters
-without position embeddings (PARAMS_PREFIX), which bench.gpt turns into MFU.
+trainer's job does; the loss is read only after the clock stops, so no step waits for the host. As in
+nanoGPT, the model's forward takes the targets and returns the loss, so the loss is compiled with the model
+and the (batch, seq, vocab) logits are never copied to fp32 (--loss inside, the default). --loss separate
+compiles the loss on its own; --loss outside computes it eagerly on the compiled model's logits, where
+autocast runs cross_entropy in fp32 (bench/gpt_memory.py measures what that costs). Prints bench.result's
+line (images_per_s holds windows of --block tokens per second) and the model's parameters without position
+embeddings (PARAMS_PREFIX), which bench.gpt turns into MFU.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -55,11 +60,26 @@ class GPT(nn.Module):
                 std = 0.02 / (2 * layers) ** 0.5 if name.endswith(("proj.weight", "out.weight")) else 0.02
                 nn.init.normal_(p, std=std)
 
-    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+    def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None) -> torch.Tensor:
+        """The logits, or with targets the mean next-token loss."""
         x = self.wte(idx) + self.wpe(torch.arange(idx.shape[1], device=idx.device))
         for block in self.blocks:
             x = block(x)
-        return self.head(self.ln_f(x))
+        logits = self.head(self.ln_f(x))
+        return logits if targets is None else next_token_loss(logits, targets)
+
+
+def next_token_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    return F.cross_entropy(logits.flatten(0, 1), targets.flatten())
+
+
+def loss_step(model: GPT, where: str, compile_model: bool) -> Callable[[torch.Tensor], torch.Tensor]:
+    """ids (batch, block + 1) -> the mean loss of predicting each next id, the loss computed `where`."""
+    forward = torch.compile(model) if compile_model else model
+    if where == "inside":
+        return lambda ids: forward(ids[:, :-1], ids[:, 1:])
+    loss = torch.compile(next_token_loss) if where == "separate" and compile_model else next_token_loss
+    return lambda ids: loss(forward(ids[:, :-1]), ids[:, 1:])
 
 
 def nanogpt_adamw(params: list[nn.Parameter], device: torch.device) -> torch.optim.Optimizer:
@@ -84,24 +104,25 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=50)
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--no-compile", action="store_true")
+    parser.add_argument("--loss", choices=("inside", "separate", "outside"), default="inside")
+    parser.add_argument("--no-clip", action="store_true", help="leave out clip_grad_norm_ (1.0)")
     args = parser.parse_args()
     with joined(args.device) as rank:
         torch.manual_seed(0)
         model = GPT(args.vocab, args.layers, args.heads, args.width, args.block).to(rank.device)
         params = list(model.parameters())
         optimizer = nanogpt_adamw(params, rank.device)
-        forward = model if args.no_compile else torch.compile(model)
-        dtype = torch.bfloat16
+        step_loss = loss_step(model, args.loss, not args.no_compile)
         loss = torch.zeros((), device=rank.device)
 
         def step() -> None:
             nonlocal loss
             ids = torch.randint(0, args.vocab, (args.batch, args.block + 1), device=rank.device)
-            with torch.autocast(rank.device.type, dtype=dtype):
-                logits = forward(ids[:, :-1])
-                loss = F.cross_entropy(logits.flatten(0, 1), ids[:, 1:].flatten())
+            with torch.autocast(rank.device.type, dtype=torch.bfloat16):
+                loss = step_loss(ids)
             loss.backward()
-            nn.utils.clip_grad_norm_(params, 1.0)
+            if not args.no_clip:
+                nn.utils.clip_grad_norm_(params, 1.0)
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
 

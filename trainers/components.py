@@ -242,15 +242,17 @@ def build(config: RunConfig, env: DistEnv) -> Components:
     # The strategy puts the model on its device(s); batches then go where its first module lives.
     with nullcontext() if capture is None else torch.cuda.stream(capture):
         forward: Forward = strategy.setup_module(model)
+    objective = build_objective(spec.train.loss, bundle, language_model=language_model(spec))
     if spec.performance.compile:
         forward = strategy.compiled(forward)
+        objective.compile_loss(with_forward=strategy.loss_in_forward_graph)
     batches, held_out, counts = feeds(spec, plan, strategy, data, channels_last)
     return Components(
         strategy=strategy,
         forward=forward,
         optimizer=strategy.setup_optimizer(spec.train, plan.lr),
         precision=MixedPrecision(plan.precision, env.device),
-        objective=build_objective(spec.train.loss, bundle, language_model=language_model(spec)),
+        objective=objective,
         batches=batches,
         held_out=held_out,
         counts=counts,

@@ -30,6 +30,10 @@ LossOutput = tuple[torch.Tensor, dict[str, torch.Tensor]]
 RESERVED = frozenset({"loss", "lr", "samples_per_s", "step_time_s", "peak_mem_mb", "tokens_per_s", "mfu"})
 # Targets of this value count in no loss: padding, and whatever a language model's data masks out.
 IGNORE_INDEX = -100
+# How many logits evaluation casts to fp32 at once (256 MB of them): a held-out batch's whole (tokens, vocab)
+# fp32 copy would be a language model's largest tensor (3.3 GB for GPT-2 at 16 x 1024), above the training
+# step's memory peak.
+EVAL_CHUNK_ELEMENTS = 2**26
 METRIC_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_.]{0,63}")
 
 
@@ -54,6 +58,11 @@ class Objective(ABC):
     def eval_values(self, totals: Sequence[float]) -> dict[str, float]:
         """The reported evaluation metrics from the totals of eval_sums over the held-out set."""
 
+    def compile_loss(self, with_forward: bool) -> None:  # noqa: B027 - most have nothing to compile
+        """performance.compile: compile the training step's loss where that pays, with_forward in one graph
+        with the model's forward (the strategy says whether it may). A user's loss calls the model itself,
+        which the strategy compiled already."""
+
 
 class Criterion(Objective):
     """A built-in loss of the model's output and the batch's target, on (input, target) batches. A pipeline
@@ -61,6 +70,11 @@ class Criterion(Objective):
 
     name: Loss
     width: int  # of eval_sums
+
+    def __init__(self) -> None:
+        # The training step's loss and its forward-then-loss, either compiled by compile_loss.
+        self._loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] = self.loss
+        self._step: Callable[[Model, torch.Tensor, torch.Tensor], torch.Tensor] = self._forward_loss
 
     def split(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
         if (
@@ -82,9 +96,12 @@ class Criterion(Objective):
 
     def __call__(self, model: Model, batch: Batch) -> LossOutput:
         x, y = self.split(batch)
+        return self._step(model, x, y), {}
+
+    def _forward_loss(self, model: Model, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         output = model(x)
         # Placement may leave the output on another device than the batch (the last stage's).
-        return self.loss(output, y.to(output.device)), {}
+        return self._loss(output, y.to(output.device))
 
     def eval_sums(self, model: Model, batch: Batch) -> torch.Tensor:
         x, y = self.split(batch)
@@ -119,14 +136,29 @@ class NextTokenCrossEntropy(Criterion):
     def loss(self, output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         return F.cross_entropy(output.flatten(0, -2), target.flatten(), ignore_index=IGNORE_INDEX)
 
+    def compile_loss(self, with_forward: bool) -> None:
+        # Eager, autocast runs cross_entropy in fp32: the (tokens, vocab) logits are copied to fp32, their
+        # log-softmax kept for backward and its gradient written in fp32 too, GPT-2's largest tensors and a
+        # tenth of its step (bench/RESULTS.md, issue 34). Compiled, a kernel reads the bf16 logits each way;
+        # in the forward's graph, the logits' gradient also takes the logits' memory.
+        if with_forward:
+            self._step = torch.compile(self._forward_loss)
+        else:
+            self._loss = torch.compile(self.loss)
+
     def sums(self, output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         # Summed over tokens, not samples: a held-out split's windows may hold unequal counts of real tokens.
-        flat = target.flatten()
-        loss = F.cross_entropy(
-            output.flatten(0, -2).float(), flat, ignore_index=IGNORE_INDEX, reduction="sum"
+        flat, logits = target.flatten(), output.flatten(0, -2)
+        rows = max(1, EVAL_CHUNK_ELEMENTS // logits.shape[-1])
+        loss = sum(
+            (
+                F.cross_entropy(chunk.float(), ids, ignore_index=IGNORE_INDEX, reduction="sum").double()
+                for chunk, ids in zip(logits.split(rows), flat.split(rows), strict=True)
+            ),
+            start=torch.zeros((), dtype=torch.float64, device=logits.device),
         )
         tokens = (flat != IGNORE_INDEX).sum()
-        return torch.stack([tokens.double(), loss.double()])
+        return torch.stack([tokens.double(), loss])
 
     def eval_values(self, totals: Sequence[float]) -> dict[str, float]:
         tokens, loss = totals

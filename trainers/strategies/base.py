@@ -30,6 +30,11 @@ Forward = Callable[..., Any]  # the module as the loop runs it: wrapped, maybe c
 
 
 class ParallelStrategy(ABC):
+    # Whether performance.compile may trace the loss into the compiled forward's graph, where the logits'
+    # gradient can take the logits' memory (trainers/objectives.py). Not where a wrapper must be compiled on
+    # its own: dynamo splits DDP's graph at its gradient buckets so that all-reduces overlap the backward.
+    loss_in_forward_graph = False
+
     def __init__(self, env: DistEnv) -> None:
         self.env = env
         self._module: nn.Module | None = None

@@ -45,6 +45,8 @@ class AutocastDataParallel(nn.DataParallel):
 class DataParallelStrategy(SingleDeviceStrategy):
     """One process like single: nothing to reduce across ranks, no barrier, no gradient sync to skip."""
 
+    loss_in_forward_graph = False  # replicas run in threads of their own
+
     def wrap(self, module: nn.Module) -> nn.Module:
         # CUDA_VISIBLE_DEVICES holds exactly the job's GPUs; the model and the batch start on the first.
         return AutocastDataParallel(

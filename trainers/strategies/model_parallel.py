@@ -17,6 +17,8 @@ from trainers.strategies.single import SingleDeviceStrategy
 
 
 class ModelParallelStrategy(SingleDeviceStrategy):
+    loss_in_forward_graph = False  # the loss runs on the last stage's device, compiled apart
+
     def __init__(self, env: DistEnv, split_at: Sequence[str]) -> None:
         super().__init__(env)
         self.split_at = list(split_at)

@@ -16,6 +16,8 @@ from trainers.strategies.base import ParallelStrategy
 
 
 class SingleDeviceStrategy(ParallelStrategy):
+    loss_in_forward_graph = True  # the bare module: nothing around it to compile apart
+
     def __init__(self, env: DistEnv, placement: Mapping[str, DevicePlacement] | None = None) -> None:
         super().__init__(env)
         self.placement = placement
