@@ -271,7 +271,7 @@ def test_the_record_of_finished_jobs_side_by_side_and_a_failure(
 def test_a_sweep_s_page_draws_its_trials_best_so_far_curves_and_parameters(
     embedded_stack: Stack, page: Page, shots: Path
 ) -> None:
-    body = json.loads((ROOT / "examples" / "sweep_digits_lr.json").read_text())
+    body = json.loads((ROOT / "examples" / "sweeps" / "digits_lr.json").read_text())
     # Two trials of two short epochs: two evaluations (the objective's reports) each, in seconds.
     body["spec"]["train"].update(epochs=2, batch_size=64)
     body.update(name="dashboard-sweep", max_trials=2, parallel=2, pruner="none", pruner_options={})

@@ -23,6 +23,15 @@ QUICK = example_spec("digits_ddp_cpu.json", train={"epochs": 1})
 # Public on purpose: liveness, the API's own description, and the dashboard's static page and assets, which
 # hold no data (the page calls /v1 with the user's key).
 PUBLIC = {"/healthz", "/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc", "/", "/static"}
+SECRET = {"secret": "a-secret-of-sixteen-chars"}
+ONE_TRIAL = {
+    "name": "alices-sweep",
+    "spec": QUICK,
+    "parameters": {"train.lr": {"type": "float", "low": 0.01, "high": 0.1}},
+    "objective": {"metric": "eval_loss"},
+    "max_trials": 1,
+    "pruner": "none",
+}
 PARAM = re.compile(r"\{(\w+)(?::\w+)?\}")
 
 
@@ -58,8 +67,14 @@ def alice_job(auth_stack: Stack, keys: Keys) -> dict[str, Any]:
         pushed = client.post("/v1/code", content=tiny_bundle(), headers={"Content-Type": "application/gzip"})
         assert pushed.status_code == 201, pushed.text
         [key, *_] = client.get("/v1/keys").json()["data"]  # her own key: the only ones she sees
+        hook = client.post("/v1/webhooks", json={"url": "http://127.0.0.1:9/hook", "events": ["*"], **SECRET})
+        assert hook.status_code == 201, hook.text
+        sweep = client.post("/v1/sweeps", json=ONE_TRIAL)
+        assert sweep.status_code == 201, sweep.text
+        # Its trial need not run.
+        assert client.post(f"/v1/sweeps/{sweep.json()['id']}/cancel").status_code == 200
     ids = {"job_id": job["id"], "checkpoint_id": checkpoint["id"], "code_id": pushed.json()["id"]}
-    return {**ids, "key_id": key["id"]}
+    return {**ids, "key_id": key["id"], "webhook_id": hook.json()["id"], "sweep_id": sweep.json()["id"]}
 
 
 def tiny_bundle() -> bytes:

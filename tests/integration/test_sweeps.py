@@ -23,7 +23,7 @@ from tests.unit.worker_fixtures import Doorbell, WorkerDb, worker_db
 
 pytest_plugins = ["tests.unit.worker_fixtures"]
 
-EXAMPLE = json.loads((ROOT / "examples" / "sweep_digits_lr.json").read_text())
+EXAMPLE = json.loads((ROOT / "examples" / "sweeps" / "digits_lr.json").read_text())
 BUNDLES = Path(__file__).with_name("bundles")
 
 
