@@ -6,7 +6,9 @@ Revises: 0013
 Create Date: 2026-11-28
 """
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
 
 import sqlalchemy as sa
 from alembic import op
@@ -15,6 +17,27 @@ revision: str = "0014"
 down_revision: str | Sequence[str] | None = "0013"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
+
+
+@contextmanager
+def _jobs_rebuilt() -> Iterator[Any]:
+    """SQLite adds these columns by rebuilding `jobs`, which must keep 0006's AUTOINCREMENT and the largest id
+    ever handed out (a deleted newest job's included), so that no id is given twice."""
+    if op.get_bind().dialect.name != "sqlite":
+        with op.batch_alter_table("jobs") as batch:
+            yield batch
+        return
+    given = _largest_id_given()
+    with op.batch_alter_table("jobs", table_kwargs={"sqlite_autoincrement": True}) as batch:
+        yield batch
+    # The old table's row in sqlite_sequence went with it; the new one's holds at most its largest row's id.
+    largest = max(given, _largest_id_given())
+    op.execute(sa.text("DELETE FROM sqlite_sequence WHERE name = 'jobs'"))
+    op.execute(sa.text(f"INSERT INTO sqlite_sequence (name, seq) VALUES ('jobs', {largest})"))
+
+
+def _largest_id_given() -> int:
+    return int(op.get_bind().scalar(sa.text("SELECT max(seq) FROM sqlite_sequence WHERE name = 'jobs'")) or 0)
 
 
 def upgrade() -> None:
@@ -49,7 +72,7 @@ def upgrade() -> None:
         sa.ForeignKeyConstraint(["sweep_id"], ["sweeps.id"], ondelete="CASCADE"),
         sa.PrimaryKeyConstraint("sweep_id", "number"),
     )
-    with op.batch_alter_table("jobs") as batch:
+    with _jobs_rebuilt() as batch:
         batch.add_column(sa.Column("sweep_id", sa.Integer(), nullable=True))
         batch.add_column(sa.Column("trial", sa.Integer(), nullable=True))
         batch.create_foreign_key("fk_jobs_sweep", "sweeps", ["sweep_id"], ["id"])
@@ -58,7 +81,7 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    with op.batch_alter_table("jobs") as batch:
+    with _jobs_rebuilt() as batch:
         batch.drop_index("ix_jobs_sweep_id")
         batch.drop_constraint("uq_jobs_sweep_trial", type_="unique")
         batch.drop_constraint("fk_jobs_sweep", type_="foreignkey")
