@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 
 from app.cli.render import console, local_time, size
-from app.cli.table import Column, Output, listing, print_json, print_table
+from app.cli.table import Column, Output, listing, print_table, table_wanted
 from app.client import TrainyardClient
 
 
@@ -57,11 +57,7 @@ CHECKPOINT_COLUMNS = (
 def list_checkpoints(client: TrainyardClient, job_id: int, wide: bool, output: Output) -> None:
     """Job JOB_ID's checkpoints, oldest first; `checkpoints download ID` fetches one."""
     listed = client.checkpoints(job_id)
-    if output is Output.JSON:
-        print_json(listed)
-        return
-    if not listed.data:
-        console.print(f"job {job_id} has no checkpoints yet")
+    if not table_wanted(listed, output, f"job {job_id} has no checkpoints yet"):
         return
     rows = [
         (

@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 import click
 
 from app.cli.render import console, duration, local_time
-from app.cli.table import Column, Output, listing, print_json, print_table
+from app.cli.table import Column, Output, listing, print_table, table_wanted
 from app.client import TrainyardClient
 from app.schemas import HostGpus
 
@@ -44,11 +44,7 @@ def gpu_rows(host: HostGpus) -> list[tuple[str, ...]]:
 def gpus(client: TrainyardClient, wide: bool, output: Output) -> None:
     """GPUs of every worker host (up or down, with its address) and the job holding each."""
     hosts = client.gpus()
-    if output is Output.JSON:
-        print_json(hosts)
-        return
-    if not hosts.data:
-        console.print("no worker host has registered; start one with `python -m worker`")
+    if not table_wanted(hosts, output, "no worker host has registered; start one with `python -m worker`"):
         return
     print_table(GPU_COLUMNS, [row for host in hosts.data for row in gpu_rows(host)], wide)
 
@@ -72,11 +68,7 @@ def queue(client: TrainyardClient, wide: bool, output: Output) -> None:
     """Jobs waiting to start, in the order they will start, and why each waits: one line each, the reason
     shortened to fit (whole with --wide)."""
     entries = client.queue()
-    if output is Output.JSON:
-        print_json(entries)
-        return
-    if not entries.data:
-        console.print("the queue is empty")
+    if not table_wanted(entries, output, "the queue is empty"):
         return
     now = datetime.now(UTC)
     rows = [
@@ -107,11 +99,7 @@ def usage(client: TrainyardClient, wide: bool, output: Output) -> None:
     """Recent GPU and CPU use per user (yours; an admin sees everyone's), least used first: the order in which
     fair share starts jobs of equal priority."""
     uses = client.usage()
-    if output is Output.JSON:
-        print_json(uses)
-        return
-    if not uses.data:
-        console.print("no job has run lately")
+    if not table_wanted(uses, output, "no job has run lately"):
         return
     rows = [(use.user, f"{use.gpu_hours:.2f}", f"{use.cpu_core_hours:.2f}") for use in uses.data]
     print_table(USAGE_COLUMNS, rows, wide)
@@ -143,8 +131,7 @@ def list_keys(client: TrainyardClient, wide: bool, output: Output) -> None:
     """Your keys (an admin's: everyone's), and since when; tokens cannot be shown again (only their hashes
     are stored)."""
     keys = client.list_keys()
-    if output is Output.JSON:
-        print_json(keys)
+    if not table_wanted(keys, output):
         return
     rows = [
         (str(key.id), key.user, "yes" if key.admin else "no", local_time(key.created_at)) for key in keys.data

@@ -11,7 +11,7 @@ import click
 from app.cli.code_ids import resolve_code_id
 from app.cli.pack import PackError, pack
 from app.cli.render import console, local_time, size
-from app.cli.table import Column, Output, listing, print_json, print_table
+from app.cli.table import Column, Output, listing, print_table, table_wanted
 from app.client import TrainyardClient
 from app.schemas import CodeBundleDetail
 
@@ -70,11 +70,7 @@ BUNDLE_COLUMNS = (
 def list_code(client: TrainyardClient, wide: bool, output: Output) -> None:
     """Your bundles, newest first (an admin's: everyone's)."""
     bundles = client.list_code()
-    if output is Output.JSON:
-        print_json(bundles)
-        return
-    if not bundles.data:
-        console.print("no code bundles; push one with `trainyard code push DIR`")
+    if not table_wanted(bundles, output, "no code bundles; push one with `trainyard code push DIR`"):
         return
     rows = [
         (

@@ -10,7 +10,7 @@ import click
 from pydantic import BaseModel
 
 from app.cli.render import between, console, devices, duration, number
-from app.cli.table import Column, Output, listing, print_json, print_table
+from app.cli.table import Column, Output, listing, print_table, table_wanted
 from app.client import TrainyardClient
 from app.schemas import JobPublic, MetricPublic, SpecDiff
 from core.gpu_series import GpuQuantity, split_series
@@ -147,8 +147,7 @@ def compare(
     mean GPU utilisation; for language models tokens/s, MFU and eval perplexity."""
     summaries = [summarize(client.get_job(job_id), client.all_metrics(job_id)) for job_id in job_ids]
     differences = client.compare(list(job_ids)) if diff else None
-    if output is Output.JSON:
-        print_json(Comparison(jobs=summaries, diff=differences))
+    if not table_wanted(Comparison(jobs=summaries, diff=differences), output):
         return
     print_summaries(summaries, wide)
     if differences is not None:

@@ -24,7 +24,7 @@ from app.cli.render import (
     waiting_or_message,
     warnings_console,
 )
-from app.cli.table import Column, Output, listing, print_json, print_table
+from app.cli.table import Column, Output, listing, print_table, table_wanted
 from app.client import TrainyardClient
 from app.schemas import JobPublic, RetryFrom
 from core.states import JobStatus
@@ -120,8 +120,7 @@ def job_row(job: JobPublic) -> tuple[str, ...]:
 def list_jobs(client: TrainyardClient, status: str | None, limit: int, wide: bool, output: Output) -> None:
     """List jobs, newest first."""
     jobs = client.list_jobs(JobStatus(status) if status else None, limit=limit)
-    if output is Output.JSON:
-        print_json(jobs)
+    if not table_wanted(jobs, output):
         return
     print_table(JOB_COLUMNS, [job_row(job) for job in jobs.data], wide)
 

@@ -9,7 +9,7 @@ import click
 
 from app.cli.follow import outcome_line
 from app.cli.render import console, local_time, number
-from app.cli.table import Column, Output, listing, print_json, print_table
+from app.cli.table import Column, Output, listing, print_table, table_wanted
 from app.client import StreamEnd, TrainyardClient
 from app.schemas import MetricPublic, MetricsPublic
 
@@ -86,8 +86,7 @@ def metrics(
         page = client.metrics(job_id, name, max_points=max_points)
     else:
         page = MetricsPublic(data=client.all_metrics(job_id, name), next_after_step=None)
-    if output is Output.JSON:
-        print_json(page)
+    if not table_wanted(page, output):
         return
     rows = [(str(row.step), str(row.epoch), row.name, number(row.value, 6)) for row in page.data]
     print_table(METRIC_COLUMNS, rows, wide)
@@ -110,8 +109,7 @@ EVENT_COLUMNS = (
 def events(client: TrainyardClient, job_id: int, wide: bool, output: Output) -> None:
     """A job's history: every change of state, when, why, and in which attempt."""
     history = client.events(job_id)
-    if output is Output.JSON:
-        print_json(history)
+    if not table_wanted(history, output):
         return
     rows = [
         (

@@ -18,7 +18,7 @@ from app.cli import follow as job_follow
 from app.cli.code import FolderArgument, with_code
 from app.cli.jobs import read_spec
 from app.cli.render import console, local_time, number
-from app.cli.table import Column, Output, listing, print_json, print_table
+from app.cli.table import Column, Output, listing, print_table, table_wanted
 from app.client import TrainyardClient
 from app.schemas import SweepPublic, TrialPublic
 from core.sweep_spec import TrialState
@@ -184,8 +184,7 @@ def status(client: TrainyardClient, sweep_id: int, follow: bool, wide: bool, out
         exit_with_outcome(follow_sweep(client, sweep_id, wide))
         return
     shown, trials = client.get_sweep(sweep_id), client.sweep_trials(sweep_id).data
-    if output is Output.JSON:
-        print_json(SweepDetail(sweep=shown, trials=trials))
+    if not table_wanted(SweepDetail(sweep=shown, trials=trials), output):
         return
     print_summary(shown)
     print_trials(shown, trials, wide)
@@ -253,11 +252,7 @@ def sweep_row(shown: SweepPublic) -> tuple[str, ...]:
 def list_sweeps(client: TrainyardClient, limit: int, wide: bool, output: Output) -> None:
     """List sweeps, newest first (an admin's: everyone's)."""
     sweeps = client.list_sweeps(limit=limit)
-    if output is Output.JSON:
-        print_json(sweeps)
-        return
-    if not sweeps.data:
-        console.print("no sweeps; submit one with `trainyard sweep submit SWEEP.json`")
+    if not table_wanted(sweeps, output, "no sweeps; submit one with `trainyard sweep submit SWEEP.json`"):
         return
     print_table(SWEEP_COLUMNS, [sweep_row(shown) for shown in sweeps.data], wide)
 

@@ -111,6 +111,18 @@ def print_json(answer: BaseModel) -> None:
     click.echo(answer.model_dump_json(indent=2))
 
 
+def table_wanted(answer: BaseModel, output: Output, empty: str | None = None) -> bool:
+    """Whether the caller goes on to print its table: `--output json` prints the API's answer instead, and a
+    listing with no rows prints `empty`, when given, instead."""
+    if output is Output.JSON:
+        print_json(answer)
+        return False
+    if empty is not None and not getattr(answer, "data", True):
+        console.print(empty)
+        return False
+    return True
+
+
 Command = TypeVar("Command", bound=Callable[..., object])
 
 
