@@ -1,7 +1,10 @@
 # Trainyard for a GPU box: the API and the worker run from this one image (docker-compose.yml says which).
 # The base brings CUDA, cuDNN and a matching torch + torchvision; pip must keep those, not replace them with
 # a different multi-GB build, so they are pinned to what the image has.
-FROM pytorch/pytorch:2.7.1-cuda12.8-cudnn9-runtime
+# BASE_IMAGE: any base with Python 3.11 as `python` and `pip` and torch + torchvision installed;
+# deploy/compose_check.sh passes one it builds from Debian, where no image registry is reachable.
+ARG BASE_IMAGE=pytorch/pytorch:2.7.1-cuda12.8-cudnn9-runtime
+FROM ${BASE_IMAGE}
 
 # TRAINYARD_HOST: the API listens on every interface of its container; the port is published from there.
 ENV PYTHONUNBUFFERED=1 \
@@ -12,9 +15,11 @@ ENV PYTHONUNBUFFERED=1 \
 
 WORKDIR /opt/trainyard
 
-# Dependencies first, from pyproject.toml alone, so editing the code does not reinstall them.
+# Dependencies first, from pyproject.toml alone, so editing the code does not reinstall them. The pins are the
+# installed distributions' versions, not torch.__version__: a torch wheel from PyPI says 2.14.1+cu130 there
+# while pip knows it as 2.14.1, and a pin on the former matches nothing. The import checks the pair loads.
 COPY pyproject.toml ./
-RUN python -c "import torch, torchvision; print(f'torch=={torch.__version__}'); print(f'torchvision=={torchvision.__version__}')" \
+RUN python -c "import torch, torchvision; from importlib.metadata import version; print('\n'.join(f'{name}=={version(name)}' for name in ('torch', 'torchvision')))" \
         > /opt/torch-pins.txt \
     && python -c "import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies']))" \
         > /tmp/requirements.txt \

@@ -9,7 +9,7 @@ export TRAINYARD_PORT ?= $(PORT)
 # The API logs no line per request.
 export TRAINYARD_LOG_LEVEL ?= warning
 
-.PHONY: install install-test migrate run worker api test test-unit test-integration lint sandbox servers gpu-wheels
+.PHONY: install install-test migrate run worker api test test-unit test-integration lint sandbox servers gpu-wheels compose-check
 
 # `make run` installs what running needs; `make test` adds the test extras (browser driver, linters, the
 # fuzzer, the S3 double, lightning), which a first run should not wait for.
@@ -77,6 +77,12 @@ lint: install-test
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
+
+# docker-compose.yml run for real, with Docker and images made from Debian (no registry, no GPU needed): it
+# becomes healthy, a CPU job succeeds and survives `down` and `up`, nothing runs as root. As root; minutes,
+# so apart from `make test` (deploy/compose_check.sh says what it needs).
+compose-check: install-test
+	PY=$(PY) deploy/compose_check.sh
 
 # Wheels of the web/queue/db stack for the GPU machine's Python 3.12 (see bench/README.md).
 LM_WHEELS := transformers|peft|accelerate|tokenizers|safetensors|huggingface[-_]hub|hf-xet|regex|fsspec|filelock|PyYAML|requests|charset-normalizer

@@ -7,20 +7,28 @@ tests/integration/servers.py's Stack runs for every integration test, on SQLite 
 
 from __future__ import annotations
 
+import argparse
+import copy
 import fnmatch
 import importlib
 import importlib.util
 import json
 import re
+import shlex
+import subprocess
+import sys
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from packaging.specifiers import SpecifierSet
 
 from app.main import app
 from app.serve import uvicorn_config
 from core.config import AuthMode, Settings
+from deploy.compose_check_config import for_check
 
 ROOT = Path(__file__).resolve().parents[2]
 PREFIX = "TRAINYARD_"
@@ -166,8 +174,10 @@ def dockerfile_instructions() -> list[tuple[str, str]]:
 
 def test_dockerfile_runs_the_api_and_ships_what_compose_runs() -> None:
     instructions = dockerfile_instructions()
-    base = next(rest for kind, rest in instructions if kind == "FROM")
-    assert re.fullmatch(r"pytorch/pytorch:2\.\d+\.\d+-cuda12\.\d+-cudnn9-runtime", base)
+    assert next(rest for kind, rest in instructions if kind == "FROM") == "${BASE_IMAGE}"
+    # A build with no --build-arg gets the CUDA base; deploy/compose_check.sh passes one made from Debian.
+    args = dict(rest.split("=", 1) for kind, rest in instructions if kind == "ARG")
+    assert re.fullmatch(r"pytorch/pytorch:2\.\d+\.\d+-cuda12\.\d+-cudnn9-runtime", args["BASE_IMAGE"])
     commands = [json.loads(rest) for kind, rest in instructions if kind in ("CMD", "ENTRYPOINT")]
     assert commands and all(isinstance(c, list) for c in commands), "exec form, so signals reach the process"
     for command in commands:
@@ -203,3 +213,36 @@ def test_no_service_of_the_image_runs_as_root(services: dict[str, Any]) -> None:
     for name, service in services.items():
         if service.get("image") == "trainyard:latest":
             assert service.get("user", users[-1]) not in ("root", "0"), name
+
+
+def test_compose_check_changes_only_what_needs_a_gpu_or_a_registry(compose: dict[str, Any]) -> None:
+    """`make compose-check` (deploy/compose_check.sh) runs the shipped commands, users, healthchecks and
+    volumes; it may only swap images, drop the GPU reservation and what docker-compose 1.x cannot pass on,
+    and move published ports; and lower memlock only where the engine could not raise it."""
+    shipped = copy.deepcopy(compose)
+    for service in shipped["services"].values():
+        if "build" in service:  # as `docker-compose config` resolves it
+            service["build"] = {"context": service["build"]}
+    images = {"base": "b", "image": "t", "postgres": "p", "redis": "r"}
+    args = argparse.Namespace(api_port=18000, memlock_ceiling=None, **images)
+    checked = for_check(copy.deepcopy(shipped), args)
+    swapped = {"image", "build", "ports", "deploy", "security_opt"}
+    for name, service in shipped["services"].items():
+        kept = {key: value for key, value in service.items() if key not in swapped}
+        assert {key: value for key, value in checked["services"][name].items() if key not in swapped} == kept
+    assert checked["services"]["api"]["ports"] == ["127.0.0.1:18000:8000"]
+    assert checked["services"]["worker"]["security_opt"] == ["seccomp=unconfined", "apparmor=unconfined"]
+    assert {checked["services"][name]["image"] for name in ("migrate", "api", "worker")} == {"t"}
+
+
+def test_the_torch_pins_match_what_pip_sees_installed() -> None:
+    """The Dockerfile pins the base's torch and torchvision; a wheel from PyPI says 2.14.1+cu130 in its
+    __version__ while pip knows it as 2.14.1, so pins read from there match nothing and the build stops."""
+    command = next(rest for kind, rest in dockerfile_instructions() if kind == "RUN" and "torch-pins" in rest)
+    words = shlex.split(command)
+    code = words[words.index("python") + 2]
+    printed = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    pins = dict(line.split("==") for line in printed.splitlines())
+    assert set(pins) == {"torch", "torchvision"}
+    for name, pinned in pins.items():
+        assert SpecifierSet(f"=={pinned}").contains(metadata.version(name)), (name, pinned)
