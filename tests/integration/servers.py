@@ -217,9 +217,7 @@ class Stack:
             **extra_env,
         )
 
-    def _spawn(
-        self, name: str, argv: list[str], env: dict[str, str] | None = None, cwd: Path = ROOT
-    ) -> None:
+    def _spawn(self, name: str, argv: list[str], env: dict[str, str] | None = None, cwd: Path = ROOT) -> None:
         log = (self.workdir / f"{name}.log").open("ab")
         self.procs[name] = subprocess.Popen(
             argv, cwd=cwd, env={**self.env, **(env or {})}, stdout=log, stderr=subprocess.STDOUT
