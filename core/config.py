@@ -139,6 +139,13 @@ class Settings(BaseSettings):
     warm_launcher: bool = Field(
         True, description="keep a torchrun process that has imported torch ready for the next job"
     )
+    warm_standbys: int = Field(
+        1,
+        ge=1,
+        le=64,
+        description="with warm_launcher: how many such processes wait, so that jobs launched together (a "
+        "sweep's trials) start warm up to this many; each idle one holds about 0.7 GB",
+    )
     sandbox: SandboxMode = Field(
         SandboxMode.AUTO,
         description="run jobs in bubblewrap (docs/security.md): auto, the jobs with a code bundle; on, every "

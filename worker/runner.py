@@ -168,7 +168,10 @@ def _start_if_starting(
 @functools.cache
 def warm_launcher() -> WarmLauncher:
     """The worker's one launcher (see worker/standby.py), shared by its supervising threads."""
-    return WarmLauncher(sys.executable, PROJECT_ROOT, enabled=get_settings().warm_launcher)
+    settings = get_settings()
+    return WarmLauncher(
+        sys.executable, PROJECT_ROOT, enabled=settings.warm_launcher, count=settings.warm_standbys
+    )
 
 
 def _tails_events(node_rank: int, settings: Settings) -> bool:

@@ -59,44 +59,46 @@ class WarmLauncher:
     """Starts torchrun for a job, through the standby when one is ready. Thread-safe: supervising threads
     of one worker launch through the same instance."""
 
-    def __init__(self, python: str, cwd: Path, enabled: bool = True) -> None:
+    def __init__(self, python: str, cwd: Path, enabled: bool = True, count: int = 1) -> None:
         self.python = python
         self.cwd = cwd
         self.enabled = enabled
+        self.count = count  # standbys kept waiting: jobs launched together start warm up to this many
         self._lock = threading.Lock()
-        self._standby: _Standby | None = None
+        self._ready: list[_Standby] = []
 
     @property
     def standby(self) -> subprocess.Popen[bytes] | None:
-        """The torchrun waiting for the next job, if one is."""
-        return None if self._standby is None else self._standby.process
+        """The torchrun the next job gets, if one is waiting."""
+        return self._ready[0].process if self._ready else None
 
     def prepare(self) -> None:
-        """Start a standby if none is waiting (call at worker start; launches call it themselves)."""
+        """Start standbys until `count` are waiting (call at worker start; launches call it themselves)."""
         if not self.enabled:
             return
         with self._lock:
-            if self._standby is None or self._standby.process.poll() is not None:
-                standby_id = secrets.token_hex(16)
-                process = subprocess.Popen(
-                    [self.python, "-m", STANDBY_MODULE],
-                    cwd=self.cwd,
-                    env={**inherited(os.environ), STANDBY_ID_ENV: standby_id},
-                    stdin=subprocess.PIPE,
-                    stdout=subprocess.DEVNULL,
-                    stderr=subprocess.DEVNULL,
-                    start_new_session=True,  # as torchrun's launch: out of the worker's process group
-                )
-                self._standby = _Standby(process, standby_id)
+            self._ready = [standby for standby in self._ready if standby.process.poll() is None]
+            self._ready += [self._spawn() for _ in range(self.count - len(self._ready))]
+
+    def _spawn(self) -> _Standby:
+        standby_id = secrets.token_hex(16)
+        process = subprocess.Popen(
+            [self.python, "-m", STANDBY_MODULE],
+            cwd=self.cwd,
+            env={**inherited(os.environ), STANDBY_ID_ENV: standby_id},
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,  # as torchrun's launch: out of the worker's process group
+        )
+        return _Standby(process, standby_id)
 
     def start(self, command: Launch, log: Path) -> subprocess.Popen[bytes]:
         """torchrun for `command`, its output appended to `log`; the next standby starts meanwhile."""
         # The standby imported torch in the worker's interpreter: a job in another environment starts cold.
         args = _torchrun_args(command.argv) if command.argv[0] == self.python else None
         with self._lock:
-            standby = self._standby if args is not None else None
-            if standby is not None:
-                self._standby = None
+            standby = self._ready.pop(0) if args is not None and self._ready else None
         process = None
         if standby is not None and args is not None:
             mark = JobMark(command.env[JOB_TOKEN_ENV], Path(command.env[RUN_DIR_ENV]))

@@ -51,7 +51,8 @@ def mlflow_server(mlflow_address: MlflowServer) -> MlflowServer:
 def _start_stack(kind: str, workdir: Path, request: pytest.FixtureRequest) -> Stack:
     if kind == "embedded":
         mlflow: MlflowServer = request.getfixturevalue("mlflow_address")
-        return Stack.embedded(workdir, TRAINYARD_MLFLOW_URI=mlflow.uri)
+        # Waiting standbys as many as a sweep's trials that start together (test_sweeps.py: 4 at once).
+        return Stack.embedded(workdir, TRAINYARD_MLFLOW_URI=mlflow.uri, TRAINYARD_WARM_STANDBYS="4")
     redis: Redis = request.getfixturevalue("redis_server")
     postgres: Postgres = request.getfixturevalue("postgres_server")
     return Stack.start(workdir, postgres.new_database(), redis.new_url())

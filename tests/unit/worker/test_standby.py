@@ -63,6 +63,24 @@ def test_the_standby_becomes_the_jobs_torchrun(tmp_path: Path, launcher: WarmLau
     follower.kill()
 
 
+def test_jobs_launched_together_each_get_a_waiting_standby(tmp_path: Path) -> None:
+    """With two waiting, a second job launched at once starts warm too (a sweep's trials), not cold."""
+    launcher = WarmLauncher(sys.executable, PROJECT_ROOT, count=2)
+    launcher.prepare()
+    for name in "ab":
+        (tmp_path / name).mkdir()
+    first, second = (launcher.start(torchrun(tmp_path / name), tmp_path / f"{name}.log") for name in "ab")
+    try:
+        assert [first.args[-1], second.args[-1]] == ["trainers.standby"] * 2, "a cold start runs torchrun"
+        assert first.wait(TIMEOUT_S) == 0 and second.wait(TIMEOUT_S) == 0
+    finally:
+        launcher.count = 0  # the two started meanwhile are not needed here
+        while (waiting := launcher.standby) is not None:
+            waiting.kill()
+            waiting.wait()
+            launcher.prepare()
+
+
 def test_a_failing_rank_fails_the_standby_torchrun(tmp_path: Path, launcher: WarmLauncher) -> None:
     launcher.prepare()
     process = launcher.start(torchrun(tmp_path, EXIT_WITH="3"), tmp_path / "launcher.log")
