@@ -38,9 +38,10 @@ def test_the_api_restarted_mid_job(stack: Stack) -> None:
         job = submit(client, JOB)
         wait_status(client, job["id"], {"running"}, timeout=120)
     stop(stack.procs["api"])
+    # Mid-job: it still runs with the API gone (the API's start, seconds on a busy machine, may outlast it).
+    running = f"SELECT count(*) FROM jobs WHERE id = {job['id']} AND status = 'running'"
+    assert stack.sql(running) == 1, "the job ended before the API stopped"
     stack.start_api()
-    with stack.client() as client:
-        assert client.get(f"/v1/jobs/{job['id']}").json()["status"] == "running", "restarted too late"
     assert_reported_once(stack, job["id"])
 
 
