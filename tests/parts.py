@@ -3,9 +3,9 @@
 A machine of two cores runs the suite in about half the time this way: much of a test's time is spent
 waiting for a job on a running service, which the other half's work fills. The line between the halves is
 the shared running services (tests/integration/conftest.py): every test on one of them is in `stacks`, so
-that each starts once, together with the unit tests, which balance the halves; everything else (the
-trainer's runs, modules with services of their own, the benchmarks' smoke runs) is in `rest`, which
-`make test` runs after the linters. Without `--part`, pytest runs everything, as before.
+that each starts once, together with the unit tests of the API and the core, which balance the halves;
+everything else (the worker's and the trainer's unit tests, the trainer's runs, modules with services of
+their own, the benchmarks' smoke runs) is in `rest`, which `make test` runs after the linters. Without `--part`, pytest runs everything, as before.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import pytest
 
 PARTS = ("stacks", "rest")
 SHARED_STACKS = frozenset({"embedded_stack", "redis_postgres_stack", "stack", "auth_stack"})
-UNIT_TESTS = Path(__file__).parent / "unit"
+UNIT_TESTS = (Path(__file__).parent / "unit" / "app", Path(__file__).parent / "unit" / "core")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -25,7 +25,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 def part_of(item: pytest.Item) -> str:
     on_shared_stack = not SHARED_STACKS.isdisjoint(getattr(item, "fixturenames", ()))
-    return "stacks" if on_shared_stack or UNIT_TESTS in item.path.parents else "rest"
+    return "stacks" if on_shared_stack or any(folder in item.path.parents for folder in UNIT_TESTS) else "rest"
 
 
 @pytest.hookimpl(trylast=True)
