@@ -5,7 +5,8 @@ waiting for a job on a running service, which the other half's work fills. The l
 the shared running services (tests/integration/conftest.py): every test on one of them is in `stacks`, so
 that each starts once, together with the unit tests of the API and the core, which balance the halves;
 everything else (the worker's and the trainer's unit tests, the trainer's runs, modules with services of
-their own, the benchmarks' smoke runs) is in `rest`, which `make test` runs after the linters. Without `--part`, pytest runs everything, as before.
+their own, the benchmarks' smoke runs) is in `rest`, which `make test` runs after the linters. Without
+`--part`, pytest runs everything, as before.
 """
 
 from __future__ import annotations
@@ -25,7 +26,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 def part_of(item: pytest.Item) -> str:
     on_shared_stack = not SHARED_STACKS.isdisjoint(getattr(item, "fixturenames", ()))
-    return "stacks" if on_shared_stack or any(folder in item.path.parents for folder in UNIT_TESTS) else "rest"
+    unit_test = any(folder in item.path.parents for folder in UNIT_TESTS)
+    return "stacks" if on_shared_stack or unit_test else "rest"
 
 
 @pytest.hookimpl(trylast=True)
