@@ -1,7 +1,7 @@
 """`--part stacks|rest`: one of the two halves `make test` runs at once, as two pytest processes.
 
-A machine of two cores runs the suite in about half the time this way: much of a test's time is spent
-waiting for a job on a running service, which the other half's work fills. The line between the halves is
+The halves overlap on a machine of two cores: much of a test's time is spent waiting for a job on a
+running service, which the other half's work fills. The line between the halves is
 the shared running services (tests/integration/conftest.py): every test on one of them is in `stacks`, so
 that each starts once, together with the unit tests of the API and the core, which balance the halves;
 everything else (the worker's and the trainer's unit tests, the trainer's runs, modules with services of
