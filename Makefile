@@ -9,7 +9,7 @@ export TRAINYARD_PORT ?= $(PORT)
 # The API logs no line per request.
 export TRAINYARD_LOG_LEVEL ?= warning
 
-.PHONY: install install-test migrate run worker api test test-unit test-integration lint sandbox servers gpu-wheels compose-check
+.PHONY: install install-test migrate run worker api test test-unit test-integration lint sandbox servers slurm gpu-wheels compose-check
 
 # `make run` installs what running needs; `make test` adds the test extras (browser driver, linters, the
 # fuzzer, the S3 double, lightning), which a first run should not wait for.
@@ -47,11 +47,19 @@ run: migrate sandbox
 
 # Servers the integration tests start on loopback: redis-server from apt when missing; PostgreSQL's
 # binaries are used from /usr/lib/postgresql/15/bin. Debian's chromium is the browser of the dashboard test
-# (Playwright drives it and never downloads its own).
+# (Playwright drives it and never downloads its own). slurm-wlm and munge make the Slurm cluster of the
+# Slurm executor's tests and of `make slurm` (deploy/slurm_cluster.py).
 servers: sandbox
 	@command -v redis-server >/dev/null || (apt-get update -qq && apt-get install -y -qq redis-server >/dev/null)
+	@command -v slurmd >/dev/null && command -v munged >/dev/null || (apt-get update -qq && apt-get install -y -qq slurm-wlm munge >/dev/null)
 	@test -x /usr/lib/postgresql/15/bin/initdb || (apt-get update -qq && apt-get install -y -qq postgresql-15 >/dev/null)
 	@test -x /usr/bin/chromium || (apt-get update -qq && apt-get install -y -qq chromium >/dev/null)
+
+# A Slurm cluster of two nodes on this machine, in the foreground until Ctrl-C: munged, slurmctld and a slurmd
+# per node in a network namespace of its own, everything under var/slurm; it prints the SLURM_CONF to export.
+# As root, with slurm-wlm and munge installed (`make servers`).
+slurm: install
+	$(PY) -m deploy.slurm_cluster --dir var/slurm
 
 # The suite as two pytest processes at once (tests/parts.py): the unit tests and those on the shared running
 # services in the foreground; the linters, then everything else, beside them, their output shown once the first half

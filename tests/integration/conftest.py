@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from deploy.slurm_cluster import SlurmCluster
 from tests.integration.servers import Postgres, Redis, Stack, await_exit
 from tests.unit.mlflow_fixtures import MlflowServer
 
@@ -106,3 +107,14 @@ def auth_stack(
     running = Stack.embedded(tmp_path_factory.mktemp("stack-auth"), TRAINYARD_AUTH="on")
     yield running
     stopping += running.terminate()
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmCluster]:
+    """A real Slurm cluster of two nodes (deploy/slurm_cluster.py), shared by the tests that need one: it
+    starts in about a second, but a test that takes a node down must bring it up again."""
+    if not (shutil.which("slurmctld") and shutil.which("slurmd")):
+        pytest.skip("slurmctld and slurmd are not installed: `make servers` installs slurm-wlm and munge")
+    cluster = SlurmCluster.start(tmp_path_factory.mktemp("slurm"))
+    yield cluster
+    cluster.stop()
