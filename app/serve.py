@@ -11,7 +11,8 @@ client_header_timeout) closes slow heads as well.
 
 The banner is printed, and the API's URL written to var/api-url (where the CLI looks for the service), only
 once uvicorn accepts connections: a client that acts on either never meets a closed port. The file goes when
-the server stops.
+the server stops. With TRAINYARD_API_WORKERS above 1, uvicorn's own supervisor runs that many processes on one
+socket; the supervisor says it once, when the API first answers /healthz.
 """
 
 from __future__ import annotations
@@ -19,26 +20,35 @@ from __future__ import annotations
 import contextlib
 import os
 import socket
+import threading
 from pathlib import Path
+from typing import Any
 
+import httpx
 import uvicorn
 
 from core.config import VAR_DIR, AuthMode, Settings, get_settings
 
 API_URL_FILE = VAR_DIR / "api-url"  # relative to the working directory, as the settings' other var/ paths
+# How often the supervisor of several API processes asks whether one answers yet.
+_READY_POLL_S = 0.1
+
+
+def uvicorn_options(settings: Settings) -> dict[str, Any]:
+    return {
+        "app": "app.main:app",
+        "host": settings.host,
+        "port": settings.port,
+        "http": settings.http_parser.value,
+        "h11_max_incomplete_event_size": settings.max_header_bytes,  # httptools has no such bound
+        "limit_concurrency": settings.max_connections,  # per process
+        "timeout_keep_alive": settings.keep_alive_s,
+        "log_level": settings.log_level,
+    }
 
 
 def uvicorn_config(settings: Settings) -> uvicorn.Config:
-    return uvicorn.Config(
-        "app.main:app",
-        host=settings.host,
-        port=settings.port,
-        http=settings.http_parser.value,
-        h11_max_incomplete_event_size=settings.max_header_bytes,  # httptools has no such bound
-        limit_concurrency=settings.max_connections,
-        timeout_keep_alive=settings.keep_alive_s,
-        log_level=settings.log_level,
-    )
+    return uvicorn.Config(**uvicorn_options(settings))
 
 
 def api_url(settings: Settings) -> str:
@@ -106,8 +116,44 @@ def withdraw(settings: Settings, url_file: Path) -> None:
             url_file.unlink()
 
 
+def _answers(url: str) -> bool:
+    try:
+        return httpx.get(url, timeout=5).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def announce_once_answering(settings: Settings, url_file: Path, stop: threading.Event) -> None:
+    """Announces when the API first answers /healthz (the socket alone accepts before any process serves),
+    unless `stop` is set first. On loopback, whatever address the API listens on."""
+    host = "127.0.0.1" if settings.host in ("0.0.0.0", "::") else settings.host
+    health = api_url(settings.model_copy(update={"host": host})) + "/healthz"
+    while not stop.is_set():
+        if _answers(health):
+            announce(settings, url_file)
+            return
+        stop.wait(_READY_POLL_S)
+
+
+def serve_workers(settings: Settings) -> None:
+    """uvicorn's supervisor with settings.api_workers processes; the banner and URL file once, from here."""
+    stop = threading.Event()
+    waiter = threading.Thread(target=announce_once_answering, args=(settings, API_URL_FILE, stop))
+    waiter.start()
+    try:
+        uvicorn.run(**uvicorn_options(settings), workers=settings.api_workers)
+    finally:
+        stop.set()
+        waiter.join()
+        withdraw(settings, API_URL_FILE)
+
+
 def main() -> None:
-    AnnouncedServer(get_settings()).run()
+    settings = get_settings()
+    if settings.api_workers > 1:
+        serve_workers(settings)
+    else:
+        AnnouncedServer(settings).run()
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """API load (issue 4, target 7): job lookups and submissions per second against the real service.
 
-    python -m bench.api_load [--submissions 1000] [--requests 5000] [--profile] [--smoke]
+    python -m bench.api_load [--submissions 1000] [--requests 5000] [--queued 0,1000,...] [--api-workers 1]
+                             [--profile] [--smoke]
 
 Starts the API as `make run` does (alembic, SQLite in WAL mode, the embedded SQLAlchemy broker, a real
 uvicorn on loopback at log level warning) without a worker, so submissions are real POSTs that validate,
@@ -22,12 +23,16 @@ server share the machine, so the client's own work is in the figures; the table 
 per request, steadier than wall time on a machine shared with other work. Targets (issue 14): p99 <= 50 ms
 at 64 clients, >= 200 accepted submissions/s.
 `--profile` samples the API process with py-spy during both phases and prints the functions that dominate.
+`--queued` puts that many jobs in the queue before the phases (copies of one submitted job's row, as if
+submitted), once per depth listed, each on a fresh service: whether a request's cost grows with the queue.
+`--api-workers` runs that many API processes (TRAINYARD_API_WORKERS); server CPU sums them all.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import gc
 import json
 import shutil
@@ -39,7 +44,7 @@ import time
 from collections import Counter
 from collections.abc import AsyncIterator, Callable, Coroutine
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, TypeVar
@@ -47,7 +52,7 @@ from typing import Any, TypeVar
 import httpx
 import psutil
 import uvloop
-from sqlalchemy import create_engine, update
+from sqlalchemy import create_engine, insert, select, update
 from starlette.types import Receive, Scope, Send
 
 from bench.lean_http import Connection, ProtocolError, Reply, encode_request
@@ -112,10 +117,14 @@ Check = Callable[[int, Reply], str | None]
 
 
 def cpu_seconds(process: psutil.Process) -> float:
-    """A process's CPU time so far: on a shared machine, what requests cost it however slow the wall clock
-    runs."""
-    times = process.cpu_times()
-    return times.user + times.system
+    """A process's CPU time so far, with its children's (the API's worker processes): on a shared machine,
+    what requests cost it however slow the wall clock runs."""
+    total = 0.0
+    for each in [process, *process.children(recursive=True)]:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            times = each.cpu_times()
+            total += times.user + times.system
+    return total
 
 
 def job_id_in(reply: Reply, status: int, *path: str) -> int | str:
@@ -229,6 +238,19 @@ def mark_running(database_url: str, ids: list[int]) -> None:
         connection.execute(
             update(Job).where(Job.id.in_(ids)).values(status="running", running_at=started, **values)
         )
+    engine.dispose()
+
+
+def fill_queue(url: str, database_url: str, queued: int) -> None:
+    """`queued` jobs waiting: one submitted, the rest copies of its row (every trigger on the table fires)."""
+    if queued <= 0:
+        return
+    httpx.post(f"{url}/v1/jobs", json=SPEC, timeout=60).raise_for_status()
+    engine = create_engine(database_url)
+    with engine.begin() as connection:
+        row = connection.execute(select(Job.__table__).limit(1)).mappings().one()
+        copy = {**row, "id": None}
+        connection.execute(insert(Job.__table__), [copy] * (queued - 1))
     engine.dispose()
 
 
@@ -348,30 +370,50 @@ def measure_floor(requests: int) -> Phase:
         stop(server)
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--submissions", type=int, default=1000)
-    parser.add_argument("--requests", type=int, default=5000)
-    parser.add_argument("--profile", action="store_true", help="sample the API with py-spy meanwhile")
-    parser.add_argument("--smoke", action="store_true", help="50 submissions, 200 lookups; prints only")
-    args = parser.parse_args()
-    submissions, requests = (50, 200) if args.smoke else (args.submissions, args.requests)
+def run_at_depth(
+    args: argparse.Namespace, submissions: int, requests: int, queued: int
+) -> tuple[list[Phase], str]:
+    """The phases on a fresh service whose queue holds `queued` jobs first, and the profile if asked."""
     with tempfile.TemporaryDirectory(prefix="trainyard-load-") as tmp:
         workdir = Path(tmp)
         # Quotas count unfinished jobs per user; every submission here stays queued.
-        stack = ApiOnly.embedded(workdir, MAKE_RUN_API_ENV, TRAINYARD_QUOTA_MAX_JOBS=str(10 * submissions))
+        quota = str(10 * (submissions + queued))
+        env = {**MAKE_RUN_API_ENV, "TRAINYARD_API_WORKERS": str(args.api_workers)}
+        stack = ApiOnly.embedded(workdir, env, TRAINYARD_QUOTA_MAX_JOBS=quota)
         raw = workdir / "api.stacks"
         spy = start_py_spy(stack.procs["api"].pid, raw) if args.profile else None
         try:
             api = psutil.Process(stack.procs["api"].pid)
             database_url = stack.env["TRAINYARD_DATABASE_URL"]
+            fill_queue(stack.url, database_url, queued)
             phases = on_uvloop(load(stack.url, database_url, api, submissions, requests))
         finally:
             if spy is not None:
                 spy.send_signal(2)  # SIGINT: py-spy writes what it sampled and exits
                 spy.wait(30)
             stack.stop()
-        profile = summarize(raw.read_text()) if raw.exists() else ""
+        return phases, summarize(raw.read_text()) if raw.exists() else ""
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--submissions", type=int, default=1000)
+    parser.add_argument("--requests", type=int, default=5000)
+    parser.add_argument("--profile", action="store_true", help="sample the API with py-spy meanwhile")
+    parser.add_argument("--smoke", action="store_true", help="50 submissions, 200 lookups; prints only")
+    parser.add_argument(
+        "--queued", default="0", help="jobs queued before the phases; a comma list runs each depth in turn"
+    )
+    parser.add_argument("--api-workers", type=int, default=1, help="API processes (TRAINYARD_API_WORKERS)")
+    args = parser.parse_args()
+    submissions, requests = (50, 200) if args.smoke else (args.submissions, args.requests)
+    phases: list[Phase] = []
+    profiles: list[str] = []
+    for queued in (int(depth) for depth in args.queued.split(",")):
+        at_depth, profile = run_at_depth(args, submissions, requests, queued)
+        label = f" ({queued:,} queued before)" if args.queued != "0" else ""
+        phases += [replace(phase, name=phase.name + label) for phase in at_depth]
+        profiles += [profile] if profile else []
     phases.append(measure_floor(requests))
     note = (
         "Real uvicorn (log level warning, as `make run`) + SQLite (WAL) + embedded broker, no worker; "
@@ -379,9 +421,10 @@ def main() -> int:
         f"client: POST from {SUBMIT_CONCURRENCY} clients, GET from {GET_CONCURRENCY}; every answer checked "
         "(status, and the job's id in the body). The floor row is the same GETs against a server that "
         "answers at once. CPU ms/req: each process's user + system time over the requests sent. "
+        f"API processes: {args.api_workers}. "
         "Targets: GET p99 <= 50 ms, >= 200 accepted POST/s."
     )
-    body = f"{note}\n\n{results_table(phases)}" + (f"\n\n{profile}" if profile else "")
+    body = "\n\n".join([note, results_table(phases), *profiles])
     record(section("2-core dev machine (shared with other work)", None, body), args.smoke)
     return 0
 

@@ -127,6 +127,10 @@ class Settings(BaseSettings):
     http_parser: HttpParser = Field(
         HttpParser.H11, description="h11, whose heads max_header_bytes bounds; httptools: faster, unbounded"
     )
+    # A process serves one request's Python at a time (the GIL): more of them use more cores.
+    api_workers: int = Field(
+        1, ge=1, le=64, description="API processes `python -m app.serve` runs (uvicorn's --workers)"
+    )
     hostname: str = Field(default_factory=socket.gethostname, description="this worker's host identity")
     advertise_address: str = Field(
         default_factory=lambda: _own_address(socket.gethostname()),

@@ -10,7 +10,7 @@ from sqlalchemy.orm import Session
 from app.schemas import JobProgress, JobPublic, as_utc
 from app.services.errors import InvalidSpec, JobNotFound, JobStateConflict
 from app.services.keys import Caller
-from app.services.queue import JOBS, QUEUE_POSITION
+from app.services.queue_index import QueuedJob, queue_positions
 from app.services.runs import discard_run_dir, put_run_dir_back, set_run_dir_aside
 from app.services.shown import shown_plan
 from app.timings import job_timings
@@ -39,11 +39,10 @@ def get_owned_job(session: Session, job_id: int, caller: Caller) -> Job:
     return job
 
 
-def queue_position(session: Session, job: Job) -> int | None:
-    """1 = next to start; None unless the job is queued."""
-    if job.status != JobStatus.QUEUED:
-        return None
-    return session.scalar(select(QUEUE_POSITION).where(JOBS.c.id == job.id))
+def queue_positions_of(session: Session, jobs: list[Job]) -> dict[int, int]:
+    """The positions of those of `jobs` that are queued (1 = next to start), from the API's index."""
+    queued = [QueuedJob(job.id, job.priority, job.owner) for job in jobs if job.status == JobStatus.QUEUED]
+    return queue_positions(session, queued)
 
 
 def progress_of(job: Job, now: datetime) -> JobProgress:
@@ -72,24 +71,24 @@ def _public(job: Job, position: int | None, now: datetime) -> JobPublic:
 
 def public_job(session: Session, job: Job) -> JobPublic:
     """The job as the API shows it: its columns, its place in the queue, its progress and ETA."""
-    return _public(job, queue_position(session, job), utcnow())
+    return _public(job, queue_positions_of(session, [job]).get(job.id), utcnow())
 
 
 def list_jobs(
     session: Session, caller: Caller, status: JobStatus | None, cursor: int | None, limit: int
 ) -> tuple[list[JobPublic], int | None]:
     """Newest first; the cursor is the last id of the previous page, so new submissions never shift pages.
-    Only the caller's own jobs, unless the caller is an admin. Queue positions come in the same query."""
-    query = select(Job, QUEUE_POSITION).order_by(Job.id.desc()).limit(limit + 1)
+    Only the caller's own jobs, unless the caller is an admin."""
+    query = select(Job).order_by(Job.id.desc()).limit(limit + 1)
     if not caller.is_admin:
         query = query.where(Job.owner == caller.user)
     if status is not None:
         query = query.where(Job.status == status)
     if cursor is not None:
         query = query.where(Job.id < cursor)
-    rows = session.execute(query).all()
-    now = utcnow()
-    page = [_public(job, position, now) for job, position in rows[:limit]]
+    rows = list(session.scalars(query))
+    positions, now = queue_positions_of(session, rows[:limit]), utcnow()
+    page = [_public(job, positions.get(job.id), now) for job in rows[:limit]]
     return page, page[-1].id if len(rows) > limit else None
 
 

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import functools
 import itertools
-import operator
 
-from sqlalchemy import ColumnElement, case, func, select
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from app.schemas import QueueEntry, QueuePublic
@@ -14,28 +12,11 @@ from app.services.usage import explain_share, read_use
 from core.config import get_settings
 from core.hosts import cores_text
 from core.models import Job
-from core.queue_order import JOBS, START_ORDER, starts_before
+from core.queue_order import START_ORDER
 from core.states import JobStatus
 from jobspec.plan import Plan
 
 NOT_YET_SEEN = "waiting for a worker to take it"
-
-
-def _queued_ahead() -> ColumnElement[int]:
-    """Queued jobs that START_ORDER puts before the outer query's job, counted one key at a time: those of a
-    higher priority as a range of the index ix_jobs_queue (status, priority, id), then those of its own
-    priority whose owner used less, or the same and are older. A lookup costs the jobs of its priority and
-    above, not a ranking of the queue. Plain table columns, not ORM attributes: this runs in the API's
-    hottest query."""
-    ahead = JOBS.alias("ahead")
-    counts = (
-        select(func.count()).where(ahead.c.status == JobStatus.QUEUED, before).scalar_subquery()
-        for before in starts_before(ahead, JOBS)
-    )
-    return functools.reduce(operator.add, counts)
-
-
-QUEUE_POSITION = case((JOBS.c.status == JobStatus.QUEUED, _queued_ahead() + 1)).label("queue_position")
 
 
 def wanted_devices(plan: Plan) -> str:

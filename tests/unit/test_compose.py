@@ -105,7 +105,7 @@ def test_api_port_and_healthcheck(services: dict[str, Any]) -> None:
         if kind == "ENV"
         for variable in rest.split()
     )
-    env = {**image_env, **api["environment"]}
+    env = {**image_env, **{name: interpolate(value) for name, value in api["environment"].items()}}
     settings = Settings(**{k[len(PREFIX) :].lower(): v for k, v in env.items() if k.startswith(PREFIX)})
     config = uvicorn_config(settings)
     assert config.host == "0.0.0.0"

@@ -5,10 +5,11 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Header, Query, Response, status
+from fastapi.concurrency import run_in_threadpool
 from sqlalchemy.orm import Session
 
 from app.api.caching import CACHE_HEADERS, IfNoneMatch, revalidated_json
-from app.api.deps import DB_INT_MAX, CallerDep, CanonicalInt, OwnedJob, SessionDep, SettingsDep
+from app.api.deps import DB_INT_MAX, CallerDep, CanonicalInt, JobId, OwnedJob, SessionDep, SettingsDep
 from app.api.openapi import BODY_PROBLEMS, problem, problems
 from app.api.storable import refuse_unstorable_text
 from app.schemas import (
@@ -23,7 +24,7 @@ from app.schemas import (
 from app.services import jobs, submit
 from app.services.keys import Caller
 from core.config import Settings
-from core.db import run_in_session
+from core.db import new_session, run_in_session
 from core.models import Job
 from core.states import JobStatus
 from jobspec.plan import Plan
@@ -103,8 +104,16 @@ def list_jobs(
         **problems(404),
     },
 )
-def get_job(job: OwnedJob, session: SessionDep, if_none_match: IfNoneMatch = None) -> Response:
-    return revalidated_json(jobs.public_job(session, job), if_none_match)
+async def get_job(job_id: JobId, caller: CallerDep, if_none_match: IfNoneMatch = None) -> Response:
+    # The route clients poll most: the session, the row, the owner check and the queue position in one trip
+    # to a pool thread, where SessionDep and OwnedJob would take one each.
+    shown = await run_in_threadpool(_shown_job, job_id, caller)
+    return revalidated_json(shown, if_none_match)
+
+
+def _shown_job(job_id: int, caller: Caller) -> JobPublic:
+    with new_session() as session:
+        return jobs.public_job(session, jobs.get_owned_job(session, job_id, caller))
 
 
 @router.patch(

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
+import psutil
 import pytest
 import sqlalchemy
 
@@ -95,15 +96,16 @@ def test_the_server_holds_its_limits(server: tuple[int, str]) -> None:
         assert _status(late) == b"HTTP/1.1 503 Service Unavailable"
 
 
+@pytest.mark.parametrize("workers", [1, 2])
 def test_the_banner_comes_once_the_api_answers_and_var_api_url_names_it_while_it_runs(
-    tmp_path: Path,
+    tmp_path: Path, workers: int
 ) -> None:
     engine = sqlalchemy.create_engine(f"sqlite:///{tmp_path}/trainyard.db")
     Base.metadata.create_all(engine)
     engine.dispose()
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    proc = serve(tmp_path, port, auth="off")
+    proc = serve(tmp_path, port, auth="off", api_workers=str(workers))
     try:
         assert proc.stdout is not None
         assert url in proc.stdout.readline().decode()
@@ -112,9 +114,12 @@ def test_the_banner_comes_once_the_api_answers_and_var_api_url_names_it_while_it
         assert answer.status_code == 201, answer.text
         assert answer.json()["job"]["id"] == 1
         assert (tmp_path / "var" / "api-url").read_text() == url + "\n"
+        children = [" ".join(child.cmdline()) for child in psutil.Process(proc.pid).children()]
+        assert sum("spawn_main" in line for line in children) == (workers if workers > 1 else 0)
     finally:
         stop(proc)
     assert not (tmp_path / "var" / "api-url").exists(), "a stopped server leaves no URL behind"
+    assert proc.stdout.read().decode().count("Trainyard API:") == 0, "the banner comes once"
 
 
 def test_an_api_run_as_root_says_so_and_where_to_read_why(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,0 +1,134 @@
+"""Queue positions at the same cost at any depth: each API process keeps the queued jobs' ids sorted by
+priority and owner, and brings them up to date from queue_changes (core/queue_order.py) before it answers.
+
+A position is START_ORDER's rank (priority, then the owner's fair share, then age) counted from the index:
+the jobs of higher priorities, then per owner of the job's priority all of those whose owner used less and,
+for owners with the same share key, the older ones: a count per owner, a bisection in its ids. Share keys
+change with every heartbeat that charges use, so they are read when asked, one row per owner of that
+priority, never kept."""
+
+from __future__ import annotations
+
+import threading
+from bisect import bisect_left, insort
+from collections import defaultdict
+from dataclasses import dataclass, field
+from weakref import WeakKeyDictionary
+
+from sqlalchemy import Engine, func, select
+from sqlalchemy.orm import Session
+
+from core.queue_order import JOBS, QUEUE_CHANGES, USAGE
+from core.states import JobStatus
+from core.usage import NO_USE
+
+_HEAD = select(func.max(QUEUE_CHANGES.c.version))
+_QUEUED = select(JOBS.c.id, JOBS.c.priority, JOBS.c.owner).where(JOBS.c.status == JobStatus.QUEUED)
+
+
+@dataclass(frozen=True)
+class QueuedJob:
+    """What orders a job in the queue."""
+
+    id: int
+    priority: int
+    owner: str
+
+
+@dataclass
+class _Index:
+    version: int = -1  # the last change applied; -1: the queue was never read
+    ids: defaultdict[int, defaultdict[str, list[int]]] = field(
+        default_factory=lambda: defaultdict(lambda: defaultdict(list))
+    )  # priority -> owner -> queued ids, ascending
+    where: dict[int, tuple[int, str]] = field(default_factory=dict)  # queued id -> (priority, owner)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def add(self, job: QueuedJob) -> None:
+        insort(self.ids[job.priority][job.owner], job.id)
+        self.where[job.id] = (job.priority, job.owner)
+
+    def remove(self, job_id: int) -> None:
+        if (place := self.where.pop(job_id, None)) is None:
+            return
+        priority, owner = place
+        ids = self.ids[priority][owner]
+        del ids[bisect_left(ids, job_id)]
+        if not ids:
+            del self.ids[priority][owner]
+            if not self.ids[priority]:
+                del self.ids[priority]
+
+    def reload(self, session: Session, head: int) -> None:
+        """The whole queue, read after `head`: what it reads includes every change up to head."""
+        self.ids.clear()
+        self.where.clear()
+        for row in session.execute(_QUEUED):
+            self.add(QueuedJob(row.id, row.priority, row.owner))
+        self.version = head
+
+    def catch_up(self, session: Session) -> None:
+        """Applies the changes after `version`, or reads the queue again when the oldest kept change is not
+        the next one (a new database, or one that went on past what queue_changes keeps). A change is applied
+        as the job stands now, which may already include a later change: applying that one again is
+        harmless."""
+        head = session.scalar(_HEAD) or 0
+        if head == self.version:
+            return
+        after = select(QUEUE_CHANGES.c.version, QUEUE_CHANGES.c.job_id).where(
+            QUEUE_CHANGES.c.version > self.version
+        )
+        changes = session.execute(after.order_by(QUEUE_CHANGES.c.version)).all()
+        if self.version < 0 or head < self.version or not changes or changes[0].version != self.version + 1:
+            self.reload(session, head)
+            return
+        changed = {change.job_id for change in changes}
+        now = session.execute(_QUEUED.where(JOBS.c.id.in_(changed))).all()
+        for job_id in changed:
+            self.remove(job_id)
+        for row in now:
+            self.add(QueuedJob(row.id, row.priority, row.owner))
+        self.version = changes[-1].version
+
+    def ahead_of(self, job: QueuedJob, shares: dict[str, float]) -> int:
+        """Queued jobs that start before `job` (which need not be in the index itself)."""
+        above = (owners for priority, owners in self.ids.items() if priority > job.priority)
+        higher = sum(len(ids) for owners in above for ids in owners.values())
+        mine = shares.get(job.owner, NO_USE)
+        same = 0
+        for owner, ids in self.ids.get(job.priority, {}).items():
+            theirs = shares.get(owner, NO_USE)
+            same += len(ids) if theirs < mine else bisect_left(ids, job.id) if theirs == mine else 0
+        return higher + same
+
+
+# One index per database: tests open many, each with an engine of its own.
+_indexes: WeakKeyDictionary[Engine, _Index] = WeakKeyDictionary()
+_indexes_lock = threading.Lock()
+
+
+def _index_for(session: Session) -> _Index:
+    engine = session.get_bind()
+    assert isinstance(engine, Engine)
+    with _indexes_lock:
+        return _indexes.setdefault(engine, _Index())
+
+
+def _shares(session: Session, owners: set[str]) -> dict[str, float]:
+    """The share keys of `owners`; one owner alone is ordered by age whatever its key."""
+    if len(owners) < 2:
+        return {}
+    rows = session.execute(select(USAGE.c.owner, USAGE.c.share_key).where(USAGE.c.owner.in_(owners)))
+    return {row.owner: row.share_key for row in rows}
+
+
+def queue_positions(session: Session, jobs: list[QueuedJob]) -> dict[int, int]:
+    """Each queued job's position, 1 = next to start, as GET /v1/queue lists them."""
+    if not jobs:
+        return {}
+    index = _index_for(session)
+    with index.lock:  # one thread catches up; the others then find it current
+        index.catch_up(session)
+        owners = {job.owner for job in jobs}.union(*(index.ids.get(job.priority, ()) for job in jobs))
+        shares = _shares(session, owners)
+        return {job.id: index.ahead_of(job, shares) + 1 for job in jobs}

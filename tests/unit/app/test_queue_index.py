@@ -1,0 +1,120 @@
+"""The API's index of queue positions (app/services/queue_index.py): the position every view shows is the
+job's place in GET /v1/queue, whoever changed the queue (the API, or a worker and the reaper writing rows),
+and a lookup costs the same at any depth."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from fastapi.testclient import TestClient
+from sqlalchemy import delete, event, insert, select, update
+from sqlalchemy.orm import Session
+
+from app.main import create_app
+from core import db
+from core.config import Settings
+from core.keys import create_key
+from core.models import Base, Job, UserUsage
+from core.queue_order import QUEUE_CHANGES
+from tests.unit.conftest import job_body, submit
+
+JOBS = Base.metadata.tables[Job.__tablename__]
+
+
+def _as(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+def _assert_every_view_agrees(client: TestClient, admin: dict[str, str], ids: list[int]) -> None:
+    """GET /v1/jobs/{id} and GET /v1/jobs show each job at its place in GET /v1/queue (None once it left)."""
+    listed = {
+        entry["job_id"]: entry["position"] for entry in client.get("/v1/queue", headers=admin).json()["data"]
+    }
+    shown = {i: client.get(f"/v1/jobs/{i}", headers=admin).json()["queue_position"] for i in ids}
+    paged = {job["id"]: job["queue_position"] for job in client.get("/v1/jobs", headers=admin).json()["data"]}
+    assert shown == {i: listed.get(i) for i in ids} == {i: paged[i] for i in ids}
+
+
+def _change(session: Session, job_id: int, **values: Any) -> None:
+    """As a worker or the reaper changes a job: a row written outside the API."""
+    session.execute(update(Job).where(Job.id == job_id).values(**values))
+    session.commit()
+
+
+def test_positions_follow_every_change_to_the_queue_whoever_makes_it(
+    auth_on: Settings, session: Session
+) -> None:
+    alice, bob, root = (create_key(session, user, admin=user == "root") for user in ("alice", "bob", "root"))
+    client, admin = TestClient(create_app()), _as(root)
+    ids = [
+        client.post("/v1/jobs", json=job_body(priority=priority), headers=_as(who)).json()["job"]["id"]
+        for who, priority in [(alice, 0), (bob, 0), (alice, 5), (bob, 0), (alice, 0), (bob, 5), (alice, 0)]
+    ]
+    _assert_every_view_agrees(client, admin, ids)
+    # Alice used the cluster lately: at each priority, bob's jobs now start before hers.
+    now = datetime.now(UTC)
+    session.add(UserUsage(owner="alice", gpu_seconds=3600.0, cpu_core_seconds=0.0, as_of=now, share_key=1.0))
+    session.commit()
+    _assert_every_view_agrees(client, admin, ids)
+    _change(session, ids[2], status="starting")  # a worker claims it
+    _assert_every_view_agrees(client, admin, ids)
+    _change(session, ids[4], priority=9)
+    _change(session, ids[2], status="queued")  # the reaper requeues it
+    _assert_every_view_agrees(client, admin, ids)
+    session.execute(delete(Job).where(Job.id == ids[1]))
+    session.commit()
+    _assert_every_view_agrees(client, admin, ids[:1] + ids[2:])
+
+
+def test_an_index_behind_the_changes_kept_reads_the_queue_again(client: TestClient, session: Session) -> None:
+    ids = [submit(client, priority=p)["id"] for p in (0, 0, 3)]
+    _assert_every_view_agrees(client, {}, ids)
+    _change(session, ids[0], priority=7)
+    _change(session, ids[2], status="starting")
+    newest = session.scalar(select(QUEUE_CHANGES.c.version).order_by(QUEUE_CHANGES.c.version.desc()).limit(1))
+    # As if more changes than queue_changes keeps had come since the index last looked.
+    session.execute(delete(QUEUE_CHANGES).where(QUEUE_CHANGES.c.version < newest))
+    session.commit()
+    _assert_every_view_agrees(client, {}, ids)
+    assert client.get(f"/v1/jobs/{ids[0]}").json()["queue_position"] == 1
+
+
+def _sqlite_work_of_a_lookup(client: TestClient, job_id: int) -> int:
+    """Thousands of SQLite VM instructions a warm GET /v1/jobs/{id} runs: a count of the work done, not a
+    time."""
+    steps = 0
+
+    def count() -> int:
+        nonlocal steps
+        steps += 1
+        return 0
+
+    engine = db.get_engine()
+    engine.dispose()  # new connections, each counting
+    listener = lambda connection, _record: connection.set_progress_handler(count, 1000)  # noqa: E731
+    event.listen(engine, "connect", listener)
+    try:
+        client.get(f"/v1/jobs/{job_id}")  # brings the index up to date
+        steps = 0
+        assert client.get(f"/v1/jobs/{job_id}").json()["queue_position"] is not None
+        return steps
+    finally:
+        event.remove(engine, "connect", listener)
+        engine.dispose()
+
+
+def _queue_more(session: Session, like: int, count: int) -> None:
+    row = session.execute(select(JOBS).where(JOBS.c.id == like)).mappings().one()
+    copies = [{**row, "id": None, "idempotency_key": None} for _ in range(count)]
+    session.execute(insert(JOBS), copies)
+    session.commit()
+
+
+def test_a_lookup_of_a_queued_job_costs_the_same_at_any_depth(client: TestClient, session: Session) -> None:
+    last = submit(client)["id"]
+    _queue_more(session, last, 50)
+    shallow = _sqlite_work_of_a_lookup(client, last)
+    _queue_more(session, last, 2000)
+    deep = _sqlite_work_of_a_lookup(client, last)
+    assert deep <= shallow + 2, (shallow, deep)
