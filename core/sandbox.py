@@ -184,8 +184,9 @@ def _mounts(box: Sandbox) -> list[str]:
     return mounts.args
 
 
-def sandbox_argv(box: Sandbox) -> list[str]:
-    """What goes before the torchrun command."""
+def sandbox_argv(box: Sandbox, info_fd: int | None = None) -> list[str]:
+    """What goes before the torchrun command; with `info_fd`, bwrap writes there, as JSON, the host's pid of
+    the sandbox's first process (worker/warm_sandbox.py enters its namespaces)."""
     _check(box)
     if box.run_as is None:
         # The worker's own uid, mapped in a user namespace of the job's: bwrap needs one to sandbox at all.
@@ -206,6 +207,7 @@ def sandbox_argv(box: Sandbox) -> list[str]:
         # gets it back below, and bwrap ends when torchrun does.
         *("env", "--ignore-signal=TERM"),
         "bwrap",
+        *([] if info_fd is None else ["--info-fd", str(info_fd)]),
         *user_namespace,
         *("--unshare-pid", "--unshare-ipc"),
         *([] if box.share_network else ["--unshare-net"]),

@@ -138,9 +138,10 @@ def _catch_up(job_id: int, run_dir: Path, uploads: Uploads, settings: Settings) 
 
 
 def _start_if_starting(
-    task: NodeTask, plan: Plan, command: Launch, run_dir: Path
+    task: NodeTask, plan: Plan, command: Launch, run_dir: Path, box: Sandbox | None = None
 ) -> subprocess.Popen[bytes] | None:
-    """Start torchrun only if the job is still `starting` for this attempt and this node never started.
+    """Start torchrun (in `box` when given) only if the job is still `starting` for this attempt and this
+    node never started.
 
     The check is a write that holds the row until the process has started: a cancel lands either before
     (nothing starts) or after (the supervisor sees it on its first look).
@@ -157,12 +158,11 @@ def _start_if_starting(
             return None
         launcher_log = run_dir / LOG_DIR / LAUNCHER_LOG
         with os.fdopen(append_no_follow(launcher_log), "ab") as header:
-            header.write(
-                f"=== attempt {task.attempt} node {task.node_rank}: {' '.join(command.argv)}\n".encode()
-            )
+            argv = plan.argv or command.argv  # in its sandbox, as the API shows it
+            header.write(f"=== attempt {task.attempt} node {task.node_rank}: {' '.join(argv)}\n".encode())
         if task.node_rank == 0:
             add_marks(session.get_one(Job, task.job_id), {Mark.LAUNCHED: time.time()})
-        return warm_launcher().start(command, launcher_log)
+        return warm_launcher().start(command, launcher_log, box)
 
 
 @functools.cache
@@ -190,15 +190,13 @@ def _start_sandboxed(
     bundle: Path | None,
 ) -> subprocess.Popen[bytes] | None:
     """Lay out the run directory and start torchrun, inside `box` when the job is sandboxed."""
-    if box is not None:
-        command = confine(command, box)
-    plan = plan.model_copy(update={"argv": command.argv})
+    plan = plan.model_copy(update={"argv": (command if box is None else confine(command, box)).argv})
     code_dir = None if bundle is None else str(bundle)
     config = RunConfig(job_id=task.job_id, attempt=task.attempt, spec=spec, plan=plan, code_dir=code_dir)
     prepare_run_dir(run_dir, config, owner=None if box is None else box.run_as)
     if box is not None:
         check_starts(box)
-    return _start_if_starting(task, plan, command, run_dir)
+    return _start_if_starting(task, plan, command, run_dir, box)
 
 
 def launch(mark: JobMark, task: NodeTask, settings: Settings, uploads: Uploads) -> RunningJob | None:

@@ -17,8 +17,12 @@ with the worker's environment through the ranks' allow-list (so no database or o
 there either) plus an id of its own, which the launcher writes into the job's run directory before the hand-
 over; kill.py finds the standby and its ranks by that id.
 
-A sandboxed job (core/sandbox.py) starts cold: a process cannot enter a mount, pid and user namespace built
-for a job it was started before, nor drop to the job's uid and limits and still be the worker's standby.
+A sandboxed job (core/sandbox.py) starts warm too: bwrap cannot add mounts to a sandbox it has started, so the
+launcher starts the job's own sandbox with a holder in it (worker/warm_sandbox.py) and hands the standby the
+descriptors of its namespaces; the standby's child joins them, takes the job's uid and limits, and runs the
+job's torchrun there (trainers/enter.py), while the standby outside waits for it and for the sandbox's end.
+Its stdin is a socket for that: descriptors pass beside the JSON line, the job's log among them, which the
+worker opens without following a link the job may have left in its run directory.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import socket
 import subprocess
 import threading
 from dataclasses import dataclass
@@ -33,8 +38,10 @@ from pathlib import Path
 from typing import Any
 
 from core.launch import JOB_TOKEN_ENV, RUN_DIR_ENV, Launch, inherited
+from core.sandbox import Sandbox, confine
 from worker.kill import STANDBY_ID_ENV, JobMark, name_standby
 from worker.rundir import append_no_follow
+from worker.warm_sandbox import HeldSandbox, hold_sandbox, reap
 
 TORCHRUN_MODULE = "torch.distributed.run"
 # The standby's own code (trainers/standby.py) imports torch and the trainer; the worker never does.
@@ -53,6 +60,19 @@ def _torchrun_args(argv: list[str]) -> list[str] | None:
 class _Standby:
     process: subprocess.Popen[bytes]
     id: str  # in its /proc environ, and so in its forked ranks', whatever environment it takes on
+    channel: socket.socket  # the worker's end of its stdin
+
+
+def _confinement(box: Sandbox) -> dict[str, Any]:
+    """What the sandbox's command does inside bwrap, for the standby's child to do (trainers/enter.py)."""
+    limits = box.limits
+    return {
+        "cwd": str(box.cwd),
+        "uid": box.run_as,
+        "processes": limits.processes,
+        "open_files": limits.open_files,
+        "file_bytes": limits.file_bytes,
+    }
 
 
 class WarmLauncher:
@@ -66,6 +86,7 @@ class WarmLauncher:
         self.count = count  # standbys kept waiting: jobs launched together start warm up to this many
         self._lock = threading.Lock()
         self._ready: list[_Standby] = []
+        self._held: list[HeldSandbox] = []  # sandboxes entered by standbys: waited for once they end
 
     @property
     def standby(self) -> subprocess.Popen[bytes] | None:
@@ -77,51 +98,72 @@ class WarmLauncher:
         if not self.enabled:
             return
         with self._lock:
+            self._held = reap(self._held)
             self._ready = [standby for standby in self._ready if standby.process.poll() is None]
             self._ready += [self._spawn() for _ in range(self.count - len(self._ready))]
 
     def _spawn(self) -> _Standby:
         standby_id = secrets.token_hex(16)
-        process = subprocess.Popen(
-            [self.python, "-m", STANDBY_MODULE],
-            cwd=self.cwd,
-            env={**inherited(os.environ), STANDBY_ID_ENV: standby_id},
-            stdin=subprocess.PIPE,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            start_new_session=True,  # as torchrun's launch: out of the worker's process group
-        )
-        return _Standby(process, standby_id)
+        ours, theirs = socket.socketpair()
+        with theirs:
+            process = subprocess.Popen(
+                [self.python, "-m", STANDBY_MODULE],
+                cwd=self.cwd,
+                env={**inherited(os.environ), STANDBY_ID_ENV: standby_id},
+                stdin=theirs.fileno(),
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                start_new_session=True,  # as torchrun's launch: out of the worker's process group
+            )
+        return _Standby(process, standby_id, ours)
 
-    def start(self, command: Launch, log: Path) -> subprocess.Popen[bytes]:
-        """torchrun for `command`, its output appended to `log`; the next standby starts meanwhile."""
+    def start(self, command: Launch, log: Path, box: Sandbox | None = None) -> subprocess.Popen[bytes]:
+        """torchrun for `command`, inside `box` when given, its output appended to `log`; the next standby
+        starts meanwhile."""
         # The standby imported torch in the worker's interpreter: a job in another environment starts cold.
         args = _torchrun_args(command.argv) if command.argv[0] == self.python else None
+        confined = command if box is None else confine(command, box)
         with self._lock:
             standby = self._ready.pop(0) if args is not None and self._ready else None
         process = None
         if standby is not None and args is not None:
             mark = JobMark(command.env[JOB_TOKEN_ENV], Path(command.env[RUN_DIR_ENV]))
             name_standby(mark, standby.id)
-            process = self._hand_over(standby.process, {"args": args, "env": command.env, "log": str(log)})
+            process = self._hand_over(standby, {"args": args, "env": confined.env}, log, box, confined)
         if process is None:
-            process = self._cold_start(command, log)
+            process = self._cold_start(confined, log)
         self.prepare()
         return process
 
-    @staticmethod
     def _hand_over(
-        standby: subprocess.Popen[bytes], request: dict[str, Any]
+        self, standby: _Standby, request: dict[str, Any], log: Path, box: Sandbox | None, confined: Launch
     ) -> subprocess.Popen[bytes] | None:
-        if standby.poll() is not None or standby.stdin is None:
-            return None
-        try:
-            standby.stdin.write(json.dumps(request).encode() + b"\n")
-            standby.stdin.close()
-        except BrokenPipeError:  # it died between the poll and the write
-            standby.wait()
-            return None
-        return standby
+        """The standby, given the job (and, for a sandboxed one, its sandbox held open); None when it died
+        or the sandbox did not come up, and the job starts cold."""
+        held = None
+        with standby.channel:
+            if standby.process.poll() is not None:
+                return None
+            if box is not None:
+                held = hold_sandbox(box, confined, self.python, self.cwd)
+                if held is None:
+                    standby.process.kill()  # it would wait for a job that never comes
+                    standby.process.wait()
+                    return None
+                with self._lock:
+                    self._held.append(held)
+                request = {**request, "sandbox": _confinement(box)}
+            fds = {"log": append_no_follow(log), **({} if held is None else held.fds)}
+            try:
+                message = json.dumps({**request, "fds": list(fds)}).encode() + b"\n"
+                socket.send_fds(standby.channel, [message], list(fds.values()))
+            except OSError:  # it died between the poll and the send
+                standby.process.wait()
+                return None
+            finally:  # the standby holds its own copies now; ours would keep the sandbox up
+                for fd in fds.values():
+                    os.close(fd)
+        return standby.process
 
     def _cold_start(self, command: Launch, log: Path) -> subprocess.Popen[bytes]:
         with os.fdopen(append_no_follow(log), "ab") as output:

@@ -112,8 +112,8 @@ def test_without_a_live_standby_torchrun_starts_cold(tmp_path: Path, standby: st
 def test_a_standby_exits_when_its_worker_goes_away(launcher: WarmLauncher) -> None:
     launcher.prepare()
     standby = launcher.standby
-    assert standby is not None and standby.stdin is not None
-    standby.stdin.close()  # what the worker's death does to the pipe
+    assert standby is not None
+    launcher._ready[0].channel.close()  # what the worker's death does to the socket of its stdin
     assert standby.wait(TIMEOUT_S) == 0
 
 
