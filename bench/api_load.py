@@ -377,7 +377,7 @@ def run_at_depth(
     with tempfile.TemporaryDirectory(prefix="trainyard-load-") as tmp:
         workdir = Path(tmp)
         # Quotas count unfinished jobs per user; every submission here stays queued.
-        quota = str(10 * (submissions + queued))
+        quota = str(min(2 * (submissions + queued), 100_000))
         env = {**MAKE_RUN_API_ENV, "TRAINYARD_API_WORKERS": str(args.api_workers)}
         stack = ApiOnly.embedded(workdir, env, TRAINYARD_QUOTA_MAX_JOBS=quota)
         raw = workdir / "api.stacks"
