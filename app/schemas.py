@@ -74,6 +74,9 @@ class JobPublic(BaseModel):
     plan: dict[str, Any] = Field(description="what the worker runs: world size, per-rank batch, argv")
     sweep_id: int | None = Field(None, description="the sweep this job is a trial of; null for other jobs")
     trial: int | None = Field(None, description="its trial's number in that sweep")
+    slurm_job_id: int | None = Field(
+        None, description="its Slurm job id, once handed to Slurm (TRAINYARD_EXECUTOR=slurm); null otherwise"
+    )
 
 
 class RetryFrom(StrEnum):

@@ -37,6 +37,11 @@ class ArtifactStore(StrEnum):
     S3 = "s3"  # checkpoints and logs are uploaded to an S3-compatible bucket the API reads
 
 
+class Executor(StrEnum):
+    LOCAL = "local"  # Trainyard's workers place jobs on their own hosts (worker/leases.py)
+    SLURM = "slurm"  # a worker on a login node hands each job to Slurm (worker/slurm/, docs/slurm.md)
+
+
 def _own_address(hostname: str) -> str:
     try:
         return socket.gethostbyname(hostname)
@@ -138,6 +143,33 @@ class Settings(BaseSettings):
     )
     rendezvous_timeout_s: float = Field(
         300.0, gt=0, le=3600, description="how long a multi-host job's nodes wait for each other to start"
+    )
+    executor: Executor = Field(
+        Executor.LOCAL,
+        description="who decides where and when jobs run: local, Trainyard's own workers; slurm, a Slurm "
+        "cluster, through one worker on a login node (docs/slurm.md)",
+    )
+    slurm_partition: str | None = Field(
+        None, description="slurm: the partition jobs go to; unset: Slurm's default"
+    )
+    slurm_poll_s: float = Field(
+        1.0, gt=0, le=60, description="slurm: how often the jobs' Slurm states are read"
+    )
+    slurm_signal_lead_s: int = Field(
+        60,
+        ge=5,
+        le=3600,
+        description="slurm: SIGTERM this long before Slurm's time limit: the ranks' final checkpoint",
+    )
+    slurm_startup_s: int = Field(
+        600,
+        ge=0,
+        le=86400,
+        description="slurm: added to limits.max_runtime_s in Slurm's --time, which counts start-up too; "
+        "Trainyard stops the job at the limit itself, counting training alone",
+    )
+    slurm_cpus_per_gpu: int = Field(
+        8, ge=1, le=256, description="slurm: cores asked for per GPU (--cpus-per-task), for the data loaders"
     )
     worker_concurrency: int = Field(4, ge=1, le=256, description="jobs one worker supervises at once")
     warm_launcher: bool = Field(
@@ -304,6 +336,16 @@ class Settings(BaseSettings):
     def s3_needs_a_bucket(self) -> Settings:
         if self.artifact_store is ArtifactStore.S3 and not self.s3_bucket:
             raise ValueError("TRAINYARD_ARTIFACT_STORE=s3 needs a bucket: set TRAINYARD_S3_BUCKET")
+        return self
+
+    @model_validator(mode="after")
+    def slurm_shares_the_runs_dir(self) -> Settings:
+        # The nodes write the run directory and the login node's worker reads it: one filesystem.
+        if self.executor is Executor.SLURM and self.artifact_store is not ArtifactStore.SHARED:
+            raise ValueError(
+                "TRAINYARD_EXECUTOR=slurm reads runs on the cluster's shared filesystem: set "
+                "TRAINYARD_ARTIFACT_STORE=shared and TRAINYARD_RUNS_DIR to a folder every node mounts"
+            )
         return self
 
     @field_validator("environments")

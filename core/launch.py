@@ -7,9 +7,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from core.config import Settings
+from core.config import Executor, Settings
+from core.slurm_script import batch_script
 from jobspec.datadir import DATA_DIR_ENV, RUN_DIR_ENV
 from jobspec.plan import Plan
+from jobspec.spec import JobSpec
 
 JOB_TOKEN_ENV = "TRAINYARD_JOB_TOKEN"
 
@@ -67,8 +69,11 @@ class Rendezvous:
 
 
 def torchrun_argv(plan: Plan, run_dir: Path, python: str, rendezvous: Rendezvous | None = None) -> list[str]:
-    """One host: `--standalone` lets the OS pick a free rendezvous port, so jobs never collide."""
-    topology = ["--standalone", "--nnodes", "1"] if rendezvous is None else rendezvous.argv()
+    """One host: `--standalone` lets the OS pick a free rendezvous port, so jobs never collide, and the ranks
+    meet on loopback, the one network a sandboxed job has: its host's name may resolve to an address that
+    is not there."""
+    one_host = ["--standalone", "--nnodes", "1", "--local-addr", "127.0.0.1"]
+    topology = one_host if rendezvous is None else rendezvous.argv()
     return [
         python,
         "-m",
@@ -96,6 +101,14 @@ def planned_argv(plan: Plan, settings: Settings, job_id: int | str) -> list[str]
         else Rendezvous.placeholder(plan.nnodes, job_id, settings.rendezvous_timeout_s)
     )
     return torchrun_argv(plan, settings.runs_dir / str(job_id), "python", spanning)
+
+
+def show_planned(plan: Plan, spec: JobSpec, settings: Settings, job_id: int | str) -> None:
+    """What a job's plan shows of how it will run: planned_argv, and with Slurm deciding, the batch script
+    the worker will submit (core/slurm_script.py)."""
+    plan.argv = planned_argv(plan, settings, job_id)
+    if settings.executor is Executor.SLURM:
+        plan.batch_script = batch_script(plan, spec, job_id, settings, "python")
 
 
 def job_token(job_id: int, attempt: int, host: str) -> str:

@@ -82,6 +82,10 @@ class Job(Base):
     # asking for a sweep's next trial twice never makes two jobs of it.
     sweep_id: Mapped[int | None] = mapped_column(ForeignKey("sweeps.id", name="fk_jobs_sweep"), index=True)
     trial: Mapped[int | None] = mapped_column(Integer)
+    # Handed to Slurm (TRAINYARD_EXECUTOR=slurm): its Slurm job id, and Slurm's restart count of it that the
+    # current attempt runs as (worker/slurm/follow.py); null for a job no Slurm ever saw.
+    slurm_job_id: Mapped[int | None] = mapped_column(Integer, index=True)
+    slurm_restarts: Mapped[int | None] = mapped_column(Integer)
 
     __table_args__ = (
         UniqueConstraint("owner", "idempotency_key", name="uq_jobs_owner_idempotency"),

@@ -64,7 +64,10 @@ ALLOWED: dict[JobStatus, frozenset[JobStatus]] = {
             JobStatus.PRUNED,
         }
     ),
-    JobStatus.RESTARTING: frozenset({JobStatus.STARTING, JobStatus.FAILED, JobStatus.CANCELLING}),
+    # Slurm restarts a job by queueing it again, to wait for nodes (worker/slurm/follow.py).
+    JobStatus.RESTARTING: frozenset(
+        {JobStatus.STARTING, JobStatus.QUEUED, JobStatus.FAILED, JobStatus.CANCELLING}
+    ),
     JobStatus.CANCELLING: frozenset({JobStatus.CANCELLED}),
     JobStatus.SUCCEEDED: frozenset(),
     JobStatus.FAILED: frozenset(),

@@ -18,7 +18,7 @@ from sqlalchemy.orm import Session
 
 from core.config import get_settings
 from core.doorbell import enqueue_job
-from core.launch import planned_argv
+from core.launch import show_planned
 from core.models import Job, JobEvent, Metric, Sweep, SweepTrial, utcnow
 from core.states import JobStatus
 from core.sweep_spec import SweepSpec, TrialState, trial_spec
@@ -123,7 +123,7 @@ def _trial_job(session: Session, sweep: Sweep, number: int, spec: JobSpec, writt
     )
     session.add(job)
     session.flush()  # gives the job its id, which the argv names, as a submission's does
-    plan.argv = planned_argv(plan, get_settings(), job.id)
+    show_planned(plan, spec, get_settings(), job.id)
     job.plan = plan.public()
     message = f"trial {number} of sweep {sweep.id} ({sweep.name})"
     session.add(JobEvent(job_id=job.id, to_status=JobStatus.QUEUED, reason="submitted", message=message))

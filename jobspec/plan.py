@@ -48,6 +48,7 @@ class Plan(BaseModel):
     lr: float  # after the lr scaling rule
     max_steps: int | None = None  # train.max_tokens as optimizer steps; the trainer runs that many
     argv: list[str] = Field(default_factory=list)
+    batch_script: str | None = None  # with TRAINYARD_EXECUTOR=slurm: the sbatch script (core/slurm_script.py)
     warnings: list[str] = Field(default_factory=list)  # runs as asked, but likely not as hoped
     # A dry run plans a spec no registered host can run (as the cluster would run it) and says why here.
     runnable: bool = True

@@ -6,10 +6,11 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from app.schemas import GpuPublic, HostGpus, HostsPublic, as_utc
-from core.config import Settings
+from core.config import Executor, Settings
 from core.hosts import freshest_per_host, gpu_indices, heartbeat_cutoff, live_hosts
 from core.models import GpuLease, Worker
 from jobspec.cluster import Inventory
+from jobspec.plan import NO_HOSTS
 
 
 def list_host_gpus(session: Session, settings: Settings) -> HostsPublic:
@@ -35,7 +36,10 @@ def list_host_gpus(session: Session, settings: Settings) -> HostsPublic:
 def read_inventory(session: Session, settings: Settings) -> Inventory:
     """GPU ids per live host, for the planner to judge a spec against. While no host is live (workers
     restarting) the last report of each stands in, so a submission is judged against the cluster as last
-    seen rather than refused outright."""
+    seen rather than refused outright. With Slurm deciding, there is no inventory to judge against: a spec
+    that no node can run waits with Slurm's reason."""
+    if settings.executor is Executor.SLURM:
+        return NO_HOSTS
     reports = session.execute(select(Worker.host, Worker.gpus, Worker.heartbeat_at)).all()
     cutoff = heartbeat_cutoff(settings)
     live = [report for report in reports if as_utc(report.heartbeat_at) > cutoff]

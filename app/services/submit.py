@@ -26,7 +26,7 @@ from app.services.shown import shown_plan
 from app.services.stored_spec import revalidated, same_spec, stored_form
 from core.config import Settings
 from core.doorbell import enqueue_job
-from core.launch import planned_argv
+from core.launch import show_planned
 from core.models import ApiKey, Checkpoint, Job, JobEvent
 from core.states import JobStatus
 from jobspec.cluster import Inventory, cluster_problems
@@ -129,7 +129,7 @@ def dry_run(session: Session, settings: Settings, spec: JobSpec, caller: Caller)
     if unrunnable:
         plan.runnable = False
         plan.not_runnable_because = [_reason(problem) for problem in unrunnable]
-    plan.argv = planned_argv(plan, settings, DRY_RUN_ID)
+    show_planned(plan, spec, settings, DRY_RUN_ID)
     return Plan.model_validate(shown_plan(plan.public(), settings))
 
 
@@ -187,7 +187,7 @@ def submit_job(
     try:
         session.add(job)
         session.flush()  # gives the job its id, which the event and the argv name
-        plan.argv = planned_argv(plan, settings, job.id)
+        show_planned(plan, spec, settings, job.id)
         job.plan = plan.public()
         session.add(JobEvent(job_id=job.id, to_status=JobStatus.QUEUED, reason="submitted", message=message))
         session.commit()

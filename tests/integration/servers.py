@@ -245,6 +245,10 @@ class Stack:
         one its own settings (TRAINYARD_HOSTNAME: a host identity of its own)."""
         registered = self.sql("SELECT count(*) FROM workers")
         self._spawn(name, [sys.executable, "-m", "worker"], env)
+        if {**self.env, **env}.get("TRAINYARD_EXECUTOR") == "slurm":
+            # It registers no host (Slurm has the nodes): Celery's own line says it takes doorbells.
+            wait_for(lambda: " ready." in self.log(name), 90, name)
+            return
         # A worker announces itself (and its GPUs, none here) in the workers table with its first heartbeat.
         wait_for(lambda: self.sql("SELECT count(*) FROM workers") > registered, 90, name)
 

@@ -80,6 +80,8 @@ def test_argv_is_exact() -> None:
         "--standalone",
         "--nnodes",
         "1",
+        "--local-addr",
+        "127.0.0.1",
         "--nproc-per-node",
         "2",
         "--max-restarts",

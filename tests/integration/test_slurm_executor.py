@@ -1,0 +1,154 @@
+"""Trainyard on a real Slurm cluster (deploy/slurm_cluster.py: munged, slurmctld, two slurmd nodes in
+network namespaces of their own): jobs submitted through the API run as Slurm jobs, one torchrun per node,
+and end as they do locally — done, cancelled, out of time, requeued after a node failure, sandboxed."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from deploy.slurm_cluster import SlurmCluster
+from tests.integration.jobs import example_spec, job_processes, metric_values, submit, wait_status
+from tests.integration.servers import Stack
+from tests.integration.test_faults_restart import LOSS_RTOL, wait_step
+from tests.integration.test_program_e2e import push
+from tests.integration.test_user_code_lifecycle import PACED, factories
+from tests.integration.trainer_helpers import train
+
+TWO_NODES = example_spec("digits_ddp_cpu.json", parallel={"nproc_per_node": 1, "nnodes": 2})
+# Long enough to be caught running: checkpoints every 20 steps, a few hundred steps in all.
+LONG = example_spec(
+    "digits_ddp_cpu.json",
+    model={"kwargs": {"hidden": 512, "depth": 3}},
+    train={"epochs": 40},
+    parallel={"nproc_per_node": 1, "nnodes": 2},
+    checkpoint={"every_n_epochs": 0, "every_n_steps": 20, "keep_last": 2},
+)
+
+
+@pytest.fixture(scope="module")
+def slurm_stack(
+    slurm_cluster: SlurmCluster,
+    tmp_path_factory: pytest.TempPathFactory,
+    stopping: list[subprocess.Popen[bytes]],
+) -> Iterator[Stack]:
+    """API and a worker in Slurm mode on the embedded database; the runs directory is the cluster's shared
+    filesystem (one machine)."""
+    stack = Stack.embedded(
+        tmp_path_factory.mktemp("slurm-stack"),
+        api_env={"TRAINYARD_EXECUTOR": "slurm"},
+        TRAINYARD_EXECUTOR="slurm",
+        TRAINYARD_SLURM_POLL_S="0.5",
+        **slurm_cluster.env,
+    )
+    yield stack
+    stopping += stack.terminate()
+
+
+def runs_dir(stack: Stack) -> Path:
+    return Path(stack.env["TRAINYARD_RUNS_DIR"])
+
+
+def slurm_state(cluster: SlurmCluster, slurm_id: int) -> str:
+    shown = cluster.run(["scontrol", "--oneliner", "show", "job", str(slurm_id)])
+    return shown.split("JobState=", 1)[1].split()[0]
+
+
+def test_a_two_node_job_trains_as_two_local_ranks_do(slurm_stack: Stack, tmp_path: Path) -> None:
+    with slurm_stack.client() as client:
+        dry = client.post("/v1/jobs", json=TWO_NODES, params={"dry_run": "true"}).json()
+        job = submit(client, TWO_NODES)
+        assert "#SBATCH --nodes=2" in job["plan"]["batch_script"], job["plan"]
+        done = wait_status(client, job["id"], {"succeeded"}, timeout=240)
+        curve = metric_values(client, job["id"], "train_loss")
+    assert "#SBATCH --nodes=2" in dry["plan"]["batch_script"], dry
+    assert done["slurm_job_id"] is not None and done["attempt"] == 1, done
+    local = train(tmp_path / "local", {**TWO_NODES, "parallel": {"strategy": "ddp", "nproc_per_node": 2}}, 2)
+    expected = local.metric("train_loss")
+    assert [step for step, _ in curve] == [step for step, _ in expected]
+    for (step, value), (_, want) in zip(curve, expected, strict=True):
+        assert value == pytest.approx(want, rel=LOSS_RTOL), step
+
+
+def test_cancel_stops_every_process_on_both_nodes(slurm_stack: Stack, slurm_cluster: SlurmCluster) -> None:
+    with slurm_stack.client() as client:
+        job = submit(client, LONG)
+        wait_step(slurm_stack, job["id"], 10)
+        client.post(f"/v1/jobs/{job['id']}/cancel")
+        done = wait_status(client, job["id"], {"cancelled"}, timeout=120)
+    # Its ranks stopped on the SIGTERM (their final checkpoint), so Slurm records how they exited.
+    assert slurm_state(slurm_cluster, done["slurm_job_id"]) in ("FAILED", "CANCELLED")
+    assert not job_processes(runs_dir(slurm_stack), job["id"])
+
+
+def test_max_runtime_ends_timed_out_after_a_final_checkpoint(slurm_stack: Stack) -> None:
+    spec = {**LONG, "checkpoint": {"every_n_epochs": 0, "keep_last": 2}, "limits": {"max_runtime_s": 8}}
+    with slurm_stack.client() as client:
+        job = wait_status(client, submit(client, spec)["id"], {"timed_out"}, timeout=180)
+        checkpoints = client.get(f"/v1/jobs/{job['id']}/checkpoints").json()["data"]
+    assert job["status_reason"] == "max_runtime", job
+    # None was due by the spec: the one there was written on the SIGTERM.
+    assert len(checkpoints) == 1 and checkpoints[0]["step"] > 0, checkpoints
+    assert not job_processes(runs_dir(slurm_stack), job["id"])
+
+
+def test_a_failed_node_requeues_the_job_which_resumes_from_its_checkpoint(
+    slurm_stack: Stack, slurm_cluster: SlurmCluster
+) -> None:
+    with slurm_stack.client() as client:
+        job = submit(client, LONG)
+        wait_step(slurm_stack, job["id"], 45)  # two checkpoints stored
+        slurm_cluster.node_down(slurm_cluster.node_names[1])
+        requeued = wait_status(client, job["id"], {"queued"}, timeout=120)
+        slurm_cluster.node_up(slurm_cluster.node_names[1])
+        done = wait_status(client, job["id"], {"succeeded"}, timeout=300)
+        events = client.get(f"/v1/jobs/{job['id']}/events").json()["data"]
+        steps = [step for step, _ in metric_values(client, job["id"], "train_loss")]
+    assert requeued["status_reason"] == "slurm_requeued", requeued
+    assert done["attempt"] == 2, done
+    resumed = [e for e in events if e["reason"] == "checkpoint_skipped" or "resum" in (e["message"] or "")]
+    assert steps == sorted(set(steps)), "a step reported twice: the second attempt started over"
+    assert resumed or done["progress"]["step"] > 0, events
+
+
+def test_a_bundle_job_runs_sandboxed_on_a_node(slurm_stack: Stack) -> None:
+    code = push(slurm_stack, PACED)
+    spec: dict[str, Any] = {**factories(code, 0.0), "parallel": {"strategy": "ddp", "nproc_per_node": 1}}
+    with slurm_stack.client() as client:
+        job = wait_status(client, submit(client, spec)["id"], {"succeeded"}, timeout=240)
+    launcher = (runs_dir(slurm_stack) / str(job["id"]) / "logs" / "launcher.log").read_text()
+    header = next(line for line in launcher.splitlines() if line.startswith("=== attempt 1 node 0: "))
+    argv = header.split(": ", 1)[1].split()
+    assert "bwrap" in argv and "--unshare-pid" in argv and any(a.startswith("--reuid=") for a in argv), header
+
+
+def test_more_nodes_than_the_cluster_has_waits_with_slurm_reason(
+    slurm_stack: Stack, slurm_cluster: SlurmCluster
+) -> None:
+    spec = {
+        **TWO_NODES,
+        "parallel": {"nproc_per_node": 1, "nnodes": 3, "strategy": "ddp"},
+        "train": {**TWO_NODES["train"], "batch_size": 63},
+    }
+    with slurm_stack.client() as client:
+        job = submit(client, spec)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            queue = client.get("/v1/queue").json()["data"]
+            entry = next((e for e in queue if e["job_id"] == job["id"]), None)
+            if (
+                entry is not None
+                and entry["status_reason"] == "slurm_pending"
+                and "is pending: " in entry["reason"]
+            ):
+                break
+            time.sleep(0.2)
+        else:
+            raise AssertionError(f"no Slurm reason in the queue: {queue}")
+        client.post(f"/v1/jobs/{job['id']}/cancel")
+        assert wait_status(client, job["id"], {"cancelled"}, timeout=30)

@@ -1,0 +1,335 @@
+"""The Slurm executor's one thread in the worker on the login node: each tick it submits the queued jobs
+Slurm has not seen, reads every job's Slurm state in one `scontrol` call, and moves each Trainyard job to
+match, tailing the events of those that run through the same readers as a local supervisor.
+
+Nothing here places a job or orders the queue: Slurm does (its priority, fair share and preemption)."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+
+from sqlalchemy import Row, select, update
+from sqlalchemy.exc import SQLAlchemyError
+
+from core.config import get_settings
+from core.db import session_scope
+from core.models import Job, utcnow
+from core.slurm_script import BATCH_LOG, slurm_folder
+from core.states import TERMINAL, JobStatus
+from core.transitions import move, move_from_any
+from jobspec.spec import JobSpec
+from worker.deadline import look
+from worker.metric_caps import MetricCounts
+from worker.pruning import TrialPruning
+from worker.runner import _catch_up
+from worker.slurm import commands, outcomes
+from worker.slurm.commands import SlurmError, SlurmJob
+from worker.slurm.handover import (
+    SLURM_PENDING,
+    begin_attempt,
+    pending_message,
+    submit_queued,
+    write_for_nodes,
+)
+from worker.supervise import CANCELLED, Outcome, finish, restarts_used
+from worker.tail import EventTail, apply_events
+from worker.uploads import Uploads
+
+log = logging.getLogger(__name__)
+
+FOLLOWED = (JobStatus.QUEUED, JobStatus.STARTING, JobStatus.RUNNING, JobStatus.CANCELLING)
+
+
+@dataclass
+class Followed:
+    """An attempt Slurm runs, as the worker follows it (worker/deadline.py's Attempt)."""
+
+    job_id: int
+    slurm_id: int
+    attempt: int
+    restarts: int  # Slurm's restart count this attempt runs as
+    run_dir: Path
+    tail: EventTail
+    uploads: Uploads
+    started_at: datetime | None
+    max_runtime_s: int | None
+    max_restarts: int
+    pruning: TrialPruning | None
+    counts: MetricCounts = field(default_factory=MetricCounts.from_settings)
+    stopping: Outcome | None = None  # asked to stop (cancel, time limit, pruned): how it then ends
+    stop_sent: float = 0.0  # monotonic time of the SIGTERM
+    killed: bool = False
+
+
+class Follower(threading.Thread):
+    def __init__(self, stop: threading.Event) -> None:
+        super().__init__(name="slurm-follower", daemon=True)
+        self.stop = stop
+        self.wake = threading.Event()  # a doorbell: a job was queued
+        self.settings = get_settings()
+        self.followed: dict[int, Followed] = {}
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            try:
+                self.tick()
+            except (SlurmError, SQLAlchemyError):
+                log.exception("slurm: this look failed; the next one tries again")
+            self.wake.wait(self.settings.slurm_poll_s)
+            self.wake.clear()
+        for followed in self.followed.values():  # the jobs run on in Slurm; a new worker follows them again
+            followed.uploads.close()
+
+    def tick(self) -> None:
+        submit_queued(self.settings)
+        slurm = commands.show_jobs()
+        with session_scope() as session:
+            rows = session.execute(
+                select(
+                    Job.id,
+                    Job.status,
+                    Job.slurm_job_id,
+                    Job.attempt,
+                    Job.slurm_restarts,
+                    Job.spec,
+                    Job.started_at,
+                ).where(Job.slurm_job_id.is_not(None), Job.status.in_(FOLLOWED))
+            ).all()
+        for row in rows:
+            self._follow(row, slurm.get(row.slurm_job_id))
+        self._cancel_strays(slurm)
+        if self.followed:
+            with session_scope() as session:
+                session.execute(update(Job).where(Job.id.in_(self.followed)).values(heartbeat_at=utcnow()))
+
+    def _follow(self, row: Row, slurm: SlurmJob | None) -> None:
+        if row.status == JobStatus.QUEUED:
+            if slurm is None:
+                self._lost(row.id, row.slurm_job_id)
+            elif slurm.state in outcomes.WAITING:
+                self._waiting(row.id, slurm)
+            else:
+                self._start(row, slurm)
+            return
+        followed = self.followed.get(row.id) or self._follow_again(row)
+        self._pump(followed)
+        if slurm is None:
+            self._end(
+                followed, Outcome(JobStatus.FAILED, "slurm_lost", f"Slurm job {followed.slurm_id} is gone")
+            )
+        elif slurm.restarts > followed.restarts or slurm.state in outcomes.WAITING:
+            self._requeued(followed, slurm)
+        elif slurm.state in outcomes.ENDED:
+            ended = outcomes.ended(
+                slurm, followed.run_dir, slurm_folder(self.settings.runs_dir, row.id) / BATCH_LOG
+            )
+            self._end(followed, followed.stopping or ended)
+        else:
+            self._watch(followed)
+
+    def _waiting(self, job_id: int, slurm: SlurmJob) -> None:
+        """Slurm's reason (Resources, Priority, QOS...) as the queue's reason, written when it changes."""
+        message = pending_message(slurm)
+        with session_scope() as session:
+            session.execute(
+                update(Job)
+                .where(Job.id == job_id, Job.status == JobStatus.QUEUED, Job.message != message)
+                .values(status_reason=SLURM_PENDING, message=message)
+            )
+
+    def _start(self, row: Row, slurm: SlurmJob) -> None:
+        attempt = begin_attempt(row.id, slurm)
+        if attempt is None:
+            return
+        try:
+            started = write_for_nodes(row.id, attempt, slurm.restarts, self.settings)
+        except Exception as exc:  # its bundle, its checkpoint: nothing the nodes could run
+            log.exception("job %s: could not start attempt %s", row.id, attempt)
+            commands.cancel(slurm.job_id)
+            finish(row.id, attempt, Outcome(JobStatus.FAILED, "launch_error", str(exc)))
+            return
+        self.followed[row.id] = self._followed(row, slurm.job_id, attempt, slurm.restarts, started.run_dir)
+        log.info("job %s: attempt %s runs as Slurm job %s", row.id, attempt, slurm.job_id)
+
+    def _followed(self, row: Row, slurm_id: int, attempt: int, restarts: int, run_dir: Path) -> Followed:
+        uploads = Uploads(row.id, run_dir, launcher_log=True).__enter__()
+        limits = JobSpec.model_validate(row.spec).limits
+        with session_scope() as session:
+            started_at = session.scalar(select(Job.started_at).where(Job.id == row.id))
+        return Followed(
+            job_id=row.id,
+            slurm_id=slurm_id,
+            attempt=attempt,
+            restarts=restarts,
+            run_dir=run_dir,
+            tail=_catch_up(row.id, run_dir, uploads, self.settings),
+            uploads=uploads,
+            started_at=started_at,
+            max_runtime_s=limits.max_runtime_s,
+            max_restarts=limits.max_restarts,
+            pruning=TrialPruning.for_job(row.id),
+        )
+
+    def _follow_again(self, row: Row) -> Followed:
+        """A job this worker did not start (it restarted): follow it from where its events are."""
+        run_dir = self.settings.runs_dir / str(row.id)
+        followed = self._followed(row, row.slurm_job_id, row.attempt, row.slurm_restarts or 0, run_dir)
+        self.followed[row.id] = followed
+        return followed
+
+    def _pump(self, followed: Followed, *, drain: bool = False) -> None:
+        tail = followed.tail
+        start = tail.offset
+        events = tail.drain() if drain else tail.read()
+        if not events:
+            return
+        try:
+            with session_scope() as session:
+                apply_events(session, followed.job_id, events, followed.uploads, followed.counts)
+        except SQLAlchemyError:
+            tail.offset = start
+            followed.counts.forget()
+            raise
+
+    def _watch(self, followed: Followed) -> None:
+        """A running attempt: cancel, pruning and the runtime limit ask its ranks to stop (SIGTERM, and
+        their final checkpoint); past cancel_grace_s, Slurm kills what is left."""
+        if followed.stopping is not None:
+            if not followed.killed and time.monotonic() - followed.stop_sent > self.settings.cancel_grace_s:
+                commands.cancel(followed.slurm_id)
+                followed.killed = True
+            return
+        seen = look(followed)
+        if seen is None:
+            return
+        if seen.status is JobStatus.CANCELLING:
+            self._ask_to_stop(followed, CANCELLED)
+        elif followed.pruning is not None and (why := followed.pruning.verdict()) is not None:
+            self._ask_to_stop(followed, Outcome(JobStatus.PRUNED, "pruned", why))
+        elif seen.deadline is not None and utcnow() >= seen.deadline:
+            limit = f"ran past limits.max_runtime_s={followed.max_runtime_s}"
+            self._ask_to_stop(followed, Outcome(JobStatus.TIMED_OUT, "max_runtime", limit))
+
+    def _ask_to_stop(self, followed: Followed, outcome: Outcome) -> None:
+        commands.signal_steps(followed.slurm_id, "TERM")
+        followed.stopping = outcome
+        followed.stop_sent = time.monotonic()
+        log.info("job %s: SIGTERM to Slurm job %s (%s)", followed.job_id, followed.slurm_id, outcome.reason)
+
+    def _settle(self, followed: Followed) -> None:
+        """The attempt's last events in SQL, its checkpoints among them, and its uploads closed."""
+        self._pump(followed, drain=True)
+        followed.uploads.close(self.settings.upload_drain_s)
+        self.followed.pop(followed.job_id, None)
+
+    def _requeued(self, followed: Followed, slurm: SlurmJob) -> None:
+        """Slurm put the job back in its queue (a node failed, a preemption): queued again, to resume from
+        its latest checkpoint when Slurm starts it."""
+        self._settle(followed)
+        why = f"Slurm requeued job {slurm.job_id} (restart {slurm.restarts}, {slurm.reason})"
+        with session_scope() as session:
+            if move(
+                session,
+                followed.job_id,
+                JobStatus.CANCELLING,
+                JobStatus.CANCELLED,
+                reason="cancelled",
+                message=CANCELLED.message,
+            ):
+                commands.cancel(slurm.job_id)
+                return
+            move_from_any(
+                session,
+                followed.job_id,
+                [JobStatus.STARTING, JobStatus.RUNNING],
+                JobStatus.QUEUED,
+                reason="slurm_requeued",
+                message=f"{why}; it resumes from its latest checkpoint when it starts again",
+            )
+
+    def _end(self, followed: Followed, outcome: Outcome) -> None:
+        self._settle(followed)
+        if outcome.retryable and self._restart(followed, outcome):
+            return
+        if finish(followed.job_id, followed.attempt, outcome):
+            log.info(
+                "job %s attempt %s: %s (%s)",
+                followed.job_id,
+                followed.attempt,
+                outcome.status,
+                outcome.reason,
+            )
+
+    def _restart(self, followed: Followed, outcome: Outcome) -> bool:
+        """running -> restarting -> queued, and Slurm runs the same script again (scontrol requeue), within
+        limits.max_restarts; False when none is left."""
+        with session_scope() as session:
+            used = restarts_used(session, followed.job_id)
+            if used >= followed.max_restarts:
+                return False
+            restart = f"restart {used + 1} of limits.max_restarts={followed.max_restarts}"
+            if not move(
+                session,
+                followed.job_id,
+                JobStatus.RUNNING,
+                JobStatus.RESTARTING,
+                reason=outcome.reason,
+                message=f"{restart} after: {outcome.message}",
+            ):
+                return False
+            commands.requeue(followed.slurm_id)
+            move(
+                session,
+                followed.job_id,
+                JobStatus.RESTARTING,
+                JobStatus.QUEUED,
+                reason="restart",
+                message=f"{restart}: Slurm runs it again, from the latest checkpoint",
+            )
+        return True
+
+    def _lost(self, job_id: int, slurm_id: int) -> None:
+        with session_scope() as session:
+            move(
+                session,
+                job_id,
+                JobStatus.QUEUED,
+                JobStatus.FAILED,
+                reason="slurm_lost",
+                message=f"Slurm no longer knows job {slurm_id}",
+            )
+
+    def _cancel_strays(self, slurm: dict[int, SlurmJob]) -> None:
+        """Slurm jobs still waiting or running whose Trainyard job has ended (cancelled while queued)."""
+        live = [job.job_id for job in slurm.values() if job.state not in outcomes.ENDED]
+        if not live:
+            return
+        with session_scope() as session:
+            strays = session.scalars(
+                select(Job.slurm_job_id).where(Job.slurm_job_id.in_(live), Job.status.in_(TERMINAL))
+            ).all()
+        for slurm_id in strays:
+            if slurm_id is not None:
+                commands.cancel(slurm_id)
+
+
+_follower: list[Follower] = []
+
+
+def follower(stop: threading.Event) -> Follower:
+    """The worker's one follower, started on first use."""
+    if not _follower:
+        _follower.append(Follower(stop))
+        _follower[0].start()
+    return _follower[0]
+
+
+def ring() -> None:
+    """A job was queued: look now rather than at the next tick."""
+    if _follower:
+        _follower[0].wake.set()

@@ -1,0 +1,58 @@
+"""What a Slurm job's state means for the Trainyard job: still waiting, running, or ended and how.
+
+The ranks write the same run directory as local ones, so an exit is classified as locally
+(worker/failure.py); Slurm's own ends (its time limit, a node lost, its memory limit) are named as such."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from core.states import JobStatus
+from jobspec.files import JobFileError, open_job_file
+from worker.slurm.attempts import NODE_ERROR
+from worker.slurm.commands import SlurmJob
+from worker.supervise import Outcome, exit_outcome
+
+# Slurm's states (squeue(1), "JOB STATE CODES") that wait for nodes, whether first or after a requeue.
+WAITING = frozenset({"PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESV_DEL_HOLD"})
+ENDED = frozenset(
+    {
+        *("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "BOOT_FAIL"),
+        *("DEADLINE", "OUT_OF_MEMORY", "SPECIAL_EXIT", "REVOKED"),
+    }
+)
+# The rest (RUNNING, CONFIGURING, COMPLETING, SUSPENDED, SIGNALING, STAGE_OUT, ...) hold nodes: running.
+BATCH_LOG_TAIL_BYTES = 64 * 1024
+
+
+def node_error(batch_log: Path) -> str | None:
+    """The last error a node's task (worker/slurm/node.py) wrote to the batch log, if any; the log lies in
+    the job's Slurm folder, which no rank can write, and is read with bounds all the same."""
+    try:
+        with open_job_file(batch_log.parent, batch_log.name, None) as opened:
+            opened.file.seek(max(0, opened.size - BATCH_LOG_TAIL_BYTES))
+            text = opened.file.read(BATCH_LOG_TAIL_BYTES).decode("utf-8", errors="replace")
+    except (JobFileError, OSError):
+        return None
+    errors = [line.split(NODE_ERROR, 1)[1] for line in text.splitlines() if NODE_ERROR in line]
+    return errors[-1] if errors else None
+
+
+def ended(job: SlurmJob, run_dir: Path, batch_log: Path) -> Outcome:
+    """How a job Slurm reports ended, ended."""
+    said = f"Slurm job {job.job_id} {job.state}"
+    if job.state == "TIMEOUT" or job.state == "DEADLINE":
+        return Outcome(JobStatus.TIMED_OUT, "max_runtime", f"{said}: it ran past Slurm's time limit")
+    if job.state == "CANCELLED":
+        return Outcome(JobStatus.CANCELLED, "cancelled", f"{said}: scancel, outside Trainyard")
+    if job.state in ("NODE_FAIL", "PREEMPTED", "BOOT_FAIL"):
+        return Outcome(JobStatus.FAILED, job.state.lower(), f"{said}, and was not requeued", retryable=True)
+    if job.state == "OUT_OF_MEMORY":
+        # As the kernel's OOM killer locally: a rank killed by a signal, which a restart may get past.
+        crash = exit_outcome(run_dir, -9)
+        return Outcome(JobStatus.FAILED, "out_of_memory", f"{said}: {crash.message}", retryable=True)
+    if job.exit_code == 0 and job.state == "COMPLETED":
+        return exit_outcome(run_dir, 0)
+    if (error := node_error(batch_log)) is not None:
+        return Outcome(JobStatus.FAILED, "launch_error", f"{said}: {error}")
+    return exit_outcome(run_dir, job.exit_code or 1)
