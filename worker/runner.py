@@ -114,7 +114,7 @@ def launch_or_finish(task: NodeTask, settings: Settings, uploads: Uploads) -> Ru
     return running
 
 
-def _catch_up(job_id: int, run_dir: Path, uploads: Uploads, settings: Settings) -> EventTail:
+def catch_up(job_id: int, run_dir: Path, uploads: Uploads, settings: Settings) -> EventTail:
     """Record what earlier attempts wrote after their worker died (their processes train on until the reaper
     stops them: checkpoints come and go), so the next attempt resumes from a checkpoint that still exists.
 
@@ -211,9 +211,7 @@ def launch(mark: JobMark, task: NodeTask, settings: Settings, uploads: Uploads) 
     if task.attempt == 1 and not node.launched:  # the attempt's own ranks have not written anything yet
         set_aside_stale(mark.run_dir, job.id)
     tail = (
-        _catch_up(job.id, mark.run_dir, uploads, settings)
-        if _tails_events(task.node_rank, settings)
-        else None
+        catch_up(job.id, mark.run_dir, uploads, settings) if _tails_events(task.node_rank, settings) else None
     )
     plan = leased_plan(job, node.gpu_ids, task.attempt, mark.run_dir)
     rendezvous = None

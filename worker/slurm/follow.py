@@ -21,13 +21,12 @@ from core.db import session_scope
 from core.models import Job, utcnow
 from core.slurm_script import BATCH_LOG, slurm_folder
 from core.states import TERMINAL, JobStatus
-from core.transitions import move, move_from_any
 from jobspec.spec import JobSpec
 from worker.deadline import look
 from worker.metric_caps import MetricCounts
 from worker.pruning import TrialPruning
-from worker.runner import _catch_up
-from worker.slurm import commands, outcomes
+from worker.runner import catch_up
+from worker.slurm import commands, endings, outcomes
 from worker.slurm.commands import SlurmError, SlurmJob
 from worker.slurm.handover import (
     SLURM_PENDING,
@@ -36,7 +35,7 @@ from worker.slurm.handover import (
     submit_queued,
     write_for_nodes,
 )
-from worker.supervise import CANCELLED, Outcome, finish, restarts_used
+from worker.supervise import CANCELLED, Outcome, finish
 from worker.tail import EventTail, apply_events
 from worker.uploads import Uploads
 
@@ -110,7 +109,7 @@ class Follower(threading.Thread):
     def _follow(self, row: Row, slurm: SlurmJob | None) -> None:
         if row.status == JobStatus.QUEUED:
             if slurm is None:
-                self._lost(row.id, row.slurm_job_id)
+                endings.lost(row.id, row.slurm_job_id)
             elif slurm.state in outcomes.WAITING:
                 self._waiting(row.id, slurm)
             else:
@@ -167,7 +166,7 @@ class Follower(threading.Thread):
             attempt=attempt,
             restarts=restarts,
             run_dir=run_dir,
-            tail=_catch_up(row.id, run_dir, uploads, self.settings),
+            tail=catch_up(row.id, run_dir, uploads, self.settings),
             uploads=uploads,
             started_at=started_at,
             max_runtime_s=limits.max_runtime_s,
@@ -228,33 +227,14 @@ class Follower(threading.Thread):
         self.followed.pop(followed.job_id, None)
 
     def _requeued(self, followed: Followed, slurm: SlurmJob) -> None:
-        """Slurm put the job back in its queue (a node failed, a preemption): queued again, to resume from
-        its latest checkpoint when Slurm starts it."""
         self._settle(followed)
-        why = f"Slurm requeued job {slurm.job_id} (restart {slurm.restarts}, {slurm.reason})"
-        with session_scope() as session:
-            if move(
-                session,
-                followed.job_id,
-                JobStatus.CANCELLING,
-                JobStatus.CANCELLED,
-                reason="cancelled",
-                message=CANCELLED.message,
-            ):
-                commands.cancel(slurm.job_id)
-                return
-            move_from_any(
-                session,
-                followed.job_id,
-                [JobStatus.STARTING, JobStatus.RUNNING],
-                JobStatus.QUEUED,
-                reason="slurm_requeued",
-                message=f"{why}; it resumes from its latest checkpoint when it starts again",
-            )
+        endings.requeued(followed.job_id, slurm)
 
     def _end(self, followed: Followed, outcome: Outcome) -> None:
         self._settle(followed)
-        if outcome.retryable and self._restart(followed, outcome):
+        if outcome.retryable and endings.restart(
+            followed.job_id, followed.slurm_id, followed.max_restarts, outcome
+        ):
             return
         if finish(followed.job_id, followed.attempt, outcome):
             log.info(
@@ -263,45 +243,6 @@ class Follower(threading.Thread):
                 followed.attempt,
                 outcome.status,
                 outcome.reason,
-            )
-
-    def _restart(self, followed: Followed, outcome: Outcome) -> bool:
-        """running -> restarting -> queued, and Slurm runs the same script again (scontrol requeue), within
-        limits.max_restarts; False when none is left."""
-        with session_scope() as session:
-            used = restarts_used(session, followed.job_id)
-            if used >= followed.max_restarts:
-                return False
-            restart = f"restart {used + 1} of limits.max_restarts={followed.max_restarts}"
-            if not move(
-                session,
-                followed.job_id,
-                JobStatus.RUNNING,
-                JobStatus.RESTARTING,
-                reason=outcome.reason,
-                message=f"{restart} after: {outcome.message}",
-            ):
-                return False
-            commands.requeue(followed.slurm_id)
-            move(
-                session,
-                followed.job_id,
-                JobStatus.RESTARTING,
-                JobStatus.QUEUED,
-                reason="restart",
-                message=f"{restart}: Slurm runs it again, from the latest checkpoint",
-            )
-        return True
-
-    def _lost(self, job_id: int, slurm_id: int) -> None:
-        with session_scope() as session:
-            move(
-                session,
-                job_id,
-                JobStatus.QUEUED,
-                JobStatus.FAILED,
-                reason="slurm_lost",
-                message=f"Slurm no longer knows job {slurm_id}",
             )
 
     def _cancel_strays(self, slurm: dict[int, SlurmJob]) -> None:

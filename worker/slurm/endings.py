@@ -1,0 +1,80 @@
+"""How a Slurm job's attempt ends in SQL when Slurm, not its ranks, decides: requeued by Slurm, restarted
+by Trainyard within limits.max_restarts, or forgotten by slurmctld."""
+
+from __future__ import annotations
+
+from core.db import session_scope
+from core.states import JobStatus
+from core.transitions import move, move_from_any
+from worker.slurm import commands
+from worker.slurm.commands import SlurmJob
+from worker.supervise import CANCELLED, Outcome, restarts_used
+
+REQUEUED_REASON = "slurm_requeued"
+
+
+def requeued(job_id: int, slurm: SlurmJob) -> None:
+    """Slurm put the job back in its queue (a node failed, a preemption): queued again, to resume from its
+    latest checkpoint when Slurm starts it; one being cancelled is cancelled instead."""
+    with session_scope() as session:
+        if move(
+            session,
+            job_id,
+            JobStatus.CANCELLING,
+            JobStatus.CANCELLED,
+            reason=CANCELLED.reason,
+            message=CANCELLED.message,
+        ):
+            commands.cancel(slurm.job_id)
+            return
+        why = f"Slurm requeued job {slurm.job_id} (restart {slurm.restarts}, {slurm.reason})"
+        move_from_any(
+            session,
+            job_id,
+            [JobStatus.STARTING, JobStatus.RUNNING],
+            JobStatus.QUEUED,
+            reason=REQUEUED_REASON,
+            message=f"{why}; it resumes from its latest checkpoint when it starts again",
+        )
+
+
+def restart(job_id: int, slurm_id: int, max_restarts: int, outcome: Outcome) -> bool:
+    """running -> restarting -> queued, and Slurm runs the same script again (scontrol requeue), within
+    limits.max_restarts; False when none is left."""
+    with session_scope() as session:
+        used = restarts_used(session, job_id)
+        if used >= max_restarts:
+            return False
+        restart = f"restart {used + 1} of limits.max_restarts={max_restarts}"
+        if not move(
+            session,
+            job_id,
+            JobStatus.RUNNING,
+            JobStatus.RESTARTING,
+            reason=outcome.reason,
+            message=f"{restart} after: {outcome.message}",
+        ):
+            return False
+        commands.requeue(slurm_id)
+        move(
+            session,
+            job_id,
+            JobStatus.RESTARTING,
+            JobStatus.QUEUED,
+            reason="restart",
+            message=f"{restart}: Slurm runs it again, from the latest checkpoint",
+        )
+    return True
+
+
+def lost(job_id: int, slurm_id: int) -> None:
+    """A queued job slurmctld no longer holds (its state was lost): it cannot start."""
+    with session_scope() as session:
+        move(
+            session,
+            job_id,
+            JobStatus.QUEUED,
+            JobStatus.FAILED,
+            reason="slurm_lost",
+            message=f"Slurm no longer knows job {slurm_id}",
+        )
