@@ -8,6 +8,13 @@ export TRAINYARD_HOST ?= $(HOST)
 export TRAINYARD_PORT ?= $(PORT)
 # The API logs no line per request.
 export TRAINYARD_LOG_LEVEL ?= warning
+# Who runs the jobs: local (this machine's worker) or slurm (`make run EXECUTOR=slurm` beside `make slurm`,
+# or any cluster SLURM_CONF names; docs/slurm.md).
+EXECUTOR ?= local
+export TRAINYARD_EXECUTOR ?= $(EXECUTOR)
+ifeq ($(EXECUTOR),slurm)
+export SLURM_CONF ?= $(CURDIR)/var/slurm/slurm.conf
+endif
 
 .PHONY: install install-test migrate run worker api test test-unit test-integration lint sandbox servers slurm gpu-wheels compose-check
 
@@ -38,7 +45,7 @@ migrate: install
 # other one when either exits on its own. The API prints its address and auth mode (app/serve.py); its
 # connection limits are TRAINYARD_* settings (docs/operations.md, "Configuration").
 run: migrate sandbox
-	@echo "make run: the API and a worker; Ctrl-C stops both. The CLI is $(VENV)/bin/trainyard (or run"
+	@echo "make run: the API and a worker ($(EXECUTOR) executor); Ctrl-C stops both. The CLI is $(VENV)/bin/trainyard (or run"
 	@echo "  \`source $(VENV)/bin/activate\` once); from this checkout it finds the API by itself (var/api-url)."
 	@trap 'kill -TERM $$api $$wrk 2>/dev/null; wait' INT TERM EXIT; \
 	$(PY) -m worker & wrk=$$!; \

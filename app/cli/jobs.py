@@ -144,6 +144,8 @@ def status(client: TrainyardClient, job_id: int, follow: bool) -> None:
     # A program job's script picks its own batch: the plan has none to show.
     batch = "" if job.spec.get("program") else f", per-rank batch {plan.get('per_rank_batch')}"
     console.print(f"  plan:     {plan.get('strategy')} on {devices(job)}, {plan.get('precision')}{batch}")
+    if job.slurm_job_id is not None:
+        console.print(f"  slurm:    job {job.slurm_job_id}{f' on {job.host}' if job.host else ''}")
     if job.spec.get("code"):
         console.print(f"  code:     {job.spec['code']}")
     if program := job.spec.get("program"):

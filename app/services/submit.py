@@ -24,7 +24,7 @@ from app.services.mlflow_exporter import check_tracking
 from app.services.quotas import check_quota
 from app.services.shown import shown_plan
 from app.services.stored_spec import revalidated, same_spec, stored_form
-from core.config import Settings
+from core.config import Executor, Settings
 from core.doorbell import enqueue_job
 from core.launch import show_planned
 from core.models import ApiKey, Checkpoint, Job, JobEvent
@@ -78,6 +78,19 @@ def check_environment(settings: Settings, name: str | None) -> None:
         )
 
 
+def check_executor(settings: Settings, spec: JobSpec) -> None:
+    """With Slurm deciding, a spec cannot pin what Slurm allocates."""
+    if settings.executor is not Executor.SLURM:
+        return
+    pinned = [name for name in ("host", "gpus") if getattr(spec.parallel, name)]
+    for name in pinned[:1]:
+        raise InvalidSpec(
+            f"parallel.{name}",
+            "Slurm chooses the nodes and GPUs of every job here (TRAINYARD_EXECUTOR=slurm); leave it out and "
+            "ask for a count: parallel.nnodes, parallel.num_gpus",
+        )
+
+
 def _check_files(settings: Settings, spec: JobSpec) -> None:
     """What the spec names under the data directory, as the disk holds it now. A program reads its data
     itself, from its bundle or the run directory."""
@@ -103,6 +116,7 @@ def _plan(
     check_factories(session, settings, spec, caller)
     check_priority(settings, spec.priority, caller)
     check_environment(settings, spec.environment)
+    check_executor(settings, spec)
     check_tracking(settings, spec)
     if check_files:
         _check_files(settings, spec)

@@ -95,6 +95,7 @@ function facts(job) {
     ["strategy", `${plan.strategy || "?"} · ${devicesText(job)}`],
     ["precision", plan.precision],
     ["host", job.host || "not placed yet"],
+    ["Slurm job", job.slurm_job_id != null ? String(job.slurm_job_id) : ""],
     ["made from", job.parent_id ? h("span", {}, "job ", jobLink(job.parent_id)) : ""],
     ["sweep", job.sweep_id != null ? sweepLink(job.sweep_id, `trial ${job.trial} of sweep ${job.sweep_id}`) : ""],
     ["priority", String(job.priority)],
