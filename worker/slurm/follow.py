@@ -25,6 +25,7 @@ from jobspec.spec import JobSpec
 from worker.deadline import look
 from worker.metric_caps import MetricCounts
 from worker.pruning import TrialPruning
+from worker.reaper import ReapReport, fail_pending_timeouts
 from worker.runner import catch_up
 from worker.slurm import commands, endings, outcomes
 from worker.slurm.commands import SlurmError, SlurmJob
@@ -72,6 +73,7 @@ class Follower(threading.Thread):
         self.wake = threading.Event()  # a doorbell: a job was queued
         self.settings = get_settings()
         self.followed: dict[int, Followed] = {}
+        self.pending_checked = 0.0
 
     def run(self) -> None:
         while not self.stop.is_set():
@@ -85,6 +87,12 @@ class Follower(threading.Thread):
             followed.uploads.close()
 
     def tick(self) -> None:
+        now = time.monotonic()
+        if now - self.pending_checked >= self.settings.heartbeat_s:
+            # limits.max_pending_s, at the local reaper's pace; the Slurm job of a job failed so is cancelled
+            # below with the other strays.
+            fail_pending_timeouts(utcnow(), ReapReport())
+            self.pending_checked = now
         submit_queued(self.settings)
         slurm = commands.show_jobs()
         with session_scope() as session:

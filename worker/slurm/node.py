@@ -52,6 +52,13 @@ def allocated_gpus(env: dict[str, str]) -> list[int]:
     return [int(gpu) for gpu in visible.split(",") if gpu.strip().isdigit()]
 
 
+def allocated_cpus(env: dict[str, str]) -> int | None:
+    """The cores Slurm gave this node's task (--cpus-per-task), which its ranks share: the node may have
+    many more, taken by other jobs. None outside an allocation that names them."""
+    cpus = env.get("SLURM_CPUS_PER_TASK", "")
+    return int(cpus) if cpus.isdigit() else None
+
+
 def node_command(job_id: int, attempt: NodeAttempt, settings: Settings, env: dict[str, str]) -> Launch:
     """This node's torchrun for the attempt, confined when the attempt is sandboxed (the sandbox started
     once, empty, so that a node that cannot sandbox says so)."""
@@ -76,6 +83,7 @@ def node_command(job_id: int, attempt: NodeAttempt, settings: Settings, env: dic
         if config.spec.environment
         else sys.executable,
         worker_env=env,
+        cpu_count=allocated_cpus(env),
         rendezvous=rendezvous(job_id, config.attempt, settings, env),
         compile_cache=None if attempt.sandboxed else settings.compile_cache_dir,
     )
