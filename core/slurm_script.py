@@ -47,6 +47,13 @@ def time_limit(max_runtime_s: int, settings: Settings) -> str:
     return f"{minutes // 60}:{minutes % 60:02d}:00"
 
 
+def sbatch_quoted(value: str) -> str:
+    """A value of an #SBATCH line as sbatch reads it: it splits the line at spaces outside double quotes and
+    takes an unquoted '#' for a comment, so a runs directory with either would lose its batch log."""
+    escaped = value.replace("\\", "\\\\").replace('"', '\\"')
+    return f'"{escaped}"'
+
+
 def cpus_per_task(plan: Plan, settings: Settings) -> int:
     return plan.num_gpus * settings.slurm_cpus_per_gpu if plan.num_gpus else max(1, plan.cpu_cores)
 
@@ -62,7 +69,7 @@ def sbatch_options(plan: Plan, spec: JobSpec, job_id: int | str, settings: Setti
         # A node failure or a preemption puts the job back in Slurm's queue; it resumes from its checkpoint.
         "--requeue",
         f"--nice={nice(spec.priority)}",
-        f"--output={slurm_folder(settings.runs_dir, job_id) / BATCH_LOG}",
+        f"--output={sbatch_quoted(str(slurm_folder(settings.runs_dir, job_id) / BATCH_LOG))}",
         "--open-mode=append",
     ]
     if plan.num_gpus:
@@ -82,6 +89,13 @@ def batch_script(
     python: str,
     project: Path = PROJECT_ROOT,
 ) -> str:
+    # One task per node, its cores said again (since Slurm 22.05 srun no longer takes --cpus-per-task from
+    # the allocation, and would bind each task to one core); a node that fails takes the step down with it,
+    # so the job ends and Slurm's state says how.
+    srun = [
+        *("srun", "--ntasks-per-node=1", f"--cpus-per-task={cpus_per_task(plan, settings)}"),
+        "--kill-on-bad-exit=1",
+    ]
     node = [python, "-m", "worker.slurm.node", "--job", str(job_id)]
     return "\n".join(
         [
@@ -89,9 +103,7 @@ def batch_script(
             *(f"#SBATCH {option}" for option in sbatch_options(plan, spec, job_id, settings)),
             "set -eu",
             f"cd {shlex.quote(str(project))}",
-            # One task per node; a node that fails takes the step down with it, so the job ends and Slurm's
-            # state says how.
-            f"exec srun --ntasks-per-node=1 --kill-on-bad-exit=1 {shlex.join(node)}",
+            f"exec {shlex.join([*srun, *node])}",
             "",
         ]
     )
