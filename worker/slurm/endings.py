@@ -11,6 +11,7 @@ from worker.slurm.commands import SlurmJob
 from worker.supervise import CANCELLED, Outcome, restarts_used
 
 REQUEUED_REASON = "slurm_requeued"
+RESTART_REASON = "restart"
 
 
 def requeued(job_id: int, slurm: SlurmJob) -> None:
@@ -61,7 +62,7 @@ def restart(job_id: int, slurm_id: int, max_restarts: int, outcome: Outcome) -> 
             job_id,
             JobStatus.RESTARTING,
             JobStatus.QUEUED,
-            reason="restart",
+            reason=RESTART_REASON,
             message=f"{restart}: Slurm runs it again, from the latest checkpoint",
         )
     return True

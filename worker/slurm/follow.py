@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
-from sqlalchemy import Row, select, update
+from sqlalchemy import Row, case, select, update
 from sqlalchemy.exc import SQLAlchemyError
 
 from core.config import get_settings
@@ -140,13 +140,16 @@ class Follower(threading.Thread):
             self._watch(followed)
 
     def _waiting(self, job_id: int, slurm: SlurmJob) -> None:
-        """Slurm's reason (Resources, Priority, QOS...) as the queue's reason, written when it changes."""
+        """Slurm's reason (Resources, Priority, QOS...) as the queue's message, written when it changes; a
+        job Slurm or Trainyard requeued keeps that as its reason."""
         message = pending_message(slurm)
+        requeued = Job.status_reason.in_([endings.REQUEUED_REASON, endings.RESTART_REASON])
+        reason = case((requeued, Job.status_reason), else_=SLURM_PENDING)
         with session_scope() as session:
             session.execute(
                 update(Job)
                 .where(Job.id == job_id, Job.status == JobStatus.QUEUED, Job.message != message)
-                .values(status_reason=SLURM_PENDING, message=message)
+                .values(status_reason=reason, message=message)
             )
 
     def _start(self, row: Row, slurm: SlurmJob) -> None:
