@@ -12,8 +12,11 @@ from pydantic import BaseModel
 
 from jobspec.plan import RunConfig
 
-# How a node task's own errors (worker/slurm/node.py) start in the batch log, for the worker to quote.
-NODE_ERROR = "trainyard-node: "
+
+def node_error_mark(restarts: int) -> str:
+    """How a node task's own error (worker/slurm/node.py) starts in the batch log, for the worker to quote:
+    the log runs on across Slurm's restarts, and only the ended attempt's errors speak of its end."""
+    return f"trainyard-node (restart {restarts}): "
 
 
 class NodeAttempt(BaseModel):

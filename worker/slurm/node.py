@@ -20,7 +20,7 @@ from core.slurm_script import slurm_folder
 from jobspec.events import LAUNCHER_LOG, LOG_DIR
 from worker.rundir import append_no_follow
 from worker.sandbox import check_starts, close_sandbox, job_bundle, sandbox_for
-from worker.slurm.attempts import NODE_ERROR, NodeAttempt, wait_for_attempt
+from worker.slurm.attempts import NodeAttempt, node_error_mark, wait_for_attempt
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 # The rendezvous port on the allocation's first node, from the Slurm job id: the same on every node without
@@ -118,8 +118,8 @@ def main(argv: list[str] | None = None) -> None:
     job_id = parser.parse_args(argv).job
     settings = get_settings()
     env = dict(os.environ)
+    restarts = int(env.get("SLURM_RESTART_COUNT", "0"))
     try:
-        restarts = int(env.get("SLURM_RESTART_COUNT", "0"))
         attempt = wait_for_attempt(
             slurm_folder(settings.runs_dir, job_id), restarts, settings.rendezvous_timeout_s
         )
@@ -128,7 +128,7 @@ def main(argv: list[str] | None = None) -> None:
         header = f"=== attempt {attempt.config.attempt} node {node}: {' '.join(command.argv)}\n"
         become(command, settings.runs_dir / str(job_id), header)
     except Exception as exc:
-        print(f"{NODE_ERROR}{exc}", file=sys.stderr, flush=True)
+        print(f"{node_error_mark(restarts)}{exc}", file=sys.stderr, flush=True)
         sys.exit(3)
 
 

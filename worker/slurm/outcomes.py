@@ -9,7 +9,7 @@ from pathlib import Path
 
 from core.states import JobStatus
 from jobspec.files import JobFileError, open_job_file
-from worker.slurm.attempts import NODE_ERROR
+from worker.slurm.attempts import node_error_mark
 from worker.slurm.commands import SlurmJob
 from worker.supervise import Outcome, exit_outcome
 
@@ -25,7 +25,7 @@ ENDED = frozenset(
 BATCH_LOG_TAIL_BYTES = 64 * 1024
 
 
-def node_error(batch_log: Path) -> str | None:
+def node_error(batch_log: Path, restarts: int) -> str | None:
     """The last error a node's task (worker/slurm/node.py) wrote to the batch log, if any; the log lies in
     the job's Slurm folder, which no rank can write, and is read with bounds all the same."""
     try:
@@ -34,7 +34,8 @@ def node_error(batch_log: Path) -> str | None:
             text = opened.file.read(BATCH_LOG_TAIL_BYTES).decode("utf-8", errors="replace")
     except (JobFileError, OSError):
         return None
-    errors = [line.split(NODE_ERROR, 1)[1] for line in text.splitlines() if NODE_ERROR in line]
+    mark = node_error_mark(restarts)
+    errors = [line.split(mark, 1)[1] for line in text.splitlines() if mark in line]
     return errors[-1] if errors else None
 
 
@@ -53,6 +54,6 @@ def ended(job: SlurmJob, run_dir: Path, batch_log: Path) -> Outcome:
         return Outcome(JobStatus.FAILED, "out_of_memory", f"{said}: {crash.message}", retryable=True)
     if job.exit_code == 0 and job.state == "COMPLETED":
         return exit_outcome(run_dir, 0)
-    if (error := node_error(batch_log)) is not None:
+    if (error := node_error(batch_log, job.restarts)) is not None:
         return Outcome(JobStatus.FAILED, "launch_error", f"{said}: {error}")
     return exit_outcome(run_dir, job.exit_code or 1)

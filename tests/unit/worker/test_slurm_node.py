@@ -135,4 +135,4 @@ def test_a_node_s_error_reaches_the_worker_through_the_batch_log(
         main(["--job", "7"])
     assert exited.value.code == 3
     (folder / BATCH_LOG).write_text(capsys.readouterr().err)
-    assert "TRAINYARD_RUNS_DIR" in (node_error(folder / BATCH_LOG) or "")
+    assert "TRAINYARD_RUNS_DIR" in (node_error(folder / BATCH_LOG, 0) or "")

@@ -4,13 +4,14 @@ the run directory as a local job's are, and a node task's own error quoted from 
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from core.states import JobStatus
 from worker.failure import USER_CODE_MARKER, FailureKind
-from worker.slurm.attempts import NODE_ERROR
+from worker.slurm.attempts import node_error_mark
 from worker.slurm.commands import SlurmJob
 from worker.slurm.outcomes import ENDED, WAITING, ended, node_error
 from worker.supervise import Outcome, exit_outcome
@@ -55,7 +56,7 @@ def test_slurm_s_own_ends_are_named(
     state: str, status: JobStatus, reason: str, retryable: bool, run_dir: Path, batch_log: Path
 ) -> None:
     # A node error in the log does not hide how Slurm ended the job.
-    batch_log.write_text(f"{NODE_ERROR}no attempt from the Trainyard worker\n")
+    batch_log.write_text(f"{node_error_mark(0)}no attempt from the Trainyard worker\n")
     outcome = ended(slurm(state, -9), run_dir, batch_log)
     assert (outcome.status, outcome.reason, outcome.retryable) == (status, reason, retryable)
     assert outcome.message.startswith(f"Slurm job 41 {state}")
@@ -71,8 +72,8 @@ def test_a_node_s_error_in_the_batch_log_is_a_launch_error_that_quotes_it(
 ) -> None:
     batch_log.write_text(
         "srun: error: tynode2: task 1: Exited with exit code 3\n"
-        f"{NODE_ERROR}no attempt from the Trainyard worker at /shared/attempt-0.json after 300 s\n"
-        f"{NODE_ERROR}the run directory /shared/runs/7 is not on node tynode2\n"
+        f"{node_error_mark(0)}no attempt from the Trainyard worker at /shared/attempt-0.json after 300 s\n"
+        f"{node_error_mark(0)}the run directory /shared/runs/7 is not on node tynode2\n"
     )
     outcome = ended(slurm("FAILED", 3), run_dir, batch_log)
     assert outcome == Outcome(
@@ -80,6 +81,13 @@ def test_a_node_s_error_in_the_batch_log_is_a_launch_error_that_quotes_it(
         "launch_error",
         "Slurm job 41 FAILED: the run directory /shared/runs/7 is not on node tynode2",
     )
+
+
+def test_an_earlier_attempt_s_node_error_does_not_name_a_later_end(run_dir: Path, batch_log: Path) -> None:
+    batch_log.write_text(f"{node_error_mark(0)}the run directory /shared/runs/7 is not on node tynode2\n")
+    user_code_error(run_dir)
+    requeued_once = replace(slurm("FAILED", 1), restarts=1)
+    assert ended(requeued_once, run_dir, batch_log).reason == "user_code_error"
 
 
 def user_code_error(run_dir: Path) -> None:
@@ -109,13 +117,13 @@ def test_failed_with_exit_0_is_still_a_failure(run_dir: Path, batch_log: Path) -
 
 
 def test_node_error_is_none_without_a_log_or_an_error(batch_log: Path) -> None:
-    assert node_error(batch_log) is None
+    assert node_error(batch_log, 0) is None
     batch_log.write_text("srun: Job step aborted\n")
-    assert node_error(batch_log) is None
+    assert node_error(batch_log, 0) is None
 
 
 def test_node_error_refuses_a_planted_link(tmp_path: Path, batch_log: Path) -> None:
     elsewhere = tmp_path / "elsewhere.log"
-    elsewhere.write_text(f"{NODE_ERROR}a message someone else chose\n")
+    elsewhere.write_text(f"{node_error_mark(0)}a message someone else chose\n")
     batch_log.symlink_to(elsewhere)
-    assert node_error(batch_log) is None
+    assert node_error(batch_log, 0) is None
