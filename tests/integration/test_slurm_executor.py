@@ -15,7 +15,7 @@ import pytest
 
 from deploy.slurm_cluster import SlurmCluster
 from tests.integration.jobs import example_spec, job_processes, metric_values, submit, wait_status
-from tests.integration.servers import Stack
+from tests.integration.servers import Stack, wait_for
 from tests.integration.test_faults_restart import LOSS_RTOL, wait_step
 from tests.integration.test_program_e2e import push
 from tests.integration.test_user_code_lifecycle import PACED, factories
@@ -130,7 +130,7 @@ def test_a_bundle_job_runs_sandboxed_on_a_node(slurm_stack: Stack) -> None:
     assert "bwrap" in argv and "--unshare-pid" in argv and any(a.startswith("--reuid=") for a in argv), header
 
 
-def test_more_nodes_than_the_cluster_has_waits_with_slurm_reason(
+def test_more_nodes_than_the_cluster_has_waits_with_slurm_reason_and_priority(
     slurm_stack: Stack, slurm_cluster: SlurmCluster
 ) -> None:
     spec = {
@@ -153,5 +153,13 @@ def test_more_nodes_than_the_cluster_has_waits_with_slurm_reason(
             time.sleep(0.2)
         else:
             raise AssertionError(f"no Slurm reason in the queue: {queue}")
+        # A priority changed while it waits reaches Slurm as its nice (priority 40 -> nice 60).
+        assert client.patch(f"/v1/jobs/{job['id']}", json={"priority": 40}).status_code == 200
+        slurm_id = client.get(f"/v1/jobs/{job['id']}").json()["slurm_job_id"]
+        wait_for(
+            lambda: " Nice=60 " in slurm_cluster.run(["scontrol", "-o", "show", "job", str(slurm_id)]),
+            30,
+            "nice",
+        )
         client.post(f"/v1/jobs/{job['id']}/cancel")
         assert wait_status(client, job["id"], {"cancelled"}, timeout=30)

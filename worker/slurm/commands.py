@@ -19,6 +19,7 @@ _FIELDS = {
     "restarts": re.compile(r"(?:^|\s)Restarts=(\d+)"),
     "batch_host": re.compile(r"(?:^|\s)BatchHost=(\S+)"),
     "nodes": re.compile(r"(?:^|\s)NodeList=(\S+)"),
+    "nice": re.compile(r"(?:^|\s)Nice=(-?\d+)"),
 }
 
 
@@ -36,6 +37,7 @@ class SlurmJob:
     restarts: int  # how many times Slurm has requeued it
     batch_host: str | None
     nodes: str | None
+    nice: int = 0
 
 
 def _run(argv: list[str], stdin: str | None = None) -> str:
@@ -79,6 +81,7 @@ def parse_jobs(text: str) -> dict[int, SlurmJob]:
             restarts=int(found["restarts"] or 0),
             batch_host=None if found["batch_host"] in (None, "(null)") else found["batch_host"],
             nodes=None if found["nodes"] in (None, "(null)") else found["nodes"],
+            nice=int(found["nice"] or 0),
         )
         jobs[job.job_id] = job
     return jobs
@@ -96,6 +99,11 @@ def signal_steps(job_id: int, signal: str) -> None:
 
 def cancel(job_id: int) -> None:
     _run(["scancel", str(job_id)])
+
+
+def set_nice(job_id: int, nice: int) -> None:
+    """A waiting job's --nice, after its Trainyard priority changed."""
+    _run(["scontrol", "update", f"JobId={job_id}", f"Nice={nice}"])
 
 
 def requeue(job_id: int) -> None:

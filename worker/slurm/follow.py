@@ -19,7 +19,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from core.config import get_settings
 from core.db import session_scope
 from core.models import Job, utcnow
-from core.slurm_script import BATCH_LOG, slurm_folder
+from core.slurm_script import BATCH_LOG, nice, slurm_folder
 from core.states import TERMINAL, JobStatus
 from jobspec.spec import JobSpec
 from worker.deadline import look
@@ -42,6 +42,8 @@ from worker.uploads import Uploads
 
 log = logging.getLogger(__name__)
 
+# What each tick reads of a followed job.
+ROW = (Job.id, Job.status, Job.slurm_job_id, Job.attempt, Job.slurm_restarts, Job.spec, Job.priority)
 FOLLOWED = (JobStatus.QUEUED, JobStatus.STARTING, JobStatus.RUNNING, JobStatus.CANCELLING)
 
 
@@ -97,15 +99,7 @@ class Follower(threading.Thread):
         slurm = commands.show_jobs()
         with session_scope() as session:
             rows = session.execute(
-                select(
-                    Job.id,
-                    Job.status,
-                    Job.slurm_job_id,
-                    Job.attempt,
-                    Job.slurm_restarts,
-                    Job.spec,
-                    Job.started_at,
-                ).where(Job.slurm_job_id.is_not(None), Job.status.in_(FOLLOWED))
+                select(*ROW).where(Job.slurm_job_id.is_not(None), Job.status.in_(FOLLOWED))
             ).all()
         for row in rows:
             self._follow(row, slurm.get(row.slurm_job_id))
@@ -120,6 +114,8 @@ class Follower(threading.Thread):
                 endings.lost(row.id, row.slurm_job_id)
             elif slurm.state in outcomes.WAITING:
                 self._waiting(row.id, slurm)
+                if slurm.nice != nice(row.priority):  # PATCHed since it was submitted
+                    commands.set_nice(slurm.job_id, nice(row.priority))
             else:
                 self._start(row, slurm)
             return

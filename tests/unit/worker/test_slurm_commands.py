@@ -46,8 +46,8 @@ def test_parse_jobs_reads_each_job_of_scontrol() -> None:
     )
     jobs = parse_jobs(text)
     assert sorted(jobs) == [11, 12, 13, 14, 15, 16]
-    assert jobs[11] == SlurmJob(11, "trainyard-1", "PENDING", "Resources", 0, 0, None, None)
-    assert jobs[12] == SlurmJob(12, "trainyard-2", "RUNNING", "None", 0, 1, "tynode1", "tynode[1-2]")
+    assert jobs[11] == SlurmJob(11, "trainyard-1", "PENDING", "Resources", 0, 0, None, None, nice=100)
+    assert jobs[12] == SlurmJob(12, "trainyard-2", "RUNNING", "None", 0, 1, "tynode1", "tynode[1-2]", 100)
     assert (jobs[13].state, jobs[13].exit_code, jobs[13].restarts) == ("COMPLETED", 0, 0)
     assert (jobs[14].state, jobs[14].reason, jobs[14].exit_code) == ("FAILED", "NonZeroExitCode", 1)
     assert jobs[15].exit_code == -9  # "0:9": killed by signal 9
