@@ -8,8 +8,10 @@ bytes and the rank's GPU decodes a batch at a time (nvJPEG through torchvision).
 
 from __future__ import annotations
 
+import functools
 import io
-from dataclasses import dataclass
+import threading
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
@@ -58,11 +60,38 @@ class Encoded:
         return list(self.data.split(self.lengths))
 
 
-def _square_on_device(image: torch.Tensor, side: int) -> torch.Tensor:
-    from torchvision.transforms.v2 import functional as TF
+def _resize_weights(sides: torch.Tensor, side: int, length: int) -> torch.Tensor:
+    """N x side x length: for each square of sides[n] pixels, padded to `length`, the weights of its pixels in
+    each of `side` output pixels along one axis. Antialiased bilinear, as torch's and PIL's resize: a triangle
+    as wide as the scale when shrinking, renormalised where it passes the square's edge, zero past it."""
+    scale = (sides.to(torch.float32) / side).view(-1, 1, 1)
+    centre = (torch.arange(side, device=sides.device) + 0.5).view(1, -1, 1) * scale
+    source = (torch.arange(length, device=sides.device) + 0.5).view(1, 1, -1)
+    weights = (1 - ((source - centre) / scale.clamp(min=1.0)).abs()).clamp(min=0)
+    weights = weights * (source < sides.view(-1, 1, 1))
+    return weights / weights.sum(dim=-1, keepdim=True)
 
-    image = TF.resize(image, [side], antialias=True)  # the shorter side to `side`
-    return TF.center_crop(image, [side, side])
+
+def squares(images: list[torch.Tensor], side: int) -> torch.Tensor:
+    """N x 3 x side x side uint8: each 3 x H x W image's middle square resized to side x side, as two batched
+    matrix products over the squares padded to the largest: a resize per image costs the host far more
+    time than the device's work."""
+    crops = []
+    for image in images:
+        left, top, right, bottom = middle_square(image.shape[-1], image.shape[-2])
+        crops.append(image[:, top:bottom, left:right])
+    sides = [crop.shape[-1] for crop in crops]
+    count, device, largest = len(crops), images[0].device, max(sides)
+    # First, while the decode stream is idle: a list's copy to the device waits for the current stream.
+    weights = _resize_weights(torch.tensor(sides, device=device), side, largest)
+    # Rows, channels, columns: each product is then one plain batched one, with no copy of the batch between.
+    padded = torch.zeros((count, largest, 3, largest), dtype=torch.float32, device=device)
+    for rows, crop, crop_side in zip(padded, crops, sides, strict=True):
+        rows[:crop_side, :, :crop_side] = crop.transpose(0, 1)
+    tall = torch.bmm(weights, padded.view(count, largest, 3 * largest))
+    resized = torch.bmm(tall.view(count, side * 3, largest), weights.transpose(1, 2))
+    resized = resized.view(count, side, 3, side).permute(0, 2, 1, 3)
+    return resized.round_().clamp_(0, 255).to(torch.uint8, memory_format=torch.contiguous_format)
 
 
 @dataclass(frozen=True)
@@ -70,19 +99,57 @@ class OnDevice:
     pixels: torch.Tensor  # N x 3 x side x side uint8
     sources: list[int]  # the file of the batch each image is: itself, or a good one in a bad one's place
     problems: list[str]  # per file, what failed ("": nothing)
+    done: torch.cuda.Event | None = None  # on a GPU: recorded on the decode stream after its last write
+
+    def received(self) -> OnDevice:
+        """Itself, its pixels safe to read on the caller's current stream (from any thread): that stream
+        waits for the decode stream's writes, and the allocator gives the block back to the decode stream
+        only once what the caller queued has read it."""
+        if self.done is not None:
+            stream = torch.cuda.current_stream(self.pixels.device)
+            stream.wait_event(self.done)
+            self.pixels.record_stream(stream)
+        return self
+
+
+@dataclass(frozen=True)
+class DecodeStream:
+    """A GPU's stream for decoding, high priority so its short kernels pass the training step's, and the lock
+    that keeps the training thread's and a held-out batch's decodes from interleaving on it."""
+
+    stream: torch.cuda.Stream
+    lock: threading.Lock
+
+
+@functools.cache
+def decode_stream(device: torch.device) -> DecodeStream:
+    return DecodeStream(torch.cuda.Stream(device, priority=-1), threading.Lock())
 
 
 def decode_on_device(batch: Encoded, side: int, device: torch.device) -> OnDevice:
-    """The batch decoded on `device` (nvJPEG on a GPU). A file that does not decode is replaced by the
-    batch's previous (or first) good one, so the batch keeps its size; its label must follow (`sources`)."""
+    """The batch decoded on `device` (nvJPEG on a GPU), queued on the device's decode stream without waiting
+    for anything else queued there: take the result with `received()`. A file that does not decode is
+    replaced by the batch's previous (or first) good one, so the batch keeps its size; its label must follow
+    (`sources`)."""
+    if device.type != "cuda":
+        return _decoded(batch, side, device)
+    line = decode_stream(device)
+    with line.lock, torch.cuda.stream(line.stream):
+        # torchvision's CUDA decoder allocates its outputs on the current stream, this one, but writes them
+        # from a stream of its own that waits for nothing (pytorch/vision#9606). A block freed here is
+        # handed out again at once, so no kernel queued here may still be reading one: the decode stream
+        # idle, never the whole device. Its outputs are whole when the call returns (it waits for its own
+        # stream), and the training stream's blocks are never this stream's to hand out.
+        line.stream.synchronize()
+        decoded = _decoded(batch, side, device)
+        done = torch.cuda.Event()
+        done.record(line.stream)
+    return replace(decoded, done=done)
+
+
+def _decoded(batch: Encoded, side: int, device: torch.device) -> OnDevice:
     from torchvision.io import ImageReadMode, decode_jpeg
 
-    if device.type == "cuda":
-        # torchvision's CUDA decoder allocates its outputs on the caller's stream but writes them from a
-        # stream of its own that does not wait for the caller's (pytorch/vision#9606): a block the
-        # allocator recycled could still be read by queued kernels, and training went NaN within steps.
-        # Nothing may be queued while it decodes.
-        torch.cuda.synchronize(device)
     try:
         decoded: list[torch.Tensor | None] = list(
             decode_jpeg(batch.files(), mode=ImageReadMode.RGB, device=device)
@@ -108,7 +175,4 @@ def decode_on_device(batch: Encoded, side: int, device: torch.device) -> OnDevic
     for i in range(len(decoded)):
         source = i if i in good else source
         sources.append(source)
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)  # its writes done before this stream reads them
-    squares = [_square_on_device(good[i], side) for i in sources]
-    return OnDevice(torch.stack(squares), sources, problems)
+    return OnDevice(squares([good[i] for i in sources], side), sources, problems)

@@ -8,11 +8,13 @@ incomplete step), and a rank's loader workers split its batches between them, so
 epoch's shards is read once. A resumed job starts at its step's epoch and position and reads none of the
 skipped samples. Loader workers decode into pinned memory (on a GPU job), each two batches ahead of the
 step; the copy to the device is asynchronous. With data.decode=gpu they read bytes only, and the GPU
-decodes each batch.
+decodes each batch on a stream of its own, the next training batch in a thread while the current one trains.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,7 +26,7 @@ from jobspec.spec_augment import Decode, OnBadSample
 from trainers.data import SOURCES, LoadedData, View
 from trainers.data.augment import Transform, Transformed
 from trainers.data.batches import Batch, Counts, no_counts
-from trainers.data.decode import Encoded, decode_on_device
+from trainers.data.decode import Encoded, OnDevice, decode_on_device
 from trainers.data.held_out import AnyLeft, LoaderHeldOut, Shard
 from trainers.data.images import BadSamples, DecodedImages, ImageSet, collate, decode_whole
 from trainers.data.steps import Batching, SampledSteps
@@ -41,6 +43,7 @@ class StreamedImages:
     native_size: int  # the decoded side
     channels: int = 3
     tokens: bool = False
+    encoded: bool = False  # the loader yields JPEG bytes, decoded on the device (data.decode=gpu)
 
 
 def free_memory(device: torch.device, ranks_per_host: int) -> int:
@@ -70,7 +73,7 @@ def streamed_images(spec: JobSpec, images: ImageSet) -> StreamedImages:
         for indices in (images.train, images.val)
     )
     reader = UserData(f"data.dataset {data.dataset}", None, train, val if len(val) else None, collate)
-    return StreamedImages(reader, images.num_classes, side)
+    return StreamedImages(reader, images.num_classes, side, encoded=encoded)
 
 
 def load_images(spec: JobSpec, device: torch.device, ranks_per_host: int) -> LoadedData | StreamedImages:
@@ -89,14 +92,38 @@ def load_images(spec: JobSpec, device: torch.device, ranks_per_host: int) -> Loa
 
 def on_device(batch: Batch, side: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor, list[str]]:
     """A batch's pixels and labels on the device, copied (asynchronously from pinned memory) or decoded
-    there, and its bad samples: those the loader workers found, or the device's decoder."""
+    there (now, or ahead by `decoded_ahead`), and its bad samples: those the loader workers found, or the
+    device's decoder."""
     images, labels, problems = batch
-    labels = labels.to(device, non_blocking=True)
-    if not isinstance(images, Encoded):
-        return images.to(device, non_blocking=True), labels, problems
-    decoded = decode_on_device(images, side, device)
+    if isinstance(images, Encoded):
+        images = decode_on_device(images, side, device)
+    if not isinstance(images, OnDevice):
+        return images.to(device, non_blocking=True), labels.to(device, non_blocking=True), problems
+    decoded = images.received()
     found = [worker or decoder for worker, decoder in zip(problems, decoded.problems, strict=True)]
-    return decoded.pixels, labels[decoded.sources], found
+    # Labels follow their replacements on the host: a device tensor indexed by a list copies the list over
+    # and waits for the stream, all of the step queued before it.
+    return decoded.pixels, labels[decoded.sources].to(device, non_blocking=True), found
+
+
+def decoded_ahead(batches: Iterator[Batch], side: int, device: torch.device) -> Iterator[Batch]:
+    """The batches with their JPEGs decoded on the device one batch ahead, in a thread: nvJPEG's call holds
+    its thread until its batch is decoded, time the training thread spends queueing the current step."""
+
+    def decode(batch: Batch) -> Batch:
+        images, labels, problems = batch
+        return decode_on_device(images, side, device), labels, problems
+
+    # Leaving early (an epoch's last step, a failure) waits for the batch in the thread: none outlives it.
+    with ThreadPoolExecutor(1, thread_name_prefix="decode") as thread:
+        ahead: Future[Batch] | None = None
+        for batch in batches:
+            queued = thread.submit(decode, batch)
+            if ahead is not None:
+                yield ahead.result()
+            ahead = queued
+        if ahead is not None:
+            yield ahead.result()
 
 
 class ImageSteps(SampledSteps):
@@ -106,7 +133,12 @@ class ImageSteps(SampledSteps):
     def __init__(self, images: StreamedImages, env: DistEnv, batching: Batching, bad: BadSamples) -> None:
         super().__init__(images.data, env, batching)
         self.side = images.native_size
+        self.encoded = images.encoded
         self.bad = bad
+
+    def epoch(self, epoch: int) -> Iterator[Batch]:
+        batches = super().epoch(epoch)
+        return decoded_ahead(batches, self.side, self.batching.device) if self.encoded else batches
 
     def on_device(self, batch: Batch) -> Batch:
         pixels, labels, problems = on_device(batch, self.side, self.batching.device)
