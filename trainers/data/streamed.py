@@ -101,9 +101,11 @@ def on_device(batch: Batch, side: int, device: torch.device) -> tuple[torch.Tens
         return images.to(device, non_blocking=True), labels.to(device, non_blocking=True), problems
     decoded = images.received()
     found = [worker or decoder for worker, decoder in zip(problems, decoded.problems, strict=True)]
-    # Labels follow their replacements on the host: a device tensor indexed by a list copies the list over
-    # and waits for the stream, all of the step queued before it.
-    return decoded.pixels, labels[decoded.sources].to(device, non_blocking=True), found
+    # Labels follow their replacements on the host, and only where a file was replaced: a device tensor
+    # indexed by a list, or a copy from unpinned memory, can wait for the stream and the step queued on it.
+    if decoded.sources != list(range(len(labels))):
+        labels = labels[decoded.sources]
+    return decoded.pixels, labels.to(device, non_blocking=True), found
 
 
 def decoded_ahead(batches: Iterator[Batch], side: int, device: torch.device) -> Iterator[Batch]:
