@@ -11,12 +11,16 @@ from __future__ import annotations
 import functools
 import io
 import threading
+import warnings
 from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
 
 JPEG_START = b"\xff\xd8\xff"
+# A batch of images of many sizes is one strided nested tensor (its ragged dimensions are two, which the
+# jagged layout cannot hold); the notice that this layout is a prototype is no concern of the job's.
+warnings.filterwarnings("ignore", "The PyTorch API of nested tensors is in prototype stage", UserWarning)
 
 
 def middle_square(width: int, height: int) -> tuple[int, int, int, int]:
@@ -60,37 +64,35 @@ class Encoded:
         return list(self.data.split(self.lengths))
 
 
-def _resize_weights(sides: torch.Tensor, side: int, length: int) -> torch.Tensor:
-    """N x side x length: for each square of sides[n] pixels, padded to `length`, the weights of its pixels in
-    each of `side` output pixels along one axis. Antialiased bilinear, as torch's and PIL's resize: a triangle
-    as wide as the scale when shrinking, renormalised where it passes the square's edge, zero past it."""
-    scale = (sides.to(torch.float32) / side).view(-1, 1, 1)
+def _resize_weights(sides: torch.Tensor, offsets: torch.Tensor, side: int, length: int) -> torch.Tensor:
+    """N x side x length: for each image's middle square (sides[n] pixels from offsets[n] on, in a padded
+    axis of `length`), the weights of the axis' pixels in each of `side` output pixels. Antialiased bilinear,
+    as torch's and PIL's resize: a triangle as wide as the scale when shrinking, renormalised where it passes
+    the square's edge, zero outside it."""
+    scale = (sides / side).view(-1, 1, 1)
     centre = (torch.arange(side, device=sides.device) + 0.5).view(1, -1, 1) * scale
-    source = (torch.arange(length, device=sides.device) + 0.5).view(1, 1, -1)
+    source = (torch.arange(length, device=sides.device) + 0.5).view(1, 1, -1) - offsets.view(-1, 1, 1)
     weights = (1 - ((source - centre) / scale.clamp(min=1.0)).abs()).clamp(min=0)
-    weights = weights * (source < sides.view(-1, 1, 1))
+    weights = weights * ((source > 0) & (source < sides.view(-1, 1, 1)))
     return weights / weights.sum(dim=-1, keepdim=True)
 
 
 def squares(images: list[torch.Tensor], side: int) -> torch.Tensor:
-    """N x 3 x side x side uint8: each 3 x H x W image's middle square resized to side x side, as two batched
-    matrix products over the squares padded to the largest: a resize per image costs the host far more
-    time than the device's work."""
-    crops = []
-    for image in images:
-        left, top, right, bottom = middle_square(image.shape[-1], image.shape[-2])
-        crops.append(image[:, top:bottom, left:right])
-    sides = [crop.shape[-1] for crop in crops]
-    count, device, largest = len(crops), images[0].device, max(sides)
+    """N x 3 x side x side uint8: each 3 x H x W image's middle square resized to side x side, the batch in a
+    few whole-batch ops. Per image, even a slice or a copy is a call that hands the interpreter's lock back
+    and forth with the training thread: hundreds per batch cost that thread more than the resize itself."""
+    shapes = [image.shape[-2:] for image in images]
+    boxes = [middle_square(width, height) for height, width in shapes]
+    count, device = len(images), images[0].device
+    height, width = max(h for h, _ in shapes), max(w for _, w in shapes)
     # First, while the decode stream is idle: a list's copy to the device waits for the current stream.
-    weights = _resize_weights(torch.tensor(sides, device=device), side, largest)
-    # Rows, channels, columns: each product is then one plain batched one, with no copy of the batch between.
-    padded = torch.zeros((count, largest, 3, largest), dtype=torch.float32, device=device)
-    for rows, crop, crop_side in zip(padded, crops, sides, strict=True):
-        rows[:crop_side, :, :crop_side] = crop.transpose(0, 1)
-    tall = torch.bmm(weights, padded.view(count, largest, 3 * largest))
-    resized = torch.bmm(tall.view(count, side * 3, largest), weights.transpose(1, 2))
-    resized = resized.view(count, side, 3, side).permute(0, 2, 1, 3)
+    left, top, right, _ = torch.tensor(boxes, dtype=torch.float32, device=device).unbind(1)
+    rows = _resize_weights(right - left, top, side, height)
+    columns = _resize_weights(right - left, left, side, width)
+    padded = torch.nested.nested_tensor(images, dtype=torch.float32).to_padded_tensor(0.0)
+    wide = torch.bmm(padded.view(count, 3 * height, width), columns.transpose(1, 2))
+    tall = wide.view(count, 3, height, side).transpose(1, 2).reshape(count, height, 3 * side)
+    resized = torch.bmm(rows, tall).view(count, side, 3, side).permute(0, 2, 1, 3)
     return resized.round_().clamp_(0, 255).to(torch.uint8, memory_format=torch.contiguous_format)
 
 
