@@ -111,12 +111,16 @@ def test_a_failed_node_requeues_the_job_which_resumes_from_its_checkpoint(
         events = client.get(f"/v1/jobs/{job['id']}/events").json()["data"]
         steps = [step for step, _ in metric_values(client, job["id"], "train_loss")]
     assert requeued["status_reason"] == "slurm_requeued", requeued
-    assert done["attempt"] == 2, done
+    # Slurm may requeue it again while the node comes back (a busy machine): each later attempt resumes too.
+    assert done["attempt"] >= 2 and [e["to_status"] for e in events].count("queued") == done["attempt"], (
+        events
+    )
     assert steps == sorted(set(steps)), "a step reported twice"
-    # What the worker handed the nodes for Slurm's restart 1: the checkpoint to resume from.
-    handed = json.loads((runs_dir(slurm_stack) / ".slurm" / str(job["id"]) / "attempt-1.json").read_text())
-    assert handed["config"]["attempt"] == 2 and handed["config"]["plan"]["resume_path"], handed
-    assert [e["to_status"] for e in events].count("queued") == 2, events
+    # What the worker handed the nodes for each of Slurm's restarts: the checkpoint to resume from.
+    folder = runs_dir(slurm_stack) / ".slurm" / str(job["id"])
+    for restart in range(1, done["attempt"]):
+        handed = json.loads((folder / f"attempt-{restart}.json").read_text())
+        assert handed["config"]["attempt"] == restart + 1 and handed["config"]["plan"]["resume_path"], handed
 
 
 def test_a_bundle_job_runs_sandboxed_on_a_node(slurm_stack: Stack) -> None:
