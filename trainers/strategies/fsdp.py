@@ -4,12 +4,15 @@ gradients are reduce-scattered. Runs on CUDA with NCCL and on the CPU with gloo.
 
 Mixed precision stays with the loop's precision unit (autocast, and a GradScaler for fp16 whose inf check
 DTensor reduces over the shards), so FSDP's own MixedPrecisionPolicy is left at fp32: one place casts.
+
+With one rank a shard is the whole model, so nothing is sharded: the model trains as `single` trains it, with
+the same checkpoints as a sharded run.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any
 
 import torch
@@ -100,6 +103,12 @@ class FSDPStrategy(ProcessGroupStrategy):
 
     def wrap(self, module: nn.Module) -> nn.Module:
         dense_embeddings(module)
+        if self.env.world_size == 1:
+            # Sharding over one rank saves no memory and costs time: a copy of every parameter before each
+            # block's forward and backward, a copy of every gradient after, and DTensor parameters, which take
+            # the optimizers' unfused kernels (0.93x single's tokens/s for a 1.1B Llama, bench/RESULTS.md).
+            self.loss_in_forward_graph = True  # the bare module, as under single
+            return module
         mesh = init_device_mesh(self.env.device.type, (self.env.world_size,))
         for unit in self.units(module):
             fully_shard(unit, mesh=mesh)
@@ -108,6 +117,8 @@ class FSDPStrategy(ProcessGroupStrategy):
         return module
 
     def no_sync(self) -> AbstractContextManager[None]:
+        if self.env.world_size == 1:  # unsharded: gradients never leave this rank
+            return nullcontext()
         return self._local_gradients()
 
     @contextmanager

@@ -1,10 +1,15 @@
 """FSDP's pure parts: which blocks are sharded, dense embeddings, and the optimizer-state key conversion
-that lets an fsdp checkpoint load into a plain torch.optim optimizer and back."""
+that lets an fsdp checkpoint load into a plain torch.optim optimizer and back; one rank stays unsharded."""
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import torch
+import torch.distributed as dist
 from torch import nn
+from torch.distributed.fsdp import FSDPModule
+from torch.distributed.tensor import DTensor
 from torchvision.models import ResNet
 
 from trainers.data import BatchShape, DeviceFeeder
@@ -13,11 +18,13 @@ from trainers.dist_env import DistEnv
 from trainers.models import build_model
 from trainers.models.embedding_bag import EmbeddingBagClassifier
 from trainers.strategies.fsdp import (
+    FSDPStrategy,
     dense_embeddings,
     indexed_optimizer_state,
     named_optimizer_state,
     shard_units,
 )
+from trainers.strategies.process_group import GroupOptions
 
 CPU = torch.device("cpu")
 
@@ -98,3 +105,24 @@ def test_every_rank_takes_as_many_eval_batches_for_fsdp_gathers() -> None:
         [([4], True)],
         [([0], False)],
     ]
+
+
+def test_one_rank_trains_the_bare_model_unsharded() -> None:
+    """A shard of one rank is the whole model: no DTensor parameters (so the fused optimizers take them),
+    no FSDP hooks, the loss may join the compiled forward, and the state saves as a sharded run's does."""
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        strategy = FSDPStrategy(DistEnv(0, 0, 1, CPU), GroupOptions("gloo", timedelta(seconds=30)))
+        model = nn.Sequential(nn.Linear(3, 4), nn.ReLU(), nn.Linear(4, 2))
+        assert strategy.setup_module(model) is model
+        assert not any(isinstance(p, DTensor) for p in model.parameters())
+        assert not isinstance(model, FSDPModule) and strategy.loss_in_forward_graph
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+        with strategy.no_sync():
+            model(torch.randn(5, 3)).sum().backward()
+        optimizer.step()
+        model_state, optimizer_state = strategy.full_state(optimizer)
+        assert model_state.keys() == model.state_dict().keys()
+        assert optimizer_state["state"].keys() == optimizer.state_dict()["state"].keys()
+    finally:
+        dist.destroy_process_group()
