@@ -116,7 +116,7 @@ class Follower(threading.Thread):
                 self._waiting(row.id, slurm)
                 if slurm.nice != nice(row.priority):  # PATCHed since it was submitted
                     commands.set_nice(slurm.job_id, nice(row.priority))
-            else:
+            elif slurm.state in outcomes.STARTED or slurm.state in outcomes.ENDED:
                 self._start(row, slurm)
             return
         followed = self.followed.get(row.id) or self._follow_again(row)

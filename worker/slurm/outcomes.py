@@ -21,7 +21,10 @@ ENDED = frozenset(
         *("DEADLINE", "OUT_OF_MEMORY", "SPECIAL_EXIT", "REVOKED"),
     }
 )
-# The rest (RUNNING, CONFIGURING, COMPLETING, SUSPENDED, SIGNALING, STAGE_OUT, ...) hold nodes: running.
+# Nodes allocated and the script started or starting: an attempt begins. The rest (COMPLETING, SUSPENDED,
+# SIGNALING, STAGE_OUT, ...) hold nodes too: an attempt that runs goes on, but none begins there (a requeued
+# job is COMPLETING on its old nodes before it is PENDING again).
+STARTED = frozenset({"RUNNING", "CONFIGURING"})
 BATCH_LOG_TAIL_BYTES = 64 * 1024
 
 
