@@ -3,7 +3,8 @@ the middle square kept, which is all the CPU does before batching; the device cr
 (trainers/data/augment.py).
 
 With data.decode=cpu each loader worker decodes with PIL; with data.decode=gpu the workers only read the
-bytes and the rank's GPU decodes a batch at a time (nvJPEG through torchvision).
+bytes and the rank's GPU decodes a batch at a time (nvJPEG through torchvision), on a stream of its own
+that the training stream waits for through an event: never a device-wide sync.
 """
 
 from __future__ import annotations
@@ -135,18 +136,18 @@ def decode_stream(device: torch.device) -> DecodeStream:
 
 def decode_on_device(batch: Encoded, side: int, device: torch.device) -> OnDevice:
     """The batch decoded on `device` (nvJPEG on a GPU), queued on the device's decode stream without waiting
-    for anything else queued there: take the result with `received()`. A file that does not decode is
+    for the training stream: take the result with `received()`. A file that does not decode is
     replaced by the batch's previous (or first) good one, so the batch keeps its size; its label must follow
     (`sources`)."""
     if device.type != "cuda":
         return _decoded(batch, side, device)
     line = decode_stream(device)
     with line.lock, torch.cuda.stream(line.stream):
-        # torchvision's CUDA decoder allocates its outputs on the current stream, this one, but writes them
-        # from a stream of its own that waits for nothing (pytorch/vision#9606). A block freed here is
-        # handed out again at once, so no kernel queued here may still be reading one: the decode stream
-        # idle, never the whole device. Its outputs are whole when the call returns (it waits for its own
-        # stream), and the training stream's blocks are never this stream's to hand out.
+        # torchvision's CUDA decoder allocates its outputs on the current stream, this one, and nvJPEG's
+        # hardware decoder writes them when called, after nothing queued on any stream (pytorch/vision#9606,
+        # meta-pytorch/torchcodec#1634). A block freed here is handed out again at once, so nothing queued
+        # here may still read one: this stream idle, never the whole device. The training stream's blocks
+        # are never this stream's to hand out, and the outputs are whole when the call returns.
         line.stream.synchronize()
         decoded = _decoded(batch, side, device)
         done = torch.cuda.Event()
