@@ -234,7 +234,7 @@ def build(config: RunConfig, env: DistEnv) -> Components:
         model.to(memory_format=torch.channels_last)
 
     group = GroupOptions(plan.backend, timedelta(seconds=spec.limits.collective_timeout_s))
-    strategy = build_strategy(plan.strategy, parallel, env, group)
+    strategy = build_strategy(plan.strategy, parallel, env, group, plan.precision)
     strategy.setup_environment()
     # A captured step's module is placed on the stream it is captured on (trainers/graphs.py), as torch's
     # recipe makes every lazily built piece of a step on that stream.

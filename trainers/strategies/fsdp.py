@@ -2,8 +2,11 @@
 optimizer state. A block's parameters are all-gathered just before its forward and backward and freed after;
 gradients are reduce-scattered. Runs on CUDA with NCCL and on the CPU with gloo.
 
-Mixed precision stays with the loop's precision unit (autocast, and a GradScaler for fp16 whose inf check
-DTensor reduces over the shards), so FSDP's own MixedPrecisionPolicy is left at fp32: one place casts.
+Under bf16, FSDP's MixedPrecisionPolicy gathers each block's parameters in bf16 and reduce-scatters its
+gradients in fp32, as torchtitan does: half the bytes of every all-gather, while the shards, the optimizer
+and its state stay fp32. Autocast still runs around the forward for the ops it keeps in fp32 (the loss,
+softmax, norms). fp16 and fp32 leave the policy at fp32: fp16's narrow range is guarded by autocast's per-op
+casts and the GradScaler, whose inf check DTensor reduces over the shards.
 
 With one rank a shard is the whole model, so nothing is sharded: the model trains as `single` trains it, with
 the same checkpoints as a sharded run.
@@ -25,7 +28,8 @@ from torch.distributed.checkpoint.state_dict import (
     set_optimizer_state_dict,
 )
 from torch.distributed.device_mesh import init_device_mesh
-from torch.distributed.fsdp import FSDPModule, fully_shard
+from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
+from torch.nn.modules.batchnorm import _BatchNorm
 
 from trainers.blocks import blocks
 from trainers.dist_env import DistEnv
@@ -65,6 +69,13 @@ def dense_embeddings(model: nn.Module) -> None:
             module.sparse = False
 
 
+def holds_batch_norm(module: nn.Module, inner_units: Sequence[nn.Module] = ()) -> bool:
+    """Whether a batch norm is among the modules whose parameters this unit shards: its own, less those of
+    the units inside it, which shard theirs."""
+    inner = {id(m) for unit in inner_units for m in unit.modules()}
+    return any(isinstance(m, _BatchNorm) and id(m) not in inner for m in module.modules())
+
+
 def indexed_optimizer_state(named: dict[str, Any]) -> dict[str, Any]:
     """torch.distributed.checkpoint keys optimizer state by parameter name; torch.optim numbers parameters
     group by group. Converted so that an fsdp checkpoint loads into single and ddp optimizers as is."""
@@ -88,9 +99,16 @@ def named_optimizer_state(
 class FSDPStrategy(ProcessGroupStrategy):
     """ddp's sibling: the same process group and metric totals, but each rank keeps a shard, not a replica."""
 
-    def __init__(self, env: DistEnv, group: GroupOptions, wrap: Sequence[str] | None = None) -> None:
+    def __init__(
+        self,
+        env: DistEnv,
+        group: GroupOptions,
+        wrap: Sequence[str] | None = None,
+        param_dtype: torch.dtype | None = None,
+    ) -> None:
         super().__init__(env, group)
         self.block_classes = wrap
+        self.param_dtype = param_dtype  # what the blocks compute in; None: their own (fp32)
         self._root: FSDPModule | None = None
 
     def units(self, module: nn.Module) -> list[nn.Module]:
@@ -110,11 +128,20 @@ class FSDPStrategy(ProcessGroupStrategy):
             self.loss_in_forward_graph = True  # the bare module, as under single
             return module
         mesh = init_device_mesh(self.env.device.type, (self.env.world_size,))
-        for unit in self.units(module):
-            fully_shard(unit, mesh=mesh)
+        units = self.units(module)
+        for unit in units:
+            fully_shard(unit, mesh=mesh, mp_policy=self.policy(unit))
         # The root takes the parameters no unit holds (a ResNet's stem, a lone head) and drives the others.
-        self._root = fully_shard(module, mesh=mesh)
+        self._root = fully_shard(module, mesh=mesh, mp_policy=self.policy(module, units))
         return module
+
+    def policy(self, unit: nn.Module, inner_units: Sequence[nn.Module] = ()) -> MixedPrecisionPolicy:
+        """param_dtype for the unit's gathered parameters, fp32 for its reduced gradients. A unit holding a
+        batch norm keeps fp32: FSDP casts parameters, not buffers, and batch norm's kernels refuse weights of
+        another dtype than its fp32 running statistics."""
+        if self.param_dtype is None or holds_batch_norm(unit, inner_units):
+            return MixedPrecisionPolicy()
+        return MixedPrecisionPolicy(param_dtype=self.param_dtype, reduce_dtype=torch.float32)
 
     def no_sync(self) -> AbstractContextManager[None]:
         if self.env.world_size == 1:  # unsharded: gradients never leave this rank

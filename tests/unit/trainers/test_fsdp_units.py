@@ -1,25 +1,32 @@
 """FSDP's pure parts: which blocks are sharded, dense embeddings, and the optimizer-state key conversion
-that lets an fsdp checkpoint load into a plain torch.optim optimizer and back; one rank stays unsharded."""
+that lets an fsdp checkpoint load into a plain torch.optim optimizer and back; one rank stays unsharded;
+under bf16 the blocks are gathered in bf16, batch norms excepted."""
 
 from __future__ import annotations
 
 from datetime import timedelta
 
+import pytest
 import torch
 import torch.distributed as dist
 from torch import nn
 from torch.distributed.fsdp import FSDPModule
 from torch.distributed.tensor import DTensor
+from torch.testing._internal.distributed.fake_pg import FakeStore
 from torchvision.models import ResNet
 
+from jobspec.spec import ParallelSpec, Precision, Strategy
 from trainers.data import BatchShape, DeviceFeeder
 from trainers.data.held_out import ResidentHeldOut
 from trainers.dist_env import DistEnv
 from trainers.models import build_model
 from trainers.models.embedding_bag import EmbeddingBagClassifier
+from trainers.precision import MixedPrecision
+from trainers.strategies import build_strategy
 from trainers.strategies.fsdp import (
     FSDPStrategy,
     dense_embeddings,
+    holds_batch_norm,
     indexed_optimizer_state,
     named_optimizer_state,
     shard_units,
@@ -27,6 +34,7 @@ from trainers.strategies.fsdp import (
 from trainers.strategies.process_group import GroupOptions
 
 CPU = torch.device("cpu")
+GLOO = GroupOptions("gloo", timedelta(seconds=30))
 
 
 def test_resnet_is_sharded_block_by_block() -> None:
@@ -112,7 +120,7 @@ def test_one_rank_trains_the_bare_model_unsharded() -> None:
     no FSDP hooks, the loss may join the compiled forward, and the state saves as a sharded run's does."""
     dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
     try:
-        strategy = FSDPStrategy(DistEnv(0, 0, 1, CPU), GroupOptions("gloo", timedelta(seconds=30)))
+        strategy = FSDPStrategy(DistEnv(0, 0, 1, CPU), GLOO)
         model = nn.Sequential(nn.Linear(3, 4), nn.ReLU(), nn.Linear(4, 2))
         assert strategy.setup_module(model) is model
         assert not any(isinstance(p, DTensor) for p in model.parameters())
@@ -124,5 +132,43 @@ def test_one_rank_trains_the_bare_model_unsharded() -> None:
         model_state, optimizer_state = strategy.full_state(optimizer)
         assert model_state.keys() == model.state_dict().keys()
         assert optimizer_state["state"].keys() == optimizer.state_dict()["state"].keys()
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.parametrize(
+    ("precision", "param_dtype"),
+    [(Precision.BF16, torch.bfloat16), (Precision.FP16, None), (Precision.FP32, None)],
+)
+def test_fsdp_gathers_in_bf16_under_bf16_alone(precision: Precision, param_dtype: torch.dtype | None) -> None:
+    strategy = build_strategy(Strategy.FSDP, ParallelSpec(), DistEnv(0, 0, 2, CPU), GLOO, precision)
+    assert isinstance(strategy, FSDPStrategy) and strategy.param_dtype == param_dtype
+
+
+def test_a_resnets_batch_norms_are_in_its_units_not_its_root() -> None:
+    model = build_model("resnet18", {}, 3, 10, 32)
+    assert holds_batch_norm(model) and not holds_batch_norm(model, shard_units(model))
+    assert not holds_batch_norm(model.fc) and holds_batch_norm(model.layer1[0])
+
+
+@pytest.mark.parametrize("param_dtype", [torch.bfloat16, None])
+def test_blocks_compute_in_the_param_dtype_and_keep_fp32_shards(param_dtype: torch.dtype | None) -> None:
+    """Two ranks of a fake process group (collectives do nothing, shapes and dtypes are real): the linear
+    units see their weights in param_dtype during the forward, the batch norm always in fp32 (its kernels
+    refuse bf16 weights beside fp32 running statistics); shards and gradients stay fp32 for the optimizer."""
+    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=2)
+    try:
+        strategy = FSDPStrategy(DistEnv(0, 0, 2, CPU), GLOO, param_dtype=param_dtype)
+        model = nn.Sequential(nn.Linear(4, 8), nn.BatchNorm1d(8), nn.Linear(8, 2))
+        seen: list[torch.dtype] = []
+        for unit in model:
+            unit.register_forward_pre_hook(lambda unit, _: seen.append(unit.weight.dtype))
+        strategy.setup_module(model)
+        with MixedPrecision(Precision.BF16, CPU).autocast():
+            model(torch.randn(3, 4)).float().sum().backward()
+        compute = param_dtype or torch.float32
+        assert seen == [compute, torch.float32, compute]
+        assert all(isinstance(p, DTensor) and p.dtype == torch.float32 for p in model.parameters())
+        assert all(p.grad is not None and p.grad.dtype == torch.float32 for p in model.parameters())
     finally:
         dist.destroy_process_group()
