@@ -33,7 +33,7 @@ from worker.metric_caps import MetricCounts
 from worker.nodes import NodeTask, next_attempt_of_nodes, unfinished_after
 from worker.preempt import PREEMPTED_REASON
 from worker.pruning import TrialPruning
-from worker.tail import EventTail, add_marks, apply_events
+from worker.tail import EventTail, add_marks, pump
 from worker.uploads import Uploads
 
 log = logging.getLogger(__name__)
@@ -229,21 +229,9 @@ class Supervisor:
         return False
 
     def _pump(self, *, drain: bool = False) -> None:
-        """Move new events into SQL; on a database error the offset goes back so none is lost."""
-        tail = self.job.tail
-        if tail is None:
-            return
-        start = tail.offset
-        events = tail.drain() if drain else tail.read()
-        if not events:
-            return
-        try:
-            with session_scope() as session:
-                apply_events(session, self.job.job_id, events, self.uploads, self.metric_counts)
-        except SQLAlchemyError:
-            tail.offset = start
-            self.metric_counts.forget()
-            raise
+        """Move new events into SQL (node 0; the other nodes leave the shared file to it)."""
+        if self.job.tail is not None:
+            pump(self.job.tail, self.job.job_id, self.uploads, self.metric_counts, drain=drain)
 
     def _stop_processes(self, grace_s: float) -> None:
         kill_job(self.job.mark, grace_s, group=self.job.process.pid)

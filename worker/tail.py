@@ -12,8 +12,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import select
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
+from core.db import session_scope
 from core.models import Job, JobEvent, Metric, utcnow
 from core.states import JobStatus
 from core.transitions import move
@@ -94,6 +96,24 @@ def _metric_rows(job_id: int, event: MetricsEvent) -> list[dict[str, Any]]:
         # Metric.value is NOT NULL and SQLite stores NaN as NULL, so non-finite values stay out of it.
         if math.isfinite(value)
     ]
+
+
+def pump(
+    tail: EventTail, job_id: int, uploads: Uploads, counts: MetricCounts, *, drain: bool = False
+) -> None:
+    """The tail's new events (all of them with `drain`) into SQL in one transaction; on a database error the
+    offset goes back and the counts are forgotten, so the next call reads the same events again."""
+    start = tail.offset
+    events = tail.drain() if drain else tail.read()
+    if not events:
+        return
+    try:
+        with session_scope() as session:
+            apply_events(session, job_id, events, uploads, counts)
+    except SQLAlchemyError:
+        tail.offset = start
+        counts.forget()
+        raise
 
 
 def apply_events(

@@ -69,7 +69,9 @@ class Session:
         # The same seed on every rank: identical initial weights, as for the built-in loop.
         torch.manual_seed(spec.train.seed)
         group = GroupOptions(plan.backend, timedelta(seconds=spec.limits.collective_timeout_s))
-        self.strategy: ParallelStrategy = build_strategy(plan.strategy, spec.parallel, env, group)
+        self.strategy: ParallelStrategy = build_strategy(
+            plan.strategy, spec.parallel, env, group, plan.precision
+        )
         self.strategy.setup_environment()
         self.precision = MixedPrecision(plan.precision, env.device)
         self.output = RunOutput(run_dir, spec, spec.train.max_steps or 0, env.is_main)

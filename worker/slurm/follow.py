@@ -37,7 +37,7 @@ from worker.slurm.handover import (
     write_for_nodes,
 )
 from worker.supervise import CANCELLED, Outcome, finish
-from worker.tail import EventTail, apply_events
+from worker.tail import EventTail, pump
 from worker.uploads import Uploads
 
 log = logging.getLogger(__name__)
@@ -120,7 +120,7 @@ class Follower(threading.Thread):
                 self._start(row, slurm)
             return
         followed = self.followed.get(row.id) or self._follow_again(row)
-        self._pump(followed)
+        pump(followed.tail, followed.job_id, followed.uploads, followed.counts)
         if slurm is None:
             self._end(
                 followed, Outcome(JobStatus.FAILED, "slurm_lost", f"Slurm job {followed.slurm_id} is gone")
@@ -188,20 +188,6 @@ class Follower(threading.Thread):
         self.followed[row.id] = followed
         return followed
 
-    def _pump(self, followed: Followed, *, drain: bool = False) -> None:
-        tail = followed.tail
-        start = tail.offset
-        events = tail.drain() if drain else tail.read()
-        if not events:
-            return
-        try:
-            with session_scope() as session:
-                apply_events(session, followed.job_id, events, followed.uploads, followed.counts)
-        except SQLAlchemyError:
-            tail.offset = start
-            followed.counts.forget()
-            raise
-
     def _watch(self, followed: Followed) -> None:
         """A running attempt: cancel, pruning and the runtime limit ask its ranks to stop (SIGTERM, and
         their final checkpoint); past cancel_grace_s, Slurm kills what is left."""
@@ -229,7 +215,7 @@ class Follower(threading.Thread):
 
     def _settle(self, followed: Followed) -> None:
         """The attempt's last events in SQL, its checkpoints among them, and its uploads closed."""
-        self._pump(followed, drain=True)
+        pump(followed.tail, followed.job_id, followed.uploads, followed.counts, drain=True)
         followed.uploads.close(self.settings.upload_drain_s)
         self.followed.pop(followed.job_id, None)
 
