@@ -26,4 +26,4 @@ def test_the_smoke_run_writes_the_folder_and_fills_every_row(tmp_path: Path) -> 
     ):
         assert variant in rows and "—" not in rows[variant].split(" | ")[1], rows
     assert "streamed (data.decode=gpu) (skipped: needs a GPU)" in rows
-    assert "hand-written loop img/s" in rows
+    assert "streamed: hand-written img/s" in rows and "streamed: resident img/s" in rows

@@ -80,15 +80,15 @@ GRID = {
 }
 
 
-# 21 jobs (16 trials and a 5-point grid) on two cores shared with the other half of `make test`: 300 s ran
-# out once, so this one test gets longer.
+# 21 jobs (16 trials and a 5-point grid) on two cores shared with the other half of `make test`: the sweep
+# alone ran past 300 s on a loaded CI box, so this one test gets longer.
 @pytest.mark.timeout(900)
 def test_asha_prunes_half_and_finds_the_grid_s_lr(embedded_stack: Stack) -> None:
     with embedded_stack.client() as client:
         sweep = create(client, ASHA)
         running = [t for t in trials(client, sweep["id"]) if t["state"] == "running"]
         assert len(running) == 4, "parallel trials at once"
-        done = wait_done(client, sweep["id"], 300)
+        done = wait_done(client, sweep["id"], 540)
         # After the sweep, not beside it: the grid's trials would slow its trials past the pruner's rungs.
         reference = wait_done(client, create(client, GRID)["id"], 300)
         decades = sorted(round(math.log10(t["params"]["train.lr"])) for t in trials(client, reference["id"]))
