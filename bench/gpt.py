@@ -1,7 +1,7 @@
 """A built-in GPT (issue 17): GPT-2 124M (12 layers, 12 heads, 768 wide, context 1024, vocab 50304), bf16,
-compiled, on one GPU, against a hand-written nanoGPT loop.
+compiled, on one GPU (or under ddp on --gpus N), against a hand-written nanoGPT loop (under DDP there too).
 
-    python -m bench.gpt [--batch N] [--warmup N] [--steps N] [--budget-s S] [--smoke]
+    python -m bench.gpt [--gpus N] [--batch N] [--warmup N] [--steps N] [--budget-s S] [--smoke]
 
 One after another on GPU 0:
   - the Trainyard trainer (model.arch gpt on synthetic_tokens, performance.compile, AdamW with fused kernels,
@@ -61,12 +61,12 @@ def trainer_spec(shape: dict[str, int], args: argparse.Namespace) -> dict[str, A
             "dataset": "synthetic_tokens",
             "block_size": shape["block_size"],
             "vocab_size": shape["vocab_size"],
-            "num_samples": max(16, steps * args.batch),
+            "num_samples": max(16, steps * args.batch * args.gpus),
             "val_fraction": 0.0,
         },
         "train": {
             "max_steps": steps,
-            "batch_size": args.batch,
+            "batch_size": args.batch * args.gpus,  # global: --batch windows per GPU, as the loop's
             "optimizer": "adamw",
             "lr": 6e-4,
             "betas": [0.9, 0.95],
@@ -74,7 +74,14 @@ def trainer_spec(shape: dict[str, int], args: argparse.Namespace) -> dict[str, A
             "clip_grad_norm": 1.0,
             "eval_every_epochs": 0,
         },
-        "parallel": {"strategy": "single", **({} if args.smoke else {"num_gpus": 1})},
+        "parallel": (
+            {"strategy": "single", **({} if args.smoke else {"num_gpus": 1})}
+            if args.gpus == 1
+            else {
+                "strategy": "ddp",
+                **({"nproc_per_node": args.gpus} if args.smoke else {"num_gpus": args.gpus}),
+            }
+        ),
         "precision": "fp32" if args.smoke else "bf16",
         "performance": {"compile": not args.smoke},
         "checkpoint": {"every_n_steps": 0, "every_n_epochs": 0, "save_final": False},
@@ -93,8 +100,9 @@ def trainer_row(shape: dict[str, int], args: argparse.Namespace, run_dir: Path, 
     if timeout is None:
         return Row(f"{variant} ({SKIPPED}: out of time)", None, None, None)
     write_config(run_dir, trainer_spec(shape, args))
-    done = launch(run_dir, nproc=1, timeout=timeout, cuda_devices="" if args.smoke else "0")
-    run = TrainerRun(run_dir, 1)
+    gpus = ",".join(str(gpu) for gpu in range(args.gpus))
+    done = launch(run_dir, nproc=args.gpus, timeout=timeout, cuda_devices="" if args.smoke else gpus)
+    run = TrainerRun(run_dir, args.gpus)
     if done.returncode:
         print(done.stdout[-2000:], done.stderr[-2000:], run.log(0)[-4000:], file=sys.stderr)
         return Row(f"{variant} (failed: exit {done.returncode})", None, None, None)
@@ -117,7 +125,16 @@ def loop_row(shape: dict[str, int], args: argparse.Namespace, budget: Budget) ->
         "block": "block_size",
         "vocab": "vocab_size",
     }
-    argv = [sys.executable, "-m", "bench.gpt_loop", "--batch", str(args.batch)]
+    # Under torchrun on --gpus GPUs, as the trainer runs; a world of one needs no launcher.
+    torchrun = ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(args.gpus)]
+    argv = [
+        sys.executable,
+        *(torchrun if args.gpus > 1 else []),
+        "-m",
+        "bench.gpt_loop",
+        "--batch",
+        str(args.batch),
+    ]
     argv += ["--warmup", str(args.warmup), "--steps", str(args.steps)]
     argv += [arg for flag, key in flags.items() for arg in (f"--{flag}", str(shape[key]))]
     argv += ["--device", "cpu", "--no-compile"] if args.smoke else []
@@ -132,7 +149,7 @@ def loop_row(shape: dict[str, int], args: argparse.Namespace, budget: Budget) ->
         json.loads(params[0][len(PARAMS_PREFIX) :]), shape["n_layer"], shape["n_embd"], shape["block_size"]
     )
     peak = peak_flops(result.device)
-    mfu = None if peak is None else tokens_per_s * model_flops / peak
+    mfu = None if peak is None else tokens_per_s * model_flops / (peak * args.gpus)
     return Row(variant, tokens_per_s, mfu, result.final_loss, result.device, result.peak_mem_mb)
 
 
@@ -159,6 +176,7 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=60, help="timed steps")
     parser.add_argument("--budget-s", type=float, default=560, help="no variant starts past it")
     parser.add_argument("--smoke", action="store_true", help="a tiny GPT on the CPU, eager, fp32")
+    parser.add_argument("--gpus", type=int, default=1, help="both rows under ddp on this many GPUs")
     args = parser.parse_args()
     budget = Budget(args.budget_s)
     if args.smoke:
@@ -171,7 +189,7 @@ def main() -> int:
         table([trainer, loop], loop)
         + "\n\nTarget (issue 34): the trainer at >= 0.97x the loop's tokens/s and <= 1.15x its peak memory."
     )
-    record(section(loop.device, 1, body), args.smoke)
+    record(section(loop.device, args.gpus, body), args.smoke)
     return 0 if trainer.tokens_per_s is not None and loop.tokens_per_s is not None else 1
 
 

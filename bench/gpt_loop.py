@@ -21,6 +21,7 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.nn.parallel import DistributedDataParallel
 
 from bench.runtime import joined
 from bench.timing import measure, report
@@ -73,7 +74,7 @@ def next_token_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor
     return F.cross_entropy(logits.flatten(0, 1), targets.flatten())
 
 
-def loss_step(model: GPT, where: str, compile_model: bool) -> Callable[[torch.Tensor], torch.Tensor]:
+def loss_step(model: nn.Module, where: str, compile_model: bool) -> Callable[[torch.Tensor], torch.Tensor]:
     """ids (batch, block + 1) -> the mean loss of predicting each next id, the loss computed `where`."""
     forward = torch.compile(model) if compile_model else model
     if where == "inside":
@@ -112,7 +113,11 @@ def main() -> None:
         model = GPT(args.vocab, args.layers, args.heads, args.width, args.block).to(rank.device)
         params = list(model.parameters())
         optimizer = nanogpt_adamw(params, rank.device)
-        step_loss = loss_step(model, args.loss, not args.no_compile)
+        # Under torchrun, DDP as nanoGPT's train.py wraps it: the compiled model inside, gradients all-reduced
+        # in buckets while the backward runs.
+        gpu = None if rank.device.type == "cpu" else [rank.device.index]
+        wrapped = model if rank.world_size == 1 else DistributedDataParallel(model, device_ids=gpu)
+        step_loss = loss_step(wrapped, args.loss, not args.no_compile)
         loss = torch.zeros((), device=rank.device)
 
         def step() -> None:
