@@ -68,14 +68,7 @@ def restart(job_id: int, slurm_id: int, max_restarts: int, outcome: Outcome) -> 
     return True
 
 
-def lost(job_id: int, slurm_id: int) -> None:
-    """A queued job slurmctld no longer holds (its state was lost): it cannot start."""
+def fail_waiting(job_id: int, reason: str, message: str) -> None:
+    """A queued job that can never start here: Slurm refused it, or slurmctld no longer holds it."""
     with session_scope() as session:
-        move(
-            session,
-            job_id,
-            JobStatus.QUEUED,
-            JobStatus.FAILED,
-            reason="slurm_lost",
-            message=f"Slurm no longer knows job {slurm_id}",
-        )
+        move(session, job_id, JobStatus.QUEUED, JobStatus.FAILED, reason=reason, message=message)

@@ -111,7 +111,7 @@ class Follower(threading.Thread):
     def _follow(self, row: Row, slurm: SlurmJob | None) -> None:
         if row.status == JobStatus.QUEUED:
             if slurm is None:
-                endings.lost(row.id, row.slurm_job_id)
+                endings.fail_waiting(row.id, "slurm_lost", f"Slurm no longer knows job {row.slurm_job_id}")
             elif slurm.state in outcomes.WAITING:
                 self._waiting(row.id, slurm)
                 if slurm.nice != nice(row.priority):  # PATCHed since it was submitted

@@ -25,7 +25,7 @@ from worker.leases import queued_mark, worker_id
 from worker.resume import leased_plan
 from worker.rundir import prepare_run_dir, set_aside_stale
 from worker.sandbox import is_sandboxed, job_bundle
-from worker.slurm import commands
+from worker.slurm import commands, endings
 from worker.slurm.attempts import NodeAttempt, write_attempt
 from worker.slurm.commands import SlurmJob
 from worker.tail import add_marks
@@ -62,15 +62,7 @@ def submit_queued(settings: Settings) -> list[int]:
         try:
             slurm_id = commands.sbatch(script)
         except commands.SlurmError as refused:  # Slurm's words: a partition that does not exist, a limit
-            with session_scope() as session:
-                move(
-                    session,
-                    job_id,
-                    JobStatus.QUEUED,
-                    JobStatus.FAILED,
-                    reason="slurm_refused",
-                    message=str(refused),
-                )
+            endings.fail_waiting(job_id, "slurm_refused", str(refused))
             continue
         with session_scope() as session:
             taken = session.execute(
