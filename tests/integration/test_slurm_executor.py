@@ -90,7 +90,12 @@ def test_cancel_stops_every_process_on_both_nodes(slurm_stack: Stack, slurm_clus
 def test_max_runtime_ends_timed_out_after_a_final_checkpoint(slurm_stack: Stack) -> None:
     # The limit counts training once it runs, and start-up until then: 20 s leaves a 2-node start on a busy
     # CI box room to reach its first step, so there is training to checkpoint.
-    spec = {**LONG, "checkpoint": {"every_n_epochs": 0, "keep_last": 2}, "limits": {"max_runtime_s": 20}}
+    spec = {
+        **LONG,
+        "train": {**LONG["train"], "epochs": 1000},  # stopped at the limit, long before its end
+        "checkpoint": {"every_n_epochs": 0, "keep_last": 2},
+        "limits": {"max_runtime_s": 20},
+    }
     with slurm_stack.client() as client:
         job = wait_status(client, submit(client, spec)["id"], {"timed_out"}, timeout=180)
         checkpoints = client.get(f"/v1/jobs/{job['id']}/checkpoints").json()["data"]
