@@ -10,7 +10,11 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
+from jobspec.files import JobFileMissing, open_job_file
 from jobspec.plan import RunConfig
+
+# A spec and its plan are a few kB; more is not a file the worker wrote.
+ATTEMPT_MAX_BYTES = 1 << 20
 
 
 def node_error_mark(restarts: int) -> str:
@@ -38,14 +42,20 @@ def write_attempt(folder: Path, restarts: int, attempt: NodeAttempt) -> None:
 
 
 def wait_for_attempt(folder: Path, restarts: int, timeout_s: float, poll_s: float = 0.2) -> NodeAttempt:
-    """The attempt for Slurm's restart count, once the worker has seen the job start and written it."""
-    target = attempt_file(folder, restarts)
+    """The attempt for Slurm's restart count, once the worker has seen the job start and written it. Read
+    through the confined opener, with a bound, though no rank can write the folder: a link or a FIFO in its
+    place is refused rather than followed."""
+    name = attempt_file(folder, restarts).name
     deadline = time.monotonic() + timeout_s
-    while not target.exists():
-        if time.monotonic() > deadline:
-            raise TimeoutError(
-                f"no attempt from the Trainyard worker at {target} after {timeout_s:.0f} s: is the worker "
-                "running, and is TRAINYARD_RUNS_DIR the same shared folder on the login node and here?"
-            )
-        time.sleep(poll_s)
-    return NodeAttempt.model_validate_json(target.read_text())
+    while True:
+        try:
+            with open_job_file(folder, name, ATTEMPT_MAX_BYTES) as opened:
+                return NodeAttempt.model_validate_json(opened.file.read())
+        except JobFileMissing:
+            if time.monotonic() > deadline:
+                raise TimeoutError(
+                    f"no attempt from the Trainyard worker at {folder / name} after {timeout_s:.0f} s: is "
+                    "the worker running, and is TRAINYARD_RUNS_DIR the same shared folder on the login node "
+                    "and here?"
+                ) from None
+            time.sleep(poll_s)

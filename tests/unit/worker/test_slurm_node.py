@@ -4,6 +4,8 @@ the torchrun command it becomes, all from Slurm's environment and the shared run
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -11,11 +13,14 @@ import pytest
 from core.config import Settings
 from core.launch import Rendezvous
 from core.slurm_script import BATCH_LOG, slurm_folder
+from jobspec.files import JobFileRefused
 from jobspec.plan import RunConfig, resolve_plan
 from jobspec.spec import JobSpec
 from worker.slurm.attempts import NodeAttempt, attempt_file, wait_for_attempt, write_attempt
 from worker.slurm.node import allocated_cpus, allocated_gpus, main, node_command, rendezvous
 from worker.slurm.outcomes import node_error
+
+ROOT = Path(__file__).resolve().parents[3]
 
 EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "digits_ddp_cpu.json"
 # What srun gives node 1 of a two-node job (each node's task sees its own SLURM_NODEID).
@@ -84,6 +89,16 @@ def test_wait_for_attempt_returns_the_written_attempt(tmp_path: Path) -> None:
     assert not list(folder.glob("*.part"))
 
 
+def test_a_planted_link_in_place_of_the_attempt_is_refused(tmp_path: Path) -> None:
+    elsewhere = tmp_path / "elsewhere"
+    write_attempt(elsewhere, 0, attempt())
+    folder = tmp_path / "slurm"
+    folder.mkdir()
+    attempt_file(folder, 0).symlink_to(attempt_file(elsewhere, 0))
+    with pytest.raises(JobFileRefused):
+        wait_for_attempt(folder, 0, timeout_s=0.05, poll_s=0.01)
+
+
 def test_wait_for_attempt_names_the_file_it_waited_for(tmp_path: Path) -> None:
     folder = tmp_path / "slurm"
     write_attempt(folder, 0, attempt())  # an earlier restart's: not the one asked for
@@ -136,3 +151,22 @@ def test_a_node_s_error_reaches_the_worker_through_the_batch_log(
     assert exited.value.code == 3
     (folder / BATCH_LOG).write_text(capsys.readouterr().err)
     assert "TRAINYARD_RUNS_DIR" in (node_error(folder / BATCH_LOG, 0) or "")
+
+
+def test_the_node_never_writes_through_a_launcher_log_the_ranks_planted(tmp_path: Path) -> None:
+    """A run directory is the job's: a link at logs/launcher.log (from an earlier attempt's ranks) makes the
+    node's task fail rather than append torchrun's output where the link points. In a process of its own,
+    since the task ends by becoming its command."""
+    run_dir, target = tmp_path / "runs" / "7", tmp_path / "not-the-job-s"
+    (run_dir / "logs").mkdir(parents=True)
+    target.write_text("untouched\n")
+    (run_dir / "logs" / "launcher.log").symlink_to(target)
+    script = (
+        "from pathlib import Path; from core.launch import Launch; from worker.slurm.node import become; "
+        f"become(Launch(['echo', 'written'], {{}}), Path({str(run_dir)!r}), 'header\\n')"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode != 0 and "written" not in done.stdout, (done.stdout, done.stderr)
+    assert target.read_text() == "untouched\n"
