@@ -99,17 +99,22 @@ def finish(job_id: int, attempt: int, outcome: Outcome) -> bool:
             message=outcome.message,
         )
         if not moved:  # a cancel arrived first, and cancel wins
-            moved = move(
-                session,
-                job_id,
-                JobStatus.CANCELLING,
-                JobStatus.CANCELLED,
-                reason=CANCELLED.reason,
-                message=CANCELLED.message,
-            )
+            moved = end_cancel(session, job_id)
         if moved:
             release_leases(session, job_id)
     return moved
+
+
+def end_cancel(session: Session, job_id: int) -> bool:
+    """cancelling -> cancelled, once the job's processes are gone; False when it was not being cancelled."""
+    return move(
+        session,
+        job_id,
+        JobStatus.CANCELLING,
+        JobStatus.CANCELLED,
+        reason=CANCELLED.reason,
+        message=CANCELLED.message,
+    )
 
 
 def restarts_used(session: Session, job_id: int) -> int:

@@ -8,7 +8,7 @@ from core.states import JobStatus
 from core.transitions import move, move_from_any
 from worker.slurm import commands
 from worker.slurm.commands import SlurmJob
-from worker.supervise import CANCELLED, Outcome, restarts_used
+from worker.supervise import Outcome, end_cancel, restarts_used
 
 REQUEUED_REASON = "slurm_requeued"
 RESTART_REASON = "restart"
@@ -18,14 +18,7 @@ def requeued(job_id: int, slurm: SlurmJob) -> None:
     """Slurm put the job back in its queue (a node failed, a preemption): queued again, to resume from its
     latest checkpoint when Slurm starts it; one being cancelled is cancelled instead."""
     with session_scope() as session:
-        if move(
-            session,
-            job_id,
-            JobStatus.CANCELLING,
-            JobStatus.CANCELLED,
-            reason=CANCELLED.reason,
-            message=CANCELLED.message,
-        ):
+        if end_cancel(session, job_id):
             commands.cancel(slurm.job_id)
             return
         why = f"Slurm requeued job {slurm.job_id} (restart {slurm.restarts}, {slurm.reason})"

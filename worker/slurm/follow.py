@@ -43,7 +43,10 @@ from worker.uploads import Uploads
 log = logging.getLogger(__name__)
 
 # What each tick reads of a followed job.
-ROW = (Job.id, Job.status, Job.slurm_job_id, Job.attempt, Job.slurm_restarts, Job.spec, Job.priority)
+ROW = (
+    *(Job.id, Job.status, Job.slurm_job_id, Job.attempt, Job.slurm_restarts),
+    *(Job.spec, Job.priority, Job.message),
+)
 FOLLOWED = (JobStatus.QUEUED, JobStatus.STARTING, JobStatus.RUNNING, JobStatus.CANCELLING)
 
 
@@ -113,7 +116,8 @@ class Follower(threading.Thread):
             if slurm is None:
                 endings.fail_waiting(row.id, "slurm_lost", f"Slurm no longer knows job {row.slurm_job_id}")
             elif slurm.state in outcomes.WAITING:
-                self._waiting(row.id, slurm)
+                if row.message != pending_message(slurm):  # a write only when Slurm's reason changed
+                    self._waiting(row.id, slurm)
                 if slurm.nice != nice(row.priority):  # PATCHed since it was submitted
                     commands.set_nice(slurm.job_id, nice(row.priority))
             elif slurm.state in outcomes.STARTED or slurm.state in outcomes.ENDED:
