@@ -26,8 +26,7 @@ class StopRequest:
         self._pid = os.getpid()
 
     def _on_sigterm(self, _signum: int, _frame: FrameType | None) -> None:
-        # Forked data-loader workers inherit this handler: they keep serving batches so that their rank
-        # reaches the checkpoint, and end with it.
+        # A forked child inherits this handler until it sets its own (loader workers: StopSafeWorkers).
         if os.getpid() == self._pid:
             self.requested = True
 

@@ -174,6 +174,15 @@ def warm_launcher() -> WarmLauncher:
     )
 
 
+def cpu_share(settings: Settings, plan: Plan) -> int | None:
+    """The cores a CPU job's processes divide into threads (OMP_NUM_THREADS): the host's over
+    TRAINYARD_CPU_OVERCOMMIT, as up to that many CPU processes share each core, and threads beyond a job's
+    share spin against its neighbours'; None (every core) for a GPU job, whose processes drive its GPUs."""
+    if plan.device != "cpu":
+        return None
+    return max(1, int((os.cpu_count() or 1) / settings.cpu_overcommit))
+
+
 def _tails_events(node_rank: int, settings: Settings) -> bool:
     """Global rank 0 writes the events, on whichever node the rendezvous put it. On a shared disk every node
     sees that one file, and node 0 alone reads it; otherwise each node reads its own disk's."""
@@ -229,6 +238,7 @@ def launch(mark: JobMark, task: NodeTask, settings: Settings, uploads: Uploads) 
         data_dir=settings.data_dir,
         gpu_ids=node.gpu_ids,
         python=settings.environment_pythons[spec.environment] if spec.environment else sys.executable,
+        cpu_count=cpu_share(settings, plan),
         rendezvous=rendezvous,
         compile_cache=None if sandboxed else settings.compile_cache_dir,
     )

@@ -21,6 +21,7 @@ from torch.utils.data import DataLoader, Dataset, default_collate
 from jobspec.spec import DataSpec
 from jobspec.spec_augment import OnBadSample
 from trainers.data.decode import Encoded, decode_square, is_jpeg
+from trainers.data.loader import stop_safe
 from trainers.user_errors import error_line
 
 # Replacements tried in a row before a run of unreadable files is taken for a broken dataset.
@@ -153,7 +154,10 @@ def decode_whole(
     for indices in (images.train, images.val):
         dataset = DecodedImages(images.samples, indices, side, encoded=False, replace=False)
         loader: DataLoader[Any] = DataLoader(
-            dataset, batch_size=_DECODE_BATCH, num_workers=data.loader_workers, collate_fn=collate
+            dataset,
+            **stop_safe(
+                {"batch_size": _DECODE_BATCH, "num_workers": data.loader_workers, "collate_fn": collate}
+            ),
         )
         # Filled in place: a set that takes a quarter of the memory must not be held twice on the way.
         x = torch.empty((len(indices), 3, side, side), dtype=torch.uint8)

@@ -8,7 +8,8 @@ trainers/data/held_out.py.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator
+import signal
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -26,6 +27,26 @@ from trainers.data.user import UserData
 
 # A worker process that died (the kernel's OOM killer, a segfault in an extension) is not the data's fault.
 _WORKER_DIED = "DataLoader worker (pid"
+
+
+class StopSafeWorkers:
+    """A loader's worker_init_fn (then the user's own, if given): its workers ignore SIGTERM. A cancel or a
+    runtime limit signals every process of the job, and torch's worker loop dies on a SIGTERM its rank did not
+    send; the rank then fails on the lost worker before it reaches the final checkpoint the stop asks for. The
+    rank ends its workers itself once it saved, and SIGKILL still ends any left past the grace period."""
+
+    def __init__(self, then: Callable[[int], None] | None = None) -> None:
+        self.then = then  # an instance's attribute, not a closure: spawned workers unpickle it
+
+    def __call__(self, worker_id: int) -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        if self.then is not None:
+            self.then(worker_id)
+
+
+def stop_safe(options: dict[str, Any]) -> dict[str, Any]:
+    """DataLoader options whose workers outlive a stop's SIGTERM (StopSafeWorkers)."""
+    return {**options, "worker_init_fn": StopSafeWorkers(options.get("worker_init_fn"))}
 
 
 class ResumableSampler(Sampler[int]):
@@ -77,7 +98,7 @@ def data_loader(
         collate_fn=data.collate,
         pin_memory=device.type == "cuda",
         prefetch_factor=2 if workers else None,
-        **options,
+        **stop_safe(options),
     )
 
 

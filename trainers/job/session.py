@@ -26,7 +26,7 @@ from jobspec.plan import Plan, RunConfig
 from jobspec.spec import JobSpec, Strategy
 from trainers.checkpoint import load_checkpoint, restore
 from trainers.data.batches import Batch, batch_size, to_device
-from trainers.data.loader import ResumableSampler
+from trainers.data.loader import ResumableSampler, stop_safe
 from trainers.dist_env import DistEnv, rank_env
 from trainers.metrics import TrainMetrics
 from trainers.objectives import LossValues
@@ -128,7 +128,7 @@ class Session:
             sampler=ResumableSampler(sampler),
             drop_last=True,
             pin_memory=self.env.device.type == "cuda",
-            **options,
+            **stop_safe(options),
         )
 
     def restore(self) -> int:

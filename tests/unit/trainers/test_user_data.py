@@ -4,6 +4,8 @@ every sample once while every rank runs as many forwards."""
 
 from __future__ import annotations
 
+import subprocess
+import time
 from collections import namedtuple
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,6 +18,7 @@ from torch.utils.data import Dataset, IterableDataset
 from jobspec.problems import SpecError
 from trainers.data.batches import Batch, batch_size, describe, to_device
 from trainers.data.held_out import LoaderHeldOut
+from trainers.data.loader import data_loader
 from trainers.data.steps import Batching, LoaderSteps, loader_steps
 from trainers.data.user import UserData
 from trainers.dist_env import DistEnv
@@ -149,3 +152,16 @@ def test_batches_move_to_the_device_whatever_their_nesting() -> None:
     assert describe((torch.ones(2, 3), {"k": 1})) == "a tuple of a tensor of shape [2, 3], a dict of k: a int"
     with pytest.raises(UserCodeError, match="a batch must hold a tensor with a batch dimension"):
         batch_size({"k": torch.tensor(1.0)})
+
+
+def test_loader_workers_outlive_a_stop_s_sigterm_from_outside() -> None:
+    """A cancel signals every process of the job (worker/kill.py), loader workers too: they must keep
+    serving batches until their rank reaches its final checkpoint. The SIGTERM comes from another process,
+    as the worker's does; torch's worker loop would die on it."""
+    batches = iter(data_loader(data(Numbered(64)), Numbered(64), 4, 2, CPU))
+    first = [next(batches) for _ in range(2)]  # one from each worker: both past their start
+    workers = [worker.pid for worker in batches._workers]  # type: ignore[attr-defined]
+    subprocess.run(["kill", "-TERM", *map(str, workers)], check=True)
+    time.sleep(0.5)  # for the workers to act on it: die, or not
+    rest = [batch["id"] for batch in batches]
+    assert torch.cat([batch["id"] for batch in first] + rest).tolist() == list(range(64))
