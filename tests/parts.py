@@ -3,10 +3,9 @@
 The halves overlap on a machine of two cores: much of a test's time is spent waiting for a job on a
 running service, which the other half's work fills. The line between the halves is
 the shared running services (tests/integration/conftest.py): every test on one of them is in `stacks`, so
-that each starts once, together with the unit tests of the API and the core, which balance the halves;
-everything else (the worker's and the trainer's unit tests, the trainer's runs, modules with services of
-their own, the benchmarks' smoke runs) is in `rest`, which `make test` runs after the linters. Without
-`--part`, pytest runs everything, as before.
+that each starts once, together with the unit tests and the benchmarks' smoke runs, which balance the
+halves; everything else (the trainer's runs under torchrun, modules with services of their own) is in
+`rest`, which `make test` runs after the linters. Without `--part`, pytest runs everything, as before.
 """
 
 from __future__ import annotations
@@ -17,7 +16,7 @@ import pytest
 
 PARTS = ("stacks", "rest")
 SHARED_STACKS = frozenset({"embedded_stack", "redis_postgres_stack", "stack", "auth_stack"})
-UNIT_TESTS = (Path(__file__).parent / "unit" / "app", Path(__file__).parent / "unit" / "core")
+UNIT_TESTS = (Path(__file__).parent / "unit", Path(__file__).parents[1] / "bench" / "tests")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
