@@ -68,21 +68,18 @@ servers: sandbox
 slurm: install
 	$(PY) -m deploy.slurm_cluster --dir var/slurm
 
-# The suite as three pytest processes at once (tests/parts.py): the tests on the shared running services in
-# the foreground; the unit tests, and the linters then the other integration tests, beside them, their output
-# shown once the first part ends. Each part prints its 15 slowest tests, so the suite stays under its 12 minutes.
+# The suite as two pytest processes at once (tests/parts.py): the unit tests and those on the shared running
+# services in the foreground; the linters, then everything else, beside them, their output shown once the first half
+# ends. Each half prints its 15 slowest tests, so the suite stays under its 12 minutes.
 PYTEST := $(VENV)/bin/pytest -q -p no:cacheprovider --durations=15
 test: install-test servers
 	@mkdir -p var; \
 	( $(MAKE) --no-print-directory lint && $(PYTEST) --part rest ) > var/test-rest.log 2>&1 & rest=$$!; \
-	$(PYTEST) --part units tests/unit bench/tests > var/test-units.log 2>&1 & units=$$!; \
-	trap 'kill $$rest $$units 2>/dev/null' INT TERM; \
+	trap 'kill $$rest 2>/dev/null' INT TERM; \
 	$(PYTEST) --part stacks; stacks=$$?; \
-	wait $$units; unit=$$?; \
 	wait $$rest; others=$$?; \
-	echo "--- the unit tests (var/test-units.log) ---"; cat var/test-units.log; \
-	echo "--- the linters and the other integration tests (var/test-rest.log) ---"; cat var/test-rest.log; \
-	exit $$(( stacks || unit || others ))
+	echo "--- the linters and the other half (var/test-rest.log) ---"; cat var/test-rest.log; \
+	exit $$(( stacks || others ))
 
 test-unit: install-test
 	$(VENV)/bin/pytest -q tests/unit

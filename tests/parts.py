@@ -1,10 +1,11 @@
-"""`--part stacks|units|rest`: one of the three parts `make test` runs at once, as three pytest processes.
+"""`--part stacks|rest`: one of the two halves `make test` runs at once, as two pytest processes.
 
-The parts overlap on a machine of two cores: much of an integration test's time is spent waiting for a job
-on a running service (a heartbeat to age, a collective to time out, a retry's backoff), which the other parts'
-work fills. `stacks` is every test on the shared running services (tests/integration/conftest.py), so that
-each starts once; `units` the unit tests and the benchmarks' smoke runs, which only compute; `rest` the
-trainer's runs under torchrun and the modules with services of their own, after the linters. Without
+The halves overlap on a machine of two cores: much of a test's time is spent waiting for a job on a
+running service, which the other half's work fills. The line between the halves is
+the shared running services (tests/integration/conftest.py): every test on one of them is in `stacks`, so
+that each starts once, together with the unit tests of the API and the core and the benchmarks' smoke runs,
+which balance the halves; everything else (the worker's and the trainer's unit tests, the trainer's runs,
+modules with services of their own) is in `rest`, which `make test` runs after the linters. Without
 `--part`, pytest runs everything, as before.
 """
 
@@ -14,20 +15,23 @@ from pathlib import Path
 
 import pytest
 
-PARTS = ("stacks", "units", "rest")
+PARTS = ("stacks", "rest")
 SHARED_STACKS = frozenset({"embedded_stack", "redis_postgres_stack", "stack", "auth_stack"})
-UNIT_TESTS = (Path(__file__).parent / "unit", Path(__file__).parents[1] / "bench" / "tests")
+UNIT_TESTS = (
+    Path(__file__).parent / "unit" / "app",
+    Path(__file__).parent / "unit" / "core",
+    Path(__file__).parents[1] / "bench" / "tests",
+)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    parser.addoption("--part", choices=PARTS, help="run one part of the suite (tests/parts.py)")
+    parser.addoption("--part", choices=PARTS, help="run one half of the suite (tests/parts.py)")
 
 
 def part_of(item: pytest.Item) -> str:
     on_shared_stack = not SHARED_STACKS.isdisjoint(getattr(item, "fixturenames", ()))
-    if on_shared_stack:
-        return "stacks"
-    return "units" if any(folder in item.path.parents for folder in UNIT_TESTS) else "rest"
+    unit_test = any(folder in item.path.parents for folder in UNIT_TESTS)
+    return "stacks" if on_shared_stack or unit_test else "rest"
 
 
 @pytest.hookimpl(trylast=True)
