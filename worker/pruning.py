@@ -32,7 +32,12 @@ class TrialPruning:
             sweep = session.get_one(Sweep, job.sweep_id)
             if config(sweep).pruner is PrunerName.NONE:
                 return None
-            return cls(job_id, job.sweep_id, job.trial)
+            pruning = cls(job_id, job.sweep_id, job.trial)
+        # Optuna, imported while the trial starts rather than at its first report: the import takes seconds on
+        # a loaded host, which a small trial's epochs outran, so that it trained to its end before a verdict.
+        import core.sweep_study  # noqa: F401
+
+        return pruning
 
     def verdict(self) -> str | None:
         """Why the trial should stop now, or None; each new report is judged once, and a verdict is kept on
