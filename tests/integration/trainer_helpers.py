@@ -83,7 +83,7 @@ def warm_launcher() -> WarmLauncher:
 
 
 def launch(
-    run_dir: Path, nproc: int, timeout: float = 120, cuda_devices: str = ""
+    run_dir: Path, nproc: int, timeout: float = 240, cuda_devices: str = ""
 ) -> subprocess.CompletedProcess[str]:
     """cuda_devices: CUDA_VISIBLE_DEVICES for the run; empty hides every GPU (gloo on the CPU), and the run
     goes through the warm standby; a GPU run starts cold, as GPU tests time and probe it that way.
