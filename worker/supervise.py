@@ -190,6 +190,9 @@ class Supervisor:
         self.metric_counts = MetricCounts.from_settings()  # read from the table at the first batch only
         # A sweep's trial, judged by its pruner where its events are tailed (node 0).
         self.pruning = TrialPruning.for_job(job.job_id) if job.tail is not None else None
+        # Judged at the first tick (a verdict kept from an earlier attempt) and after new events, not every
+        # tick: a pruned trial's supervisor ticks often.
+        self.judge_next = True
 
     def run(self) -> int | None:
         """Supervise until the attempt ends; the attempt to launch next when it ended in a restart."""
@@ -208,7 +211,7 @@ class Supervisor:
         """One look at the job; True once this supervisor is done with it."""
         job = self.job
         try:
-            self._pump()
+            self.judge_next |= self._pump()
             seen = look(job)
             if seen is None:
                 log.warning("job %s attempt %s is no longer ours; stopping it", job.job_id, job.attempt)
@@ -222,8 +225,11 @@ class Supervisor:
                 # One that finished meanwhile keeps its success rather than running again.
                 done = job.process.poll() == 0
                 return self._end(exit_outcome(job.mark.run_dir, 0) if done else PREEMPTED)
-            if self.pruning is not None and (why := self.pruning.verdict()) is not None:
-                return self._end(Outcome(JobStatus.PRUNED, "pruned", why))
+            if self.pruning is not None and self.judge_next:
+                why = self.pruning.verdict()  # a database error leaves judge_next set: judged again next tick
+                self.judge_next = False
+                if why is not None:
+                    return self._end(Outcome(JobStatus.PRUNED, "pruned", why))
             if seen.deadline is not None and utcnow() >= seen.deadline:
                 limit = f"ran past limits.max_runtime_s={job.max_runtime_s}"
                 return self._end(Outcome(JobStatus.TIMED_OUT, "max_runtime", limit))
@@ -237,10 +243,11 @@ class Supervisor:
             log.exception("job %s: database error while supervising", job.job_id)
         return False
 
-    def _pump(self, *, drain: bool = False) -> None:
-        """Move new events into SQL (node 0; the other nodes leave the shared file to it)."""
-        if self.job.tail is not None:
-            pump(self.job.tail, self.job.job_id, self.uploads, self.metric_counts, drain=drain)
+    def _pump(self, *, drain: bool = False) -> bool:
+        """Move new events into SQL (node 0; the other nodes leave the shared file to it); True if any."""
+        if self.job.tail is None:
+            return False
+        return pump(self.job.tail, self.job.job_id, self.uploads, self.metric_counts, drain=drain)
 
     def _stop_processes(self, grace_s: float) -> None:
         kill_job(self.job.mark, grace_s, group=self.job.process.pid)
