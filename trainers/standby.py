@@ -24,6 +24,7 @@ import trainers.run
 from trainers.enter import Confinement, run_inside
 
 RANK_ENTRY = ["-m", "trainers.run"]
+TORCHRUN_MODULE = "torch.distributed.run"
 MAX_FDS = 16  # the log, and for a sandboxed job its lifeline, bwrap's output and five namespaces
 REQUEST_BYTES = 1 << 16
 # What every rank of a built-in job imports before its first step (trainers/run.py), imported once by the
@@ -85,10 +86,11 @@ def _take_on(request: dict[str, Any], log: int) -> None:
     os.close(devnull)
 
 
-def _import_rank_modules() -> bool:
-    """Import RANK_MODULES; True if ranks may be forked from here: a child cannot use a CUDA context its
-    parent made, so nothing here may have initialised CUDA (the ranks pick their GPUs after the fork)."""
-    for name in RANK_MODULES:
+def import_rank_modules() -> bool:
+    """Import torchrun's module and RANK_MODULES; True if ranks may be forked from here: a child cannot use a
+    CUDA context its parent made, so nothing here may have initialised CUDA (the ranks pick their GPUs after
+    the fork)."""
+    for name in (TORCHRUN_MODULE, *RANK_MODULES):
         importlib.import_module(name)
     import torch
 
@@ -107,10 +109,8 @@ def _torchrun(args: list[str]) -> None:
     os._exit(0)
 
 
-def main() -> None:
-    import torch.distributed.run  # noqa: F401  the seconds this process exists to spend early
-
-    may_fork = _import_rank_modules()
+def serve(may_fork: bool) -> None:
+    """Wait for the job on stdin and run its torchrun; `may_fork`: import_rank_modules()'s answer."""
     received = _receive()
     if received is None:
         return
@@ -130,7 +130,3 @@ def main() -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(status)
-
-
-if __name__ == "__main__":
-    main()

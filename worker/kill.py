@@ -21,6 +21,7 @@ import psutil
 
 from core.launch import JOB_TOKEN_ENV, RUN_DIR_ENV, job_token
 from jobspec.files import JobFileError, open_job_file
+from jobspec.startup import STANDBY_ID_ENV
 from worker.rundir import append_no_follow
 
 log = logging.getLogger(__name__)
@@ -28,7 +29,6 @@ log = logging.getLogger(__name__)
 KILL_WAIT_S = 5.0  # after SIGKILL: the kernel only needs to tear the processes down
 POLL_S = 0.05
 
-STANDBY_ID_ENV = "TRAINYARD_STANDBY_ID"
 # In the run directory, the ids of the standbys that took an attempt on: one file per job token ("/" as "_"),
 # as the nodes of a job on a shared disk share its run directory.
 STANDBY_FILES = "standby-{}.id"

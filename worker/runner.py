@@ -9,7 +9,6 @@ from __future__ import annotations
 import functools
 import logging
 import os
-import subprocess
 import sys
 import threading
 import time
@@ -39,6 +38,7 @@ from worker.resume import leased_plan
 from worker.rundir import append_no_follow, prepare_run_dir, set_aside_stale
 from worker.sandbox import check_starts, close_sandbox, is_sandboxed, job_bundle, sandbox_for
 from worker.standby import WarmLauncher
+from worker.standby_factory import JobProcess
 from worker.supervise import CANCELLED, Outcome, RunningJob, Supervisor, finish, ring_others
 from worker.tail import EventTail, add_marks, apply_events
 from worker.uploads import Uploads
@@ -139,7 +139,7 @@ def catch_up(job_id: int, run_dir: Path, uploads: Uploads, settings: Settings) -
 
 def _start_if_starting(
     task: NodeTask, plan: Plan, command: Launch, run_dir: Path, box: Sandbox | None = None
-) -> subprocess.Popen[bytes] | None:
+) -> JobProcess | None:
     """Start torchrun (in `box` when given) only if the job is still `starting` for this attempt and this
     node never started.
 
@@ -197,7 +197,7 @@ def _start_sandboxed(
     run_dir: Path,
     box: Sandbox | None,
     bundle: Path | None,
-) -> subprocess.Popen[bytes] | None:
+) -> JobProcess | None:
     """Lay out the run directory and start torchrun, inside `box` when the job is sandboxed."""
     plan = plan.model_copy(update={"argv": (command if box is None else confine(command, box)).argv})
     code_dir = None if bundle is None else str(bundle)

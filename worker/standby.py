@@ -1,21 +1,22 @@
 """A torchrun started before its job, with torch and the trainer imported, so a job's start waits for neither.
 
 `python -m torch.distributed.run` spends ~3 s importing torch (on an H200 box) before it starts a rank, and
-each rank as much again importing torch, torchvision and the trainer. The worker keeps one standby, started
-ahead of time: `python -m trainers.standby` (its code lives beside the runtime it imports, so this package
-never imports torch) imports torchrun's module and what every rank of a built-in job imports, and blocks on
-its stdin. Launching a job hands it the torchrun arguments, environment and log file as one JSON line; it
-takes them on and runs torchrun's own main() with those arguments, as `python -m torch.distributed.run`
-would, except that the ranks of `-m trainers.run` are forked from it (torchrun's fork start method) rather
-than started as fresh interpreters. The worker supervises the standby's process as it supervised a torchrun
-it had just started (same pid-as-group, exit status and signals), and starts the next standby at once. With
-none ready (the first job, or one died), the launch is a plain torchrun process as before. A standby whose
-worker goes away reads end-of-file and exits.
+each rank as much again importing torch, torchvision and the trainer. The worker keeps standbys waiting: each
+is forked by the standby factory (worker/standby_factory.py), a process that imported torchrun's module and
+what every rank of a built-in job imports once, at the worker's start, so the next standby is ready at once
+after a launch. A standby blocks on its stdin. Launching a job hands it the torchrun arguments, environment
+and log file as one JSON line; it takes them on and runs torchrun's own main() with those arguments, as
+`python -m torch.distributed.run` would, except that the ranks of `-m trainers.run` are forked from it
+(torchrun's fork start method) rather than started as fresh interpreters (trainers/standby.py; that code
+lives beside the runtime it imports, so this package never imports torch). The worker supervises the standby
+as it supervised a torchrun it had just started (pid-as-group, exit status and signals), and the next standby
+is forked at once. With none ready (the factory died or is still importing past FORK_WAIT_S), the launch is a
+plain torchrun process as before. A standby whose worker goes away reads end-of-file and exits.
 
-A forked process's /proc environ is the one its standby was started with, not the job's: the standby starts
+A forked process's /proc environ is the one its process was started with, not the job's: the factory starts
 with the worker's environment through the ranks' allow-list (so no database or object-store secret shows
-there either) plus an id of its own, which the launcher writes into the job's run directory before the hand-
-over; kill.py finds the standby and its ranks by that id.
+there either), and each standby writes an id of its own into it, which the launcher writes into the job's run
+directory before the hand-over; kill.py finds the standby and its ranks by that id.
 
 A sandboxed job (core/sandbox.py) starts warm too: bwrap cannot add mounts to a sandbox it has started, so the
 launcher starts the job's own sandbox with a holder in it (worker/warm_sandbox.py) and hands the standby the
@@ -29,7 +30,6 @@ from __future__ import annotations
 
 import json
 import os
-import secrets
 import socket
 import subprocess
 import threading
@@ -37,15 +37,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from core.launch import JOB_TOKEN_ENV, RUN_DIR_ENV, Launch, inherited
+from core.launch import JOB_TOKEN_ENV, RUN_DIR_ENV, Launch
 from core.sandbox import Sandbox, confine
-from worker.kill import STANDBY_ID_ENV, JobMark, name_standby
+from worker.kill import JobMark, name_standby
 from worker.rundir import append_no_follow
+from worker.standby_factory import FORK_WAIT_S, ForkedStandby, JobProcess, StandbyFactory
 from worker.warm_sandbox import HeldSandbox, hold_sandbox, reap
 
 TORCHRUN_MODULE = "torch.distributed.run"
-# The standby's own code (trainers/standby.py) imports torch and the trainer; the worker never does.
-STANDBY_MODULE = "trainers.standby"
 
 
 def _torchrun_args(argv: list[str]) -> list[str] | None:
@@ -58,8 +57,7 @@ def _torchrun_args(argv: list[str]) -> list[str] | None:
 
 @dataclass(frozen=True)
 class _Standby:
-    process: subprocess.Popen[bytes]
-    id: str  # in its /proc environ, and so in its forked ranks', whatever environment it takes on
+    process: ForkedStandby  # its id is in its /proc environ, and so in its forked ranks'
     channel: socket.socket  # the worker's end of its stdin
 
 
@@ -85,39 +83,40 @@ class WarmLauncher:
         self.enabled = enabled
         self.count = count  # standbys kept waiting: jobs launched together start warm up to this many
         self._lock = threading.Lock()
+        self._factory: StandbyFactory | None = None
         self._ready: list[_Standby] = []
         self._held: list[HeldSandbox] = []  # sandboxes entered by standbys: waited for once they end
 
     @property
-    def standby(self) -> subprocess.Popen[bytes] | None:
+    def standby(self) -> ForkedStandby | None:
         """The torchrun the next job gets, if one is waiting."""
         return self._ready[0].process if self._ready else None
 
     def prepare(self) -> None:
-        """Start standbys until `count` are waiting (call at worker start; launches call it themselves)."""
+        """Fork standbys until `count` are waiting (call at worker start; launches call it themselves)."""
         if not self.enabled:
             return
         with self._lock:
             self._held = reap(self._held)
             self._ready = [standby for standby in self._ready if standby.process.poll() is None]
-            self._ready += [self._spawn() for _ in range(self.count - len(self._ready))]
+            missing = self.count - len(self._ready)
+            if missing <= 0:
+                return
+            if self._factory is None or not self._factory.alive:
+                self._factory = StandbyFactory(self.python, self.cwd)
+            self._ready += [_Standby(*self._factory.fork()) for _ in range(missing)]
 
-    def _spawn(self) -> _Standby:
-        standby_id = secrets.token_hex(16)
-        ours, theirs = socket.socketpair()
-        with theirs:
-            process = subprocess.Popen(
-                [self.python, "-m", STANDBY_MODULE],
-                cwd=self.cwd,
-                env={**inherited(os.environ), STANDBY_ID_ENV: standby_id},
-                stdin=theirs.fileno(),
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-                start_new_session=True,  # as torchrun's launch: out of the worker's process group
-            )
-        return _Standby(process, standby_id, ours)
+    def close(self) -> None:
+        """Let the waiting standbys and the factory go (when no job runs through them: see
+        StandbyFactory.close)."""
+        with self._lock:
+            for standby in self._ready:
+                standby.channel.close()  # it reads end-of-file and exits
+            self._ready = []
+            if self._factory is not None:
+                self._factory.close()
 
-    def start(self, command: Launch, log: Path, box: Sandbox | None = None) -> subprocess.Popen[bytes]:
+    def start(self, command: Launch, log: Path, box: Sandbox | None = None) -> JobProcess:
         """torchrun for `command`, inside `box` when given, its output appended to `log`; the next standby
         starts meanwhile."""
         # The standby imported torch in the worker's interpreter: a job in another environment starts cold.
@@ -125,10 +124,10 @@ class WarmLauncher:
         confined = command if box is None else confine(command, box)
         with self._lock:
             standby = self._ready.pop(0) if args is not None and self._ready else None
-        process = None
+        process: JobProcess | None = None
         if standby is not None and args is not None:
             mark = JobMark(command.env[JOB_TOKEN_ENV], Path(command.env[RUN_DIR_ENV]))
-            name_standby(mark, standby.id)
+            name_standby(mark, standby.process.id)
             process = self._hand_over(standby, {"args": args, "env": confined.env}, log, box, confined)
         if process is None:
             process = self._cold_start(confined, log)
@@ -137,12 +136,12 @@ class WarmLauncher:
 
     def _hand_over(
         self, standby: _Standby, request: dict[str, Any], log: Path, box: Sandbox | None, confined: Launch
-    ) -> subprocess.Popen[bytes] | None:
-        """The standby, given the job (and, for a sandboxed one, its sandbox held open); None when it died
-        or the sandbox did not come up, and the job starts cold."""
+    ) -> ForkedStandby | None:
+        """The standby, given the job (and, for a sandboxed one, its sandbox held open); None when it died,
+        was never forked, or the sandbox did not come up, and the job starts cold."""
         held = None
         with standby.channel:
-            if standby.process.poll() is not None:
+            if not standby.process.forked(FORK_WAIT_S) or standby.process.poll() is not None:
                 return None
             if box is not None:
                 held = hold_sandbox(box, confined, self.python, self.cwd)

@@ -6,7 +6,6 @@ loop's work per tick is bounded: one batch of events, a few reads of the job's r
 from __future__ import annotations
 
 import logging
-import subprocess
 import threading
 from dataclasses import dataclass, replace
 from datetime import datetime
@@ -33,6 +32,7 @@ from worker.metric_caps import MetricCounts
 from worker.nodes import NodeTask, next_attempt_of_nodes, unfinished_after
 from worker.preempt import PREEMPTED_REASON
 from worker.pruning import TrialPruning
+from worker.standby_factory import JobProcess
 from worker.tail import EventTail, add_marks, pump
 from worker.uploads import Uploads
 
@@ -66,7 +66,7 @@ class RunningJob:
     job_id: int
     attempt: int
     mark: JobMark
-    process: subprocess.Popen[bytes]
+    process: JobProcess
     tail: EventTail | None  # None on a node that leaves the shared events file to node 0
     started_at: datetime | None  # when the job was placed: spec.limits.max_runtime_s counts from there
     max_runtime_s: int | None

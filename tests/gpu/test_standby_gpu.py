@@ -48,8 +48,7 @@ def test_ranks_forked_from_the_standby_train_on_their_gpus(tmp_path: Path, strat
     try:
         code = launcher.start(command, log).wait(TIMEOUT_S)
     finally:
-        if launcher.standby is not None:
-            launcher.standby.kill()
+        launcher.close()
     ranks = "\n".join(run.log(rank) for rank in range(run.nproc))
     assert code == 0, f"{log.read_text()}\n{ranks}"
     assert "ranks forked from it" in log.read_text()

@@ -11,8 +11,9 @@ import httpx
 import psutil
 
 from jobspec.events import LOG_DIR, rank_log_name
+from jobspec.startup import STANDBY_ID_ENV
 from tests.integration.servers import ROOT
-from worker.kill import STANDBY_FILES, STANDBY_ID_ENV
+from worker.kill import STANDBY_FILES
 
 TERMINAL = {"succeeded", "failed", "timed_out", "cancelled", "pruned"}
 

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import copy
 import functools
-import itertools
 import os
 import subprocess
 import sys
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -63,23 +62,22 @@ STANDBYS = 3
 
 
 @functools.cache
-def _warm_launchers() -> Iterator[WarmLauncher]:
-    """Warm standbys for the session, as the worker keeps one (worker/standby.py): a CPU run's ranks are
-    forked from a torchrun that imported torch and the trainer while the previous test ran, rather than each
+def _session_launcher() -> WarmLauncher:
+    """Warm standbys for the session, as the worker keeps them (worker/standby.py): a CPU run's ranks are
+    forked from a torchrun forked from the factory that imported torch and the trainer once, rather than each
     importing them anew. A standby whose test session ends reads end-of-file and exits."""
-    launchers = [WarmLauncher(sys.executable, ROOT) for _ in range(STANDBYS)]
-    for launcher in launchers:
-        launcher.prepare()
-    return itertools.cycle(launchers)
+    launcher = WarmLauncher(sys.executable, ROOT, count=STANDBYS)
+    launcher.prepare()
+    return launcher
 
 
-_taking = threading.Lock()
+_first_call = threading.Lock()
 
 
 def warm_launcher() -> WarmLauncher:
-    """The next launcher in turn: runs started together each take another's standby."""
-    with _taking:
-        return next(_warm_launchers())
+    """The session's launcher, made once however many runs start together."""
+    with _first_call:
+        return _session_launcher()
 
 
 def launch(

@@ -49,5 +49,4 @@ def test_the_standby_serves_only_its_own_interpreter(tmp_path: Path) -> None:
         with pytest.raises(FileNotFoundError):  # started cold with the job's interpreter, absent here
             launcher.start(other, tmp_path / "launcher.log")
     finally:
-        if launcher.standby is not None:
-            launcher.standby.kill()
+        launcher.close()

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,7 @@ from torch.distributed.run import parse_args
 
 from core.launch import JOB_TOKEN_ENV, RUN_DIR_ENV, Launch, build_launch
 from jobspec.events import EVENTS_FILE, LAUNCHER_LOG, LOG_DIR, DoneEvent, parse_event, rank_log_name
+from jobspec.startup import STANDBY_ID_ENV
 from tests.integration.trainer_helpers import write_config
 from tests.unit.conftest import job_body
 from trainers.standby import forked_ranks
@@ -23,6 +25,7 @@ from worker.failure import FailureKind, classify_failure, root_cause
 from worker.kill import job_processes, kill_job, mark_for
 from worker.runner import PROJECT_ROOT
 from worker.standby import WarmLauncher
+from worker.standby_factory import LOST_EXIT_CODE, ForkedStandby
 
 # Both ranks share the log, so each writes its line in one call: print's separate writes interleave.
 RANK_SCRIPT = """
@@ -44,8 +47,10 @@ def torchrun(tmp_path: Path, **env: str) -> Launch:
 
 
 @pytest.fixture
-def launcher() -> WarmLauncher:
-    return WarmLauncher(sys.executable, PROJECT_ROOT)
+def launcher() -> Iterator[WarmLauncher]:
+    launcher = WarmLauncher(sys.executable, PROJECT_ROOT)
+    yield launcher
+    launcher.close()
 
 
 def test_the_standby_becomes_the_jobs_torchrun(tmp_path: Path, launcher: WarmLauncher) -> None:
@@ -60,7 +65,6 @@ def test_the_standby_becomes_the_jobs_torchrun(tmp_path: Path, launcher: WarmLau
     assert "rank says job-7 0 2" in text and "rank says job-7 1 2" in text
     follower = launcher.standby
     assert follower is not None and follower.pid != standby.pid and follower.poll() is None
-    follower.kill()
 
 
 def test_jobs_launched_together_each_get_a_waiting_standby(tmp_path: Path) -> None:
@@ -71,14 +75,10 @@ def test_jobs_launched_together_each_get_a_waiting_standby(tmp_path: Path) -> No
         (tmp_path / name).mkdir()
     first, second = (launcher.start(torchrun(tmp_path / name), tmp_path / f"{name}.log") for name in "ab")
     try:
-        assert [first.args[-1], second.args[-1]] == ["trainers.standby"] * 2, "a cold start runs torchrun"
+        assert isinstance(first, ForkedStandby) and isinstance(second, ForkedStandby), "one started cold"
         assert first.wait(TIMEOUT_S) == 0 and second.wait(TIMEOUT_S) == 0
     finally:
-        launcher.count = 0  # the two started meanwhile are not needed here
-        while (waiting := launcher.standby) is not None:
-            waiting.kill()
-            waiting.wait()
-            launcher.prepare()
+        launcher.close()
 
 
 def test_a_failing_rank_fails_the_standby_torchrun(tmp_path: Path, launcher: WarmLauncher) -> None:
@@ -86,8 +86,6 @@ def test_a_failing_rank_fails_the_standby_torchrun(tmp_path: Path, launcher: War
     process = launcher.start(torchrun(tmp_path, EXIT_WITH="3"), tmp_path / "launcher.log")
     assert process.wait(TIMEOUT_S) != 0
     assert "ChildFailedError" in (tmp_path / "launcher.log").read_text()
-    if launcher.standby is not None:
-        launcher.standby.kill()
 
 
 @pytest.mark.parametrize("standby", ["disabled", "dead"])
@@ -98,15 +96,17 @@ def test_without_a_live_standby_torchrun_starts_cold(tmp_path: Path, standby: st
         launcher.standby.kill()
         launcher.standby.wait()
         dead_pid = launcher.standby.pid
-    process = launcher.start(torchrun(tmp_path), tmp_path / "launcher.log")
-    assert process.wait(TIMEOUT_S) == 0
-    assert "rank says job-7 0 2" in (tmp_path / "launcher.log").read_text()
-    if standby == "dead":
-        assert process.pid != dead_pid
-        assert launcher.standby is not None
-        launcher.standby.kill()
-    else:
-        assert launcher.standby is None
+    try:
+        process = launcher.start(torchrun(tmp_path), tmp_path / "launcher.log")
+        assert process.wait(TIMEOUT_S) == 0
+        assert "rank says job-7 0 2" in (tmp_path / "launcher.log").read_text()
+        if standby == "dead":
+            assert process.pid != dead_pid and not isinstance(process, ForkedStandby)
+            assert launcher.standby is not None
+        else:
+            assert launcher.standby is None
+    finally:
+        launcher.close()
 
 
 def test_a_standby_exits_when_its_worker_goes_away(launcher: WarmLauncher) -> None:
@@ -130,7 +130,6 @@ def test_a_command_that_wraps_torchrun_starts_cold_and_leaves_the_standby(
     assert process is not standby and launcher.standby is standby and standby.poll() is None
     assert process.wait(TIMEOUT_S) == 0
     assert "rank says job-7 0 2" in (tmp_path / "launcher.log").read_text()
-    standby.kill()
 
 
 HOST = "test-host"
@@ -183,8 +182,6 @@ def test_a_job_trains_in_ranks_forked_from_the_standby(tmp_path: Path, launcher:
     assert "ranks forked from it" in log.read_text()
     events = [parse_event(line) for line in (tmp_path / "1" / EVENTS_FILE).read_text().splitlines()]
     assert any(isinstance(event, DoneEvent) and event.step == 3 for event in events), events
-    if launcher.standby is not None:
-        launcher.standby.kill()
 
 
 def test_a_forked_rank_that_fails_fails_torchrun(tmp_path: Path, launcher: WarmLauncher) -> None:
@@ -198,8 +195,6 @@ def test_a_forked_rank_that_fails_fails_torchrun(tmp_path: Path, launcher: WarmL
     # The error file the worker reads to tell why the job failed.
     error = json.loads((tmp_path / "1" / "error.json").read_text())
     assert "FileNotFoundError" in json.dumps(error)
-    if launcher.standby is not None:
-        launcher.standby.kill()
 
 
 def children(process: psutil.Process, count: int) -> list[psutil.Process]:
@@ -226,24 +221,39 @@ def test_the_jobs_mark_finds_and_stops_ranks_forked_from_the_standby(
     assert {rank.pid for rank in ranks} <= {found.pid for found in job_processes(mark)}
     assert kill_job(mark, grace_s=10) == []  # no process group given: the reaper's case
     assert process.wait(TIMEOUT_S) != 0
-    if launcher.standby is not None:
-        launcher.standby.kill()
 
 
 def test_the_standby_sees_only_what_a_rank_may_inherit(
     launcher: WarmLauncher, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("TRAINYARD_DATABASE_URL", "postgresql://trainyard:secret@db/trainyard")
+    launcher.count = 2
     launcher.prepare()
-    standby = launcher.standby
-    assert standby is not None
-    deadline = time.monotonic() + TIMEOUT_S
-    # Empty until its exec has set up its new stack, which may come after Popen returns.
-    while not (environ := psutil.Process(standby.pid).environ()) and time.monotonic() < deadline:
-        time.sleep(0.01)
-    standby.kill()
-    assert "TRAINYARD_DATABASE_URL" not in environ and environ.get("TRAINYARD_STANDBY_ID"), environ
-    assert environ["PATH"]
+    standbys = [standby.process for standby in launcher._ready]
+    environs = [psutil.Process(standby.pid).environ() for standby in standbys]
+    assert all("TRAINYARD_DATABASE_URL" not in environ and environ["PATH"] for environ in environs), environs
+    # Forked from one factory, each shows its own id there, by which kill.py finds it and its ranks.
+    assert [environ[STANDBY_ID_ENV] for environ in environs] == [standby.id for standby in standbys]
+    factory = psutil.Process(standbys[0].pid).parent()
+    assert factory is not None and factory.environ()[STANDBY_ID_ENV] not in {s.id for s in standbys}
+
+
+def test_standbys_outlive_their_factory_and_a_new_one_takes_over(
+    tmp_path: Path, launcher: WarmLauncher
+) -> None:
+    launcher.prepare()
+    orphan = launcher.standby
+    assert orphan is not None
+    factory = psutil.Process(orphan.pid).parent()
+    assert factory is not None
+    factory.kill()
+    factory.wait(TIMEOUT_S)
+    assert orphan.poll() is None, "a standby ended with its factory"
+    process = launcher.start(torchrun(tmp_path), tmp_path / "launcher.log")
+    assert process is orphan and process.wait(TIMEOUT_S) == LOST_EXIT_CODE  # its code died with the factory
+    assert "rank says job-7 0 2" in (tmp_path / "launcher.log").read_text()
+    follower = launcher.standby
+    assert follower is not None and psutil.Process(follower.pid).parent().pid != factory.pid
 
 
 def test_a_forked_rank_killed_by_a_signal_is_the_failure_reported(
@@ -266,8 +276,6 @@ def test_a_forked_rank_killed_by_a_signal_is_the_failure_reported(
     code = process.wait(TIMEOUT_S)
     assert classify_failure(run_dir, code) is FailureKind.CRASH, root_cause(run_dir, code)
     assert "rank 1 was killed by signal SIGKILL" in root_cause(run_dir, code)
-    if launcher.standby is not None:
-        launcher.standby.kill()
 
 
 def test_a_forked_rank_runs_as_many_threads_as_its_job_allows(tmp_path: Path, launcher: WarmLauncher) -> None:
@@ -289,5 +297,3 @@ def test_a_forked_rank_runs_as_many_threads_as_its_job_allows(tmp_path: Path, la
     assert launcher.start(command, tmp_path / LAUNCHER_LOG).wait(TIMEOUT_S) == 0
     assert "ranks forked from it" in (tmp_path / LAUNCHER_LOG).read_text()
     assert "threads 1" in (tmp_path / "1" / LOG_DIR / rank_log_name(0)).read_text()
-    if launcher.standby is not None:
-        launcher.standby.kill()

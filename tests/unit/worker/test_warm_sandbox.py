@@ -70,9 +70,7 @@ def test_a_hostile_rank_started_warm_reaches_nothing_of_the_worker(
             assert seen["uid"] == job_uid
     finally:
         victim.kill()
-        launcher.count = 0
-        if launcher.standby is not None:
-            launcher.standby.kill()
+        launcher.close()
 
 
 def test_cancel_of_a_warm_job_stops_the_rank_cleanly_and_leaves_no_process_of_the_sandbox(
@@ -104,6 +102,4 @@ def test_cancel_of_a_warm_job_stops_the_rank_cleanly_and_leaves_no_process_of_th
         left = [p for p in sandbox if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
         assert left == [], f"left behind: {[p.cmdline() for p in left]}"
     finally:
-        launcher.count = 0
-        if launcher.standby is not None:
-            launcher.standby.kill()
+        launcher.close()

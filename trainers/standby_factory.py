@@ -1,0 +1,117 @@
+"""The standby factory's process (`python -m trainers.standby_factory`): it imports torch and the trainer
+once, then forks every warm standby of its worker (worker/standby_factory.py) from itself, so a standby is
+ready at once instead of after seconds of imports, and a worker's standbys share those pages.
+
+Its stdin is a socket of datagrams from the worker. Each request is `fork <id>` with one descriptor, the
+standby's own stdin; the factory forks a child that becomes that standby (trainers/standby.py::serve) and
+answers `forked <id> <pid>`. It waits for its children and answers `exited <pid> <code>` (Popen's code: minus
+the signal for a kill). It exits when the worker goes away; standbys already forked live on.
+
+kill.py finds a standby's ranks by the standby's id in their /proc environ, which is the environment block
+their process was started with: a forked child shows its parent's. The factory is started with a placeholder
+id there, and each child writes its own id over the placeholder in its copy of that block before it does
+anything else, as proc(5) lets a process find it (env_start, env_end in /proc/self/stat).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import select
+import socket
+import sys
+from pathlib import Path
+
+from jobspec.startup import STANDBY_ID_ENV
+from trainers.enter import fork_into
+from trainers.standby import import_rank_modules, serve
+
+REQUEST_BYTES = 256
+# In /proc/<pid>/stat, after the command name's closing parenthesis: the 3rd field is the first, and
+# env_start and env_end are the 50th and 51st (proc(5)).
+ENV_START_FIELD = 50 - 3
+
+
+def _environ_block() -> tuple[int, bytes]:
+    """The address and contents of this process's environment block, as /proc/<pid>/environ shows it."""
+    fields = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()
+    start, end = int(fields[ENV_START_FIELD]), int(fields[ENV_START_FIELD + 1])
+    return start, ctypes.string_at(start, end - start)
+
+
+def _id_at() -> tuple[int, int]:
+    """Where the id's value lies in the environment block, and its length."""
+    start, block = _environ_block()
+    value = os.environ[STANDBY_ID_ENV]
+    entry, offset = f"{STANDBY_ID_ENV}={value}".encode(), 0
+    for found in block.split(b"\0"):
+        if found == entry:
+            return start + offset + len(STANDBY_ID_ENV) + 1, len(value)
+        offset += len(found) + 1
+    raise RuntimeError(f"{STANDBY_ID_ENV} is not in this process's environment block")
+
+
+def _become(standby_id: str, channel: int, at: tuple[int, int], ready: int) -> None:
+    """In the forked child: take the standby's id, process group and stdin, then say so on `ready`."""
+    address, length = at
+    if len(standby_id) != length or not standby_id.isalnum():
+        raise ValueError(f"a standby id of {length} letters and digits, not {standby_id!r}")
+    ctypes.memmove(address, standby_id.encode(), length)
+    os.setsid()  # a process group of its own, which the job's kill signals, as a standby started apart had
+    os.dup2(channel, 0)
+    os.close(channel)
+    os.write(ready, b"!")
+    os.close(ready)
+
+
+def _fork(control: socket.socket, children: dict[int, int], at: tuple[int, int], may_fork: bool) -> bool:
+    """Serve one request; False when the worker has gone away."""
+    data, fds, _, _ = socket.recv_fds(control, REQUEST_BYTES, 1)
+    if not data:
+        return False
+    verb, standby_id = data.decode().split()
+    if verb != "fork" or len(fds) != 1:
+        raise ValueError(f"not a request this factory serves: {data!r} with {len(fds)} descriptors")
+    readable, ready = os.pipe()
+
+    def standby() -> None:
+        control.close()  # fd 0, which the standby's channel takes
+        for fd in (readable, *children):
+            os.close(fd)
+        _become(standby_id, fds[0], at, ready)
+        serve(may_fork)
+
+    pid = fork_into(standby)
+    for fd in (ready, fds[0]):
+        os.close(fd)
+    # Answer once the child has its id and group: a kill that comes at once must find it by either.
+    os.read(readable, 1)  # or end-of-file, if it failed
+    os.close(readable)
+    children[os.pidfd_open(pid)] = pid
+    control.send(f"forked {standby_id} {pid}".encode())
+    return True
+
+
+def _reap(control: socket.socket, children: dict[int, int], pidfd: int) -> None:
+    pid = children.pop(pidfd)
+    os.close(pidfd)
+    _, status = os.waitpid(pid, 0)
+    control.send(f"exited {pid} {os.waitstatus_to_exitcode(status)}".encode())
+
+
+def main() -> None:
+    at = _id_at()  # before the imports: a factory whose children could not be told apart is of no use
+    may_fork = import_rank_modules()
+    control = socket.socket(fileno=sys.stdin.fileno())
+    children: dict[int, int] = {}  # pidfd: pid
+    while True:
+        readable, _, _ = select.select([control.fileno(), *children], [], [])
+        for ready in readable:
+            if ready in children:
+                _reap(control, children, ready)
+            elif not _fork(control, children, at, may_fork):
+                return
+
+
+if __name__ == "__main__":
+    main()
