@@ -108,8 +108,8 @@ def launch(
         if cuda_devices:
             return subprocess.run(argv, env=env, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
         process = warm_launcher().start(Launch(argv, env), output)
-        process.wait(timeout)
-        return subprocess.CompletedProcess(argv, process.returncode, output.read_text(errors="replace"), "")
+        code = process.wait(timeout)
+        return subprocess.CompletedProcess(argv, code, output.read_text(errors="replace"), "")
     finally:
         kill_job(mark, grace_s=5)
 

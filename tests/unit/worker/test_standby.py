@@ -46,8 +46,17 @@ def torchrun(tmp_path: Path, **env: str) -> Launch:
     return Launch(argv=argv, env={"PATH": "/usr/bin:/bin", "JOB_MARKER": "job-7", **mark, **env})
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def launcher() -> Iterator[WarmLauncher]:
+    """One launcher, and so one factory, for the tests that only take standbys from it."""
+    launcher = WarmLauncher(sys.executable, PROJECT_ROOT)
+    yield launcher
+    launcher.close()
+
+
+@pytest.fixture
+def own_launcher() -> Iterator[WarmLauncher]:
+    """A launcher with a factory of its own, started by the test."""
     launcher = WarmLauncher(sys.executable, PROJECT_ROOT)
     yield launcher
     launcher.close()
@@ -224,8 +233,9 @@ def test_the_jobs_mark_finds_and_stops_ranks_forked_from_the_standby(
 
 
 def test_the_standby_sees_only_what_a_rank_may_inherit(
-    launcher: WarmLauncher, monkeypatch: pytest.MonkeyPatch
+    own_launcher: WarmLauncher, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    launcher = own_launcher
     monkeypatch.setenv("TRAINYARD_DATABASE_URL", "postgresql://trainyard:secret@db/trainyard")
     launcher.count = 2
     launcher.prepare()
@@ -239,8 +249,9 @@ def test_the_standby_sees_only_what_a_rank_may_inherit(
 
 
 def test_standbys_outlive_their_factory_and_a_new_one_takes_over(
-    tmp_path: Path, launcher: WarmLauncher
+    tmp_path: Path, own_launcher: WarmLauncher
 ) -> None:
+    launcher = own_launcher
     launcher.prepare()
     orphan = launcher.standby
     assert orphan is not None
