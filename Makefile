@@ -19,14 +19,18 @@ endif
 .PHONY: install install-test migrate run worker api test test-unit test-integration lint sandbox servers slurm gpu-wheels compose-check
 
 # `make run` installs what running needs; `make test` adds the test extras (browser driver, linters, the
-# fuzzer, the S3 double, lightning), which a first run should not wait for.
+# fuzzer, the S3 double, lightning), which a first run should not wait for. pip compiles no bytecode: the
+# first import of a module writes its own (half the install's time was compiling some 24,000 files, most of
+# them never imported), so bytecode is written here even where the environment turns that off.
+unexport PYTHONDONTWRITEBYTECODE
+PIP_INSTALL := $(PY) -m pip install -q --no-compile
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
-	$(PY) -m pip install -q -e .
+	$(PIP_INSTALL) -e .
 	touch $@
 
 $(VENV)/.installed-test: $(VENV)/.installed
-	$(PY) -m pip install -q -e '.[test]'
+	$(PIP_INSTALL) -e '.[test]'
 	touch $@
 
 install: $(VENV)/.installed
@@ -68,18 +72,21 @@ servers: sandbox
 slurm: install
 	$(PY) -m deploy.slurm_cluster --dir var/slurm
 
-# The suite as two pytest processes at once (tests/parts.py): the unit tests and those on the shared running
-# services in the foreground; the linters, then everything else, beside them, their output shown once the first half
-# ends. Each half prints its 15 slowest tests, so the suite stays under its 12 minutes.
+# The suite as two pytest processes at once (tests/parts.py), with the linters beside them: the tests on the
+# shared running services in the foreground; the linters and everything else in the background, their output
+# shown once the foreground half ends. Each half prints its 15 slowest tests, so the suite stays under its
+# 12 minutes.
 PYTEST := $(VENV)/bin/pytest -q -p no:cacheprovider --durations=15
 test: install-test servers
 	@mkdir -p var; \
-	( $(MAKE) --no-print-directory lint && $(PYTEST) --part rest ) > var/test-rest.log 2>&1 & rest=$$!; \
-	trap 'kill $$rest 2>/dev/null' INT TERM; \
+	$(MAKE) --no-print-directory lint > var/test-lint.log 2>&1 & lint=$$!; \
+	$(PYTEST) --part rest > var/test-rest.log 2>&1 & rest=$$!; \
+	trap 'kill $$lint $$rest 2>/dev/null' INT TERM; \
 	$(PYTEST) --part stacks; stacks=$$?; \
-	wait $$rest; others=$$?; \
-	echo "--- the linters and the other half (var/test-rest.log) ---"; cat var/test-rest.log; \
-	exit $$(( stacks || others ))
+	wait $$rest; others=$$?; wait $$lint; linters=$$?; \
+	echo "--- the other half (var/test-rest.log) ---"; cat var/test-rest.log; \
+	echo "--- the linters (var/test-lint.log) ---"; cat var/test-lint.log; \
+	exit $$(( stacks || others || linters ))
 
 test-unit: install-test
 	$(VENV)/bin/pytest -q tests/unit

@@ -3,9 +3,9 @@
 The halves overlap on a machine of two cores: much of a test's time is spent waiting for a job on a
 running service, which the other half's work fills. The line between the halves is
 the shared running services (tests/integration/conftest.py): every test on one of them is in `stacks`, so
-that each starts once, together with the unit tests of the API and the core and the benchmarks' smoke runs,
-which balance the halves; everything else (the worker's and the trainer's unit tests, the trainer's runs,
-modules with services of their own) is in `rest`, which `make test` runs after the linters. Without
+that each starts once, together with the unit tests of the API, the core and the trainer, the standby's, and
+the benchmarks' smoke runs, which balance the halves; everything else (the worker's other unit tests, the
+trainer's runs, modules with services of their own) is in `rest`, which runs beside the linters. Without
 `--part`, pytest runs everything, as before.
 """
 
@@ -20,6 +20,8 @@ SHARED_STACKS = frozenset({"embedded_stack", "redis_postgres_stack", "stack", "a
 UNIT_TESTS = (
     Path(__file__).parent / "unit" / "app",
     Path(__file__).parent / "unit" / "core",
+    Path(__file__).parent / "unit" / "trainers",
+    Path(__file__).parent / "unit" / "worker" / "test_standby.py",
     Path(__file__).parents[1] / "bench" / "tests",
 )
 
@@ -30,7 +32,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 def part_of(item: pytest.Item) -> str:
     on_shared_stack = not SHARED_STACKS.isdisjoint(getattr(item, "fixturenames", ()))
-    unit_test = any(folder in item.path.parents for folder in UNIT_TESTS)
+    unit_test = any(path in (item.path, *item.path.parents) for path in UNIT_TESTS)
     return "stacks" if on_shared_stack or unit_test else "rest"
 
 
