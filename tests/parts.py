@@ -16,13 +16,16 @@ from pathlib import Path
 import pytest
 
 PARTS = ("stacks", "rest")
+TESTS = Path(__file__).parent
+# Test files that never use a shared running service (its fixtures are tests/integration's).
+OFF_THE_STACKS = (TESTS / "unit", TESTS / "gpu")
 SHARED_STACKS = frozenset({"embedded_stack", "redis_postgres_stack", "stack", "auth_stack"})
 UNIT_TESTS = (
-    Path(__file__).parent / "unit" / "app",
-    Path(__file__).parent / "unit" / "core",
-    Path(__file__).parent / "unit" / "trainers",
-    Path(__file__).parent / "unit" / "worker" / "test_standby.py",
-    Path(__file__).parents[1] / "bench" / "tests",
+    TESTS / "unit" / "app",
+    TESTS / "unit" / "core",
+    TESTS / "unit" / "trainers",
+    TESTS / "unit" / "worker" / "test_standby.py",
+    TESTS.parent / "bench" / "tests",
 )
 
 
@@ -30,10 +33,28 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--part", choices=PARTS, help="run one half of the suite (tests/parts.py)")
 
 
+def _within(path: Path, places: tuple[Path, ...]) -> bool:
+    return any(place in (path, *path.parents) for place in places)
+
+
 def part_of(item: pytest.Item) -> str:
     on_shared_stack = not SHARED_STACKS.isdisjoint(getattr(item, "fixturenames", ()))
-    unit_test = any(path in (item.path, *item.path.parents) for path in UNIT_TESTS)
-    return "stacks" if on_shared_stack or unit_test else "rest"
+    return "stacks" if on_shared_stack or _within(item.path, UNIT_TESTS) else "rest"
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """A test file whose every test is the other half's is not even imported: collecting it would cost that
+    half seconds of imports. Which half a test of tests/integration is in shows only once it is collected."""
+    part = config.getoption("part")
+    if part is None or not collection_path.is_file():
+        return None
+    if _within(collection_path, UNIT_TESTS):
+        owner = "stacks"
+    elif _within(collection_path, OFF_THE_STACKS):
+        owner = "rest"
+    else:
+        return None
+    return True if part != owner else None  # None: pytest's own rules (--ignore) still apply
 
 
 @pytest.hookimpl(trylast=True)

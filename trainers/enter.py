@@ -120,7 +120,7 @@ def _exit_status(pid: int) -> int:
     return code if code >= 0 else 128 - code
 
 
-def fork_into(body: Callable[[], None]) -> int:
+def _fork_into(body: Callable[[], None]) -> int:
     """`body` in a child, which ends with it; the child's pid. A failure is printed to the job's log."""
     child = os.fork()
     if child == 0:
@@ -146,7 +146,7 @@ def _enter_and_run(body: Callable[[], None], fds: dict[str, int], confinement: C
         signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the job's torchrun takes SIGTERM as a cold one does
         body()
 
-    os._exit(_exit_status(fork_into(job)))
+    os._exit(_exit_status(_fork_into(job)))
 
 
 def run_inside(body: Callable[[], None], fds: dict[str, int], confinement: Confinement) -> int:
@@ -162,7 +162,7 @@ def run_inside(body: Callable[[], None], fds: dict[str, int], confinement: Confi
     # This process and its child only wait: the job's torchrun takes a cancel's SIGTERM and saves a final
     # checkpoint, which their deaths would cut short by tearing the sandbox down.
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    child = fork_into(lambda: _enter_and_run(body, fds, confinement))
+    child = _fork_into(lambda: _enter_and_run(body, fds, confinement))
     for fd in fds.values():
         os.close(fd)
     status = _exit_status(child)

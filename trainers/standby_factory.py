@@ -20,10 +20,10 @@ import os
 import select
 import socket
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 from jobspec.startup import STANDBY_ID_ENV
-from trainers.enter import fork_into
 from trainers.standby import import_rank_modules, serve
 
 REQUEST_BYTES = 256
@@ -51,37 +51,44 @@ def _id_at() -> tuple[int, int]:
     raise RuntimeError(f"{STANDBY_ID_ENV} is not in this process's environment block")
 
 
-def _become(standby_id: str, channel: int, at: tuple[int, int], ready: int) -> None:
-    """In the forked child: take the standby's id, process group and stdin, then say so on `ready`."""
+@dataclass(frozen=True)
+class _Child:
+    """What a forked child needs to become its standby."""
+
+    standby_id: str
+    channel: int  # its stdin to be
+    ready: int  # the pipe on which it tells the factory it has its id and group
+
+
+def _become(child: _Child, at: tuple[int, int]) -> None:
+    """In the forked child: take the standby's id, process group and stdin, then say so."""
     address, length = at
-    if len(standby_id) != length or not standby_id.isalnum():
-        raise ValueError(f"a standby id of {length} letters and digits, not {standby_id!r}")
-    ctypes.memmove(address, standby_id.encode(), length)
+    if len(child.standby_id) != length or not child.standby_id.isalnum():
+        raise ValueError(f"a standby id of {length} letters and digits, not {child.standby_id!r}")
+    ctypes.memmove(address, child.standby_id.encode(), length)
     os.setsid()  # a process group of its own, which the job's kill signals, as a standby started apart had
-    os.dup2(channel, 0)
-    os.close(channel)
-    os.write(ready, b"!")
-    os.close(ready)
+    os.dup2(child.channel, 0)
+    os.close(child.channel)
+    os.write(child.ready, b"!")
+    os.close(child.ready)
 
 
-def _fork(control: socket.socket, children: dict[int, int], at: tuple[int, int], may_fork: bool) -> bool:
-    """Serve one request; False when the worker has gone away."""
+def _fork(control: socket.socket, children: dict[int, int]) -> _Child | None:
+    """Serve one request. Returns in the forked child only, with what it needs; raises EOFError when the
+    worker has gone away."""
     data, fds, _, _ = socket.recv_fds(control, REQUEST_BYTES, 1)
     if not data:
-        return False
+        raise EOFError
     verb, standby_id = data.decode().split()
     if verb != "fork" or len(fds) != 1:
         raise ValueError(f"not a request this factory serves: {data!r} with {len(fds)} descriptors")
     readable, ready = os.pipe()
-
-    def standby() -> None:
+    pid = os.fork()
+    if pid == 0:
         control.close()  # fd 0, which the standby's channel takes
         for fd in (readable, *children):
             os.close(fd)
-        _become(standby_id, fds[0], at, ready)
-        serve(may_fork)
-
-    pid = fork_into(standby)
+        return _Child(standby_id, fds[0], ready)
     for fd in (ready, fds[0]):
         os.close(fd)
     # Answer once the child has its id and group: a kill that comes at once must find it by either.
@@ -89,7 +96,7 @@ def _fork(control: socket.socket, children: dict[int, int], at: tuple[int, int],
     os.close(readable)
     children[os.pidfd_open(pid)] = pid
     control.send(f"forked {standby_id} {pid}".encode())
-    return True
+    return None
 
 
 def _reap(control: socket.socket, children: dict[int, int], pidfd: int) -> None:
@@ -99,18 +106,34 @@ def _reap(control: socket.socket, children: dict[int, int], pidfd: int) -> None:
     control.send(f"exited {pid} {os.waitstatus_to_exitcode(status)}".encode())
 
 
-def main() -> None:
-    at = _id_at()  # before the imports: a factory whose children could not be told apart is of no use
-    may_fork = import_rank_modules()
-    control = socket.socket(fileno=sys.stdin.fileno())
+def _serve(control: socket.socket) -> _Child | None:
+    """Fork standbys and wait for them until the worker goes away (None); returns in each forked child."""
     children: dict[int, int] = {}  # pidfd: pid
     while True:
         readable, _, _ = select.select([control.fileno(), *children], [], [])
         for ready in readable:
             if ready in children:
                 _reap(control, children, ready)
-            elif not _fork(control, children, at, may_fork):
-                return
+                continue
+            try:
+                child = _fork(control, children)
+            except EOFError:
+                return None
+            if child is not None:
+                return child
+
+
+def main() -> None:
+    at = _id_at()  # before the imports: a factory whose children could not be told apart is of no use
+    may_fork = import_rank_modules()
+    child = _serve(socket.socket(fileno=sys.stdin.fileno()))
+    if child is None:
+        return
+    # The forked child, back at the top of the program: from here on it is a standby as one started alone
+    # was, and ends as it did. An error unwinds to the interpreter, which prints it and, at its exit, waits
+    # for the ranks it forked, which are still saving a final checkpoint on a cancel's SIGTERM.
+    _become(child, at)
+    serve(may_fork)
 
 
 if __name__ == "__main__":

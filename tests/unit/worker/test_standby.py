@@ -5,6 +5,7 @@ one, a plain torchrun process starts."""
 from __future__ import annotations
 
 import json
+import signal
 import sys
 import time
 from collections.abc import Iterator
@@ -289,20 +290,69 @@ def test_a_forked_rank_killed_by_a_signal_is_the_failure_reported(
     assert "rank 1 was killed by signal SIGKILL" in root_cause(run_dir, code)
 
 
-def test_a_forked_rank_runs_as_many_threads_as_its_job_allows(tmp_path: Path, launcher: WarmLauncher) -> None:
-    """The standby loaded torch without the job's OMP_NUM_THREADS, so its default is every core's."""
-    code = tmp_path / "code"
+def program_launch(runs: Path, name: str, script: str) -> Launch:
+    """A program job of 2 ranks running `script`, as job 1 in runs/1."""
+    code = runs / "code"
     code.mkdir()
-    (code / "threads.py").write_text("import torch\nprint('threads', torch.get_num_threads())\n")
-    program = {"entrypoint": ["python", "threads.py"]}
+    (code / f"{name}.py").write_text(script)
     spec = {
-        "name": "threads",
+        "name": name,
         "code": "sha256:" + "0" * 64,
-        "program": program,
+        "program": {"entrypoint": ["python", f"{name}.py"]},
         "parallel": {"strategy": "ddp", "nproc_per_node": 2},
         "train": {"max_steps": 1},
     }
-    command = trainer_launch(tmp_path, spec, code_dir=code)
+    return trainer_launch(runs, spec, code_dir=code)
+
+
+# A rank that takes a second over its stop, as one saving a final checkpoint on a loaded host does.
+SLOW_STOP = """
+import os, signal, time
+from pathlib import Path
+run_dir, rank = Path(os.environ["TRAINYARD_RUN_DIR"]), os.environ["RANK"]
+def stop(*_):
+    time.sleep(1.0)
+    (run_dir / f"saved-{rank}").write_text("saved")
+    os._exit(0)
+signal.signal(signal.SIGTERM, stop)
+(run_dir / f"ready-{rank}").write_text("")
+while True:
+    time.sleep(0.1)
+"""
+
+
+def test_a_cancelled_jobs_ranks_finish_their_stop_however_torchrun_ends(
+    tmp_path: Path, launcher: WarmLauncher
+) -> None:
+    """A cancel's SIGTERM may reach torchrun more than once (kill.py signals its group, then each process;
+    a loaded host, seen in CI, delivers them apart), and each that comes while torchrun waits for its ranks
+    to stop cuts that wait short, until torchrun's main() raises. The standby must still wait for its ranks,
+    as an interpreter's exit does: torch's forked ranks get SIGINT when their parent dies, which would cut a
+    final checkpoint short."""
+    command = program_launch(tmp_path, "slow_stop", SLOW_STOP)
+    run_dir, log = tmp_path / "1", tmp_path / LAUNCHER_LOG
+    launcher.prepare()
+    process = launcher.start(command, log)
+    deadline = time.monotonic() + TIMEOUT_S
+    while not all((run_dir / f"ready-{rank}").exists() for rank in (0, 1)):
+        assert process.poll() is None and time.monotonic() < deadline, log.read_text()
+        time.sleep(0.05)
+    # Three, each once torchrun has signalled both ranks again: the first starts its shutdown, the second
+    # ends that wait and starts another (torchrun's `finally`), the third ends that one and main() raises.
+    for signalled in (2, 4):
+        process.send_signal(signal.SIGTERM)
+        while log.read_text().count("Closing process") < signalled:
+            assert time.monotonic() < deadline, log.read_text()
+            time.sleep(0.01)
+    process.send_signal(signal.SIGTERM)
+    assert process.wait(TIMEOUT_S) != 0
+    logs = [(run_dir / LOG_DIR / rank_log_name(rank)).read_text() for rank in (0, 1)]
+    assert [(run_dir / f"saved-{rank}").exists() for rank in (0, 1)] == [True, True], logs
+
+
+def test_a_forked_rank_runs_as_many_threads_as_its_job_allows(tmp_path: Path, launcher: WarmLauncher) -> None:
+    """The standby loaded torch without the job's OMP_NUM_THREADS, so its default is every core's."""
+    command = program_launch(tmp_path, "threads", "import torch\nprint('threads', torch.get_num_threads())\n")
     command.env["OMP_NUM_THREADS"] = "1"
     launcher.prepare()
     assert launcher.start(command, tmp_path / LAUNCHER_LOG).wait(TIMEOUT_S) == 0
