@@ -138,6 +138,7 @@ def launch_env(
     # user's code, compiles into its own /tmp (a tmpfs of the sandbox's), so that it can neither read nor
     # plant another job's compiled code.
     cache = {} if compile_cache is None else {"TORCHINDUCTOR_CACHE_DIR": str(compile_cache)}
+    threads = max(1, cpu_count // plan.nproc_per_node)  # per process
     return {
         **inherited(worker_env),
         # Physical ids in PCI order, the numbering NVML and users see; a CPU job sees no GPU at all.
@@ -153,7 +154,10 @@ def launch_env(
         # Caches and dotfiles of libraries land in the job's own directory, never the worker's home.
         "HOME": str(run_dir),
         "TORCHELASTIC_ERROR_FILE": str(run_dir / "error.json"),
-        "OMP_NUM_THREADS": str(max(1, cpu_count // plan.nproc_per_node)),
+        "OMP_NUM_THREADS": str(threads),
+        # torch.compile's workers: as many as the rank's threads, so a CPU job's compile stays in its share
+        # (with one, Inductor compiles in the rank rather than in a pool of fresh interpreters).
+        "TORCHINDUCTOR_COMPILE_THREADS": str(threads),
         "PYTHONUNBUFFERED": "1",
         # Hugging Face libraries read model.path and nothing else: no hub, no download, whatever the
         # worker's environment says.

@@ -96,7 +96,9 @@ def launch(
         **os.environ,
         **mark.env(),
         JOB_TOKEN_ENV: mark.token,
+        # A CPU rank's share of this 2-core box, as the worker gives it (core/launch.py).
         "OMP_NUM_THREADS": "1",
+        "TORCHINDUCTOR_COMPILE_THREADS": "1",
         "CUDA_VISIBLE_DEVICES": cuda_devices,
         "TORCHELASTIC_ERROR_FILE": str(run_dir / "error.json"),
         "PYTHONUNBUFFERED": "1",

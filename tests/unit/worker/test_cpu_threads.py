@@ -1,5 +1,6 @@
-"""A CPU job's threads per process (OMP_NUM_THREADS) are its share of the host's cores: the host's cores over
-TRAINYARD_CPU_OVERCOMMIT, which lets that many CPU processes share each core, over the job's processes."""
+"""A CPU job's threads per process (OMP_NUM_THREADS, and torch.compile's TORCHINDUCTOR_COMPILE_THREADS) are
+its share of the host's cores: the host's cores over TRAINYARD_CPU_OVERCOMMIT, which lets that many CPU
+processes share each core, over the job's processes."""
 
 from __future__ import annotations
 
@@ -34,6 +35,7 @@ def threads(overcommit: float, cores: int, nproc: int, monkeypatch: pytest.Monke
         python="python",
         cpu_count=cpu_share(Settings(cpu_overcommit=overcommit), plan),
     )
+    assert command.env["TORCHINDUCTOR_COMPILE_THREADS"] == command.env["OMP_NUM_THREADS"]
     return command.env["OMP_NUM_THREADS"]
 
 
