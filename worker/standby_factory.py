@@ -10,7 +10,6 @@ its code is then unknown, and the job counts as failed.
 from __future__ import annotations
 
 import contextlib
-import logging
 import os
 import secrets
 import select
@@ -24,8 +23,6 @@ from typing import Protocol
 
 from core.launch import inherited
 from jobspec.startup import STANDBY_ID_ENV
-
-log = logging.getLogger(__name__)
 
 FACTORY_MODULE = "trainers.standby_factory"
 MESSAGE_BYTES = 256
