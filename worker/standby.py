@@ -10,8 +10,9 @@ and log file as one JSON line; it takes them on and runs torchrun's own main() w
 (torchrun's fork start method) rather than started as fresh interpreters (trainers/standby.py; that code
 lives beside the runtime it imports, so this package never imports torch). The worker supervises the standby
 as it supervised a torchrun it had just started (pid-as-group, exit status and signals), and the next standby
-is forked at once. With none ready (the factory died or is still importing past FORK_WAIT_S), the launch is a
-plain torchrun process as before. A standby whose worker goes away reads end-of-file and exits.
+is forked at once; a job launched while the factory still imports waits for it in the standby's channel. With
+none ready (the factory died), the launch is a plain torchrun process as before. A standby whose worker goes
+away reads end-of-file and exits.
 
 A forked process's /proc environ is the one its process was started with, not the job's: the factory starts
 with the worker's environment through the ranks' allow-list (so no database or object-store secret shows
@@ -41,7 +42,7 @@ from core.launch import JOB_TOKEN_ENV, RUN_DIR_ENV, Launch
 from core.sandbox import Sandbox, confine
 from worker.kill import JobMark, name_standby
 from worker.rundir import append_no_follow
-from worker.standby_factory import FORK_WAIT_S, ForkedStandby, JobProcess, StandbyFactory
+from worker.standby_factory import ForkedStandby, JobProcess, StandbyFactory
 from worker.warm_sandbox import HeldSandbox, hold_sandbox, reap
 
 TORCHRUN_MODULE = "torch.distributed.run"
@@ -138,10 +139,12 @@ class WarmLauncher:
         self, standby: _Standby, request: dict[str, Any], log: Path, box: Sandbox | None, confined: Launch
     ) -> ForkedStandby | None:
         """The standby, given the job (and, for a sandboxed one, its sandbox held open); None when it died,
-        was never forked, or the sandbox did not come up, and the job starts cold."""
+        will never be forked, or the sandbox did not come up, and the job starts cold."""
         held = None
         with standby.channel:
-            if not standby.process.forked(FORK_WAIT_S) or standby.process.poll() is not None:
+            # Not forked yet (the factory still imports) is fine: the job waits in its channel. The launch
+            # must not wait here, inside the transaction that holds the job's row.
+            if standby.process.poll() is not None:
                 return None
             if box is not None:
                 held = hold_sandbox(box, confined, self.python, self.cwd)

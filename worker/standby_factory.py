@@ -26,8 +26,7 @@ from jobspec.startup import STANDBY_ID_ENV
 
 FACTORY_MODULE = "trainers.standby_factory"
 MESSAGE_BYTES = 256
-# How long a launch waits for its standby's fork: the factory's first fork comes after its imports, seconds on
-# a loaded host. Past this the job starts cold, as it would with no standby.
+# How long a standby's pid may take to come: the factory forks after its imports, seconds on a loaded host.
 FORK_WAIT_S = 60.0
 # Between a forked standby's end (its pidfd) and the factory's word of its exit code.
 EXIT_CODE_WAIT_S = 5.0

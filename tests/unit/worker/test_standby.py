@@ -249,6 +249,16 @@ def test_the_standby_sees_only_what_a_rank_may_inherit(
     assert factory is not None and factory.environ()[STANDBY_ID_ENV] not in {s.id for s in standbys}
 
 
+def test_a_launch_waits_for_no_import_of_the_factory(tmp_path: Path, own_launcher: WarmLauncher) -> None:
+    """The worker launches inside the transaction that holds the job's row (SQLite: every writer waits), so
+    a job launched while a fresh factory still imports is handed over at once and waits in its channel."""
+    own_launcher.prepare()
+    process = own_launcher.start(torchrun(tmp_path), tmp_path / "launcher.log")
+    assert isinstance(process, ForkedStandby) and not process.forked(0), "the launch waited for the fork"
+    assert process.wait(TIMEOUT_S) == 0
+    assert "rank says job-7 0 2" in (tmp_path / "launcher.log").read_text()
+
+
 def test_standbys_outlive_their_factory_and_a_new_one_takes_over(
     tmp_path: Path, own_launcher: WarmLauncher
 ) -> None:
