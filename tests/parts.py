@@ -3,9 +3,9 @@
 The halves overlap on a machine of two cores: much of a test's time is spent waiting for a job on a
 running service, which the other half's work fills. The line between the halves is
 the shared running services (tests/integration/conftest.py): every test on one of them is in `stacks`, so
-that each starts once, together with the unit tests of the API, the core and the trainer, the standby's, and
-the benchmarks' smoke runs, which balance the halves; everything else (the worker's other unit tests, the
-trainer's runs, modules with services of their own) is in `rest`, which runs beside the linters. Without
+that each starts once, together with the unit tests of the API, the core and the standby, and the benchmarks'
+smoke runs, which balance the halves; everything else (the worker's other unit tests, the trainer's unit
+tests and runs, modules with services of their own) is in `rest`, which runs beside the linters. Without
 `--part`, pytest runs everything, as before.
 """
 
@@ -23,7 +23,6 @@ SHARED_STACKS = frozenset({"embedded_stack", "redis_postgres_stack", "stack", "a
 UNIT_TESTS = (
     TESTS / "unit" / "app",
     TESTS / "unit" / "core",
-    TESTS / "unit" / "trainers",
     TESTS / "unit" / "worker" / "test_standby.py",
     TESTS.parent / "bench" / "tests",
 )
