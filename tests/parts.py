@@ -36,9 +36,18 @@ def _within(path: Path, places: tuple[Path, ...]) -> bool:
     return any(place in (path, *path.parents) for place in places)
 
 
+def _part_of_file(path: Path) -> str | None:
+    """The half every test of this file is in, where the file alone tells."""
+    if _within(path, UNIT_TESTS):
+        return "stacks"
+    if _within(path, OFF_THE_STACKS):  # a fixture of its own may be named like a shared one
+        return "rest"
+    return None
+
+
 def part_of(item: pytest.Item) -> str:
     on_shared_stack = not SHARED_STACKS.isdisjoint(getattr(item, "fixturenames", ()))
-    return "stacks" if on_shared_stack or _within(item.path, UNIT_TESTS) else "rest"
+    return _part_of_file(item.path) or ("stacks" if on_shared_stack else "rest")
 
 
 def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
@@ -47,13 +56,8 @@ def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool 
     part = config.getoption("part")
     if part is None or not collection_path.is_file():
         return None
-    if _within(collection_path, UNIT_TESTS):
-        owner = "stacks"
-    elif _within(collection_path, OFF_THE_STACKS):
-        owner = "rest"
-    else:
-        return None
-    return True if part != owner else None  # None: pytest's own rules (--ignore) still apply
+    owner = _part_of_file(collection_path)
+    return True if owner is not None and owner != part else None  # None: pytest's own rules still apply
 
 
 @pytest.hookimpl(trylast=True)
