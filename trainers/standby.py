@@ -29,7 +29,9 @@ MAX_FDS = 16  # the log, and for a sandboxed job its lifeline, bwrap's output an
 REQUEST_BYTES = 1 << 16
 # What every rank of a built-in job imports before its first step (trainers/run.py), imported once by the
 # standby so that its forked ranks start with it. Not the Hugging Face libraries, which read HF_* variables at
-# import where a rank must see its job's, nor torch._inductor, which only compiled jobs need.
+# import where a rank must see its job's, nor torch._inductor, which only compiled jobs need. scikit-learn's
+# digits are the dataset of the examples and of a first job: importing its loader took each of their ranks a
+# second of CPU, more than their training, and a copy of its own of what the factory now holds once.
 RANK_MODULES = (
     "torch",
     "torchvision",
@@ -39,6 +41,8 @@ RANK_MODULES = (
     "trainers.user_errors",
     "trainers.strategies.single",
     "trainers.strategies.ddp",
+    "sklearn.datasets",
+    "sklearn.model_selection",
 )
 
 
