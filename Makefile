@@ -19,13 +19,15 @@ endif
 .PHONY: install install-test migrate run worker api test test-unit test-integration lint sandbox servers slurm gpu-wheels compose-check
 
 # `make run` installs what running needs; `make test` adds the test extras (browser driver, linters, the
-# fuzzer, the S3 double, lightning), which a first run should not wait for. pip compiles no bytecode: the
-# first import of a module writes its own (half the install's time was compiling some 24,000 files, most of
-# them never imported), so bytecode is written here even where the environment turns that off.
+# fuzzer, the S3 double, lightning), which a first run should not wait for. uv installs them: torch's 6 GB of
+# files took pip over a minute and a half to unpack one by one, and uv minutes less (docs/operations.md,
+# "Installing"). It compiles no bytecode: the first import of a module writes its own, so bytecode is written
+# here even where the environment turns that off. uv reads its own settings (UV_DEFAULT_INDEX, ...), not pip's.
 unexport PYTHONDONTWRITEBYTECODE
-PIP_INSTALL := $(PY) -m pip install -q --no-compile
+PIP_INSTALL := $(PY) -m uv pip install -q --python $(PY)
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install -q "uv>=0.5"
 	$(PIP_INSTALL) -e .
 	touch $@
 

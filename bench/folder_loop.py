@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import time
 from collections.abc import Iterator
 
@@ -23,14 +22,17 @@ from torchvision import datasets, models, transforms
 
 from bench.runtime import Rank, joined
 from bench.timing import measure, report
-from bench.workload import LR, MOMENTUM, Workload, add_workload_args, workload_from_args
+from bench.workload import (
+    LR,
+    MOMENTUM,
+    WINDOW_PREFIX,
+    Workload,
+    add_workload_args,
+    default_workers,
+    workload_from_args,
+)
 
-WINDOW_PREFIX = "BENCH_WINDOW "
 IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
-
-
-def default_workers() -> int:
-    return max(1, (os.cpu_count() or 2) - 2)
 
 
 def batches(root: str, workload: Workload, workers: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:

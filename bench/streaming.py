@@ -35,13 +35,12 @@ from pathlib import Path
 from typing import Any
 
 from bench.budget import Budget
-from bench.folder_loop import WINDOW_PREFIX, default_workers
 from bench.report import record, section
 from bench.result import SKIPPED, Result, exit_code, failed, parse
 from bench.run import CHILD_TIMEOUT_S, child_argv
 from bench.service import Finished, job_result
 from bench.table import markdown, name, number, ratio, times
-from bench.workload import LR, MOMENTUM, Workload, preset
+from bench.workload import LR, MOMENTUM, WINDOW_PREFIX, Workload, default_workers, preset
 from jobspec.datadir import DATA_DIR_ENV
 from jobspec.events import MetricsEvent
 from tests.integration.trainer_helpers import TrainerRun, launch, write_config

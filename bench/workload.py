@@ -6,6 +6,7 @@ No torch import: the parent `bench.run` builds the children's command lines from
 from __future__ import annotations
 
 import argparse
+import os
 from dataclasses import dataclass
 
 NUM_CLASSES = 10
@@ -37,6 +38,14 @@ GPU_SIZES = {"alexnet": (227, 256), "resnet50": (224, 256)}  # issue 4: ResNet-5
 SMOKE_SIZES = {"alexnet": (64, 8), "resnet50": (32, 4)}
 GPU_WARMUP, GPU_STEPS = 20, 100
 SMOKE_WARMUP, SMOKE_STEPS = 2, 3
+# A hand-written loop prints its timed window's wall-clock bounds on a line of this prefix; its parent, which
+# imports no torch, averages its CPU and GPU samples over them (bench.streaming).
+WINDOW_PREFIX = "BENCH_WINDOW "
+
+
+def default_workers() -> int:
+    """Loader worker processes of a hand-written loop: the cores, less the main process's and one to spare."""
+    return max(1, (os.cpu_count() or 2) - 2)
 
 
 def preset(arch: str, *, smoke: bool, steps: int | None = None) -> Workload:

@@ -11,6 +11,7 @@ tests and runs, modules with services of their own) is in `rest`, which runs bes
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -37,10 +38,13 @@ def _within(path: Path, places: tuple[Path, ...]) -> bool:
 
 
 def _part_of_file(path: Path) -> str | None:
-    """The half every test of this file is in, where the file alone tells."""
+    """The half every test of this file is in, where the file alone tells: a test module that never names a
+    shared stack's fixture cannot ask for one (no other fixture of tests/integration's conftest does)."""
     if _within(path, UNIT_TESTS):
         return "stacks"
     if _within(path, OFF_THE_STACKS):  # a fixture of its own may be named like a shared one
+        return "rest"
+    if path.name.startswith("test_") and SHARED_STACKS.isdisjoint(re.findall(r"\w+", path.read_text())):
         return "rest"
     return None
 
