@@ -74,21 +74,23 @@ servers: sandbox
 slurm: install
 	$(PY) -m deploy.slurm_cluster --dir var/slurm
 
-# The suite as two pytest processes at once (tests/parts.py), with the linters beside them: the tests on the
-# shared running services in the foreground; the linters and everything else in the background, their output
-# shown once the foreground half ends. Each half prints its 15 slowest tests, so the suite stays under its
-# 12 minutes.
+# The suite as three pytest processes at once (tests/parts.py), with the linters beside them: the tests on the
+# shared running services in the foreground; the Slurm cluster's tests, the linters and everything else in the
+# background, their output shown once the foreground part ends. Each part prints its 15 slowest tests, so the
+# suite stays under its 12 minutes.
 PYTEST := $(VENV)/bin/pytest -q -p no:cacheprovider --durations=15
 test: install-test servers
 	@mkdir -p var; \
 	$(MAKE) --no-print-directory lint > var/test-lint.log 2>&1 & lint=$$!; \
 	$(PYTEST) --part rest > var/test-rest.log 2>&1 & rest=$$!; \
-	trap 'kill $$lint $$rest 2>/dev/null' INT TERM; \
+	$(PYTEST) --part slurm > var/test-slurm.log 2>&1 & slurm=$$!; \
+	trap 'kill $$lint $$rest $$slurm 2>/dev/null' INT TERM; \
 	$(PYTEST) --part stacks; stacks=$$?; \
-	wait $$rest; others=$$?; wait $$lint; linters=$$?; \
-	echo "--- the other half (var/test-rest.log) ---"; cat var/test-rest.log; \
+	wait $$rest; others=$$?; wait $$slurm; cluster=$$?; wait $$lint; linters=$$?; \
+	echo "--- the rest (var/test-rest.log) ---"; cat var/test-rest.log; \
+	echo "--- the Slurm cluster's tests (var/test-slurm.log) ---"; cat var/test-slurm.log; \
 	echo "--- the linters (var/test-lint.log) ---"; cat var/test-lint.log; \
-	exit $$(( stacks || others || linters ))
+	exit $$(( stacks || others || cluster || linters ))
 
 test-unit: install-test
 	$(VENV)/bin/pytest -q tests/unit

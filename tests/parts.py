@@ -1,12 +1,13 @@
-"""`--part stacks|rest`: one of the two halves `make test` runs at once, as two pytest processes.
+"""`--part stacks|rest|slurm`: one of the three parts `make test` runs at once, each a pytest process.
 
-The halves overlap on a machine of two cores: much of a test's time is spent waiting for a job on a
-running service, which the other half's work fills. The line between the halves is
-the shared running services (tests/integration/conftest.py): every test on one of them is in `stacks`, so
-that each starts once, together with the unit tests of the API, the core and the standby, and the benchmarks'
-smoke runs, which balance the halves; everything else (the worker's other unit tests, the trainer's unit
-tests and runs, modules with services of their own) is in `rest`, which runs beside the linters. Without
-`--part`, pytest runs everything, as before.
+The parts overlap on a machine of two cores: much of a test's time is spent waiting for a job on a running
+service, which the other parts' work fills. The line between `stacks` and `rest` is the shared running
+services (tests/integration/conftest.py): every test on one of them is in `stacks`, so that each starts once,
+together with the unit tests of the API, the core and the standby; everything else (the worker's other unit
+tests, the trainer's unit tests and runs, modules with services of their own, the benchmarks' smoke runs) is
+in `rest`, which runs beside the linters. `slurm` is the Slurm cluster's tests: they spend most of their time
+waiting for Slurm to start, signal and requeue jobs, which a part of their own overlaps with the others' work
+rather than adding to one part's length. Without `--part`, pytest runs everything, as before.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-PARTS = ("stacks", "rest")
+PARTS = ("stacks", "rest", "slurm")
 TESTS = Path(__file__).parent
 # Test files that never use a shared running service (its fixtures are tests/integration's).
 OFF_THE_STACKS = (TESTS / "unit", TESTS / "gpu")
@@ -25,12 +26,15 @@ UNIT_TESTS = (
     TESTS / "unit" / "app",
     TESTS / "unit" / "core",
     TESTS / "unit" / "worker" / "test_standby.py",
-    TESTS.parent / "bench" / "tests",
+)
+SLURM_TESTS = (
+    TESTS / "integration" / "test_slurm_cluster.py",
+    TESTS / "integration" / "test_slurm_executor.py",
 )
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    parser.addoption("--part", choices=PARTS, help="run one half of the suite (tests/parts.py)")
+    parser.addoption("--part", choices=PARTS, help="run one part of the suite (tests/parts.py)")
 
 
 def _within(path: Path, places: tuple[Path, ...]) -> bool:
@@ -38,8 +42,10 @@ def _within(path: Path, places: tuple[Path, ...]) -> bool:
 
 
 def _part_of_file(path: Path) -> str | None:
-    """The half every test of this file is in, where the file alone tells: a test module that never names a
+    """The part every test of this file is in, where the file alone tells: a test module that never names a
     shared stack's fixture cannot ask for one (no other fixture of tests/integration's conftest does)."""
+    if _within(path, SLURM_TESTS):
+        return "slurm"
     if _within(path, UNIT_TESTS):
         return "stacks"
     if _within(path, OFF_THE_STACKS):  # a fixture of its own may be named like a shared one
@@ -55,13 +61,15 @@ def part_of(item: pytest.Item) -> str:
 
 
 def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
-    """A test file whose every test is the other half's is not even imported: collecting it would cost that
-    half seconds of imports. Which half a test of tests/integration is in shows only once it is collected."""
+    """A test file whose every test is another part's is not even imported: collecting it would cost this
+    part seconds of imports. Which part a test of tests/integration is in shows only once it is collected."""
     part = config.getoption("part")
     if part is None or not collection_path.is_file():
         return None
     owner = _part_of_file(collection_path)
-    return True if owner is not None and owner != part else None  # None: pytest's own rules still apply
+    if owner is None:  # decided test by test; `slurm` is known by its files alone
+        return True if part == "slurm" else None  # None: pytest's own rules still apply
+    return True if owner != part else None
 
 
 @pytest.hookimpl(trylast=True)
