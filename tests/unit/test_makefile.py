@@ -22,11 +22,13 @@ def planned(target: str, venv: Path) -> str:
 
 def test_a_first_run_installs_the_service_and_bubblewrap_but_no_test_extras(tmp_path: Path) -> None:
     steps = planned("run", tmp_path / "venv")
-    assert "pip install -q --no-compile -e .\n" in steps, steps
+    python = tmp_path / "venv" / "bin" / "python"
+    assert f"{python} -m uv pip install -q --python {python} -e .\n" in steps, steps
     assert "[test]" not in steps, steps
     assert "apt-get install -y -qq bubblewrap" in steps, steps
     assert f"{tmp_path / 'venv'}/bin/trainyard" in steps, "make run says where the CLI is"
 
 
 def test_the_tests_install_their_extras(tmp_path: Path) -> None:
-    assert "pip install -q --no-compile -e '.[test]'" in planned("install-test", tmp_path / "venv")
+    python = tmp_path / "venv" / "bin" / "python"
+    assert f"uv pip install -q --python {python} -e '.[test]'" in planned("install-test", tmp_path / "venv")
