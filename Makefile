@@ -75,22 +75,22 @@ slurm: install
 	$(PY) -m deploy.slurm_cluster --dir var/slurm
 
 # The suite as three pytest processes at once (tests/parts.py), with the linters beside them: the tests on the
-# shared running services in the foreground; the Slurm cluster's tests, the linters and everything else in the
-# background, their output shown once the foreground part ends. Each part prints its 15 slowest tests, so the
+# shared running services in the foreground; those with services of their own, the linters and everything
+# else in the background, their output shown once the foreground part ends. Each part prints its 15 slowest tests, so the
 # suite stays under its 12 minutes.
 PYTEST := $(VENV)/bin/pytest -q -p no:cacheprovider --durations=15
 test: install-test servers
 	@mkdir -p var; \
 	$(MAKE) --no-print-directory lint > var/test-lint.log 2>&1 & lint=$$!; \
 	$(PYTEST) --part rest > var/test-rest.log 2>&1 & rest=$$!; \
-	$(PYTEST) --part slurm > var/test-slurm.log 2>&1 & slurm=$$!; \
-	trap 'kill $$lint $$rest $$slurm 2>/dev/null' INT TERM; \
+	$(PYTEST) --part services > var/test-services.log 2>&1 & services=$$!; \
+	trap 'kill $$lint $$rest $$services 2>/dev/null' INT TERM; \
 	$(PYTEST) --part stacks; stacks=$$?; \
-	wait $$rest; others=$$?; wait $$slurm; cluster=$$?; wait $$lint; linters=$$?; \
+	wait $$rest; others=$$?; wait $$services; own=$$?; wait $$lint; linters=$$?; \
 	echo "--- the rest (var/test-rest.log) ---"; cat var/test-rest.log; \
-	echo "--- the Slurm cluster's tests (var/test-slurm.log) ---"; cat var/test-slurm.log; \
+	echo "--- the tests with services of their own (var/test-services.log) ---"; cat var/test-services.log; \
 	echo "--- the linters (var/test-lint.log) ---"; cat var/test-lint.log; \
-	exit $$(( stacks || others || cluster || linters ))
+	exit $$(( stacks || others || own || linters ))
 
 test-unit: install-test
 	$(VENV)/bin/pytest -q tests/unit

@@ -1,13 +1,13 @@
-"""`--part stacks|rest|slurm`: one of the three parts `make test` runs at once, each a pytest process.
+"""`--part stacks|rest|services`: one of the three parts `make test` runs at once, each a pytest process.
 
-The parts overlap on a machine of two cores: much of a test's time is spent waiting for a job on a running
-service, which the other parts' work fills. The line between `stacks` and `rest` is the shared running
-services (tests/integration/conftest.py): every test on one of them is in `stacks`, so that each starts once,
-together with the unit tests of the API, the core and the standby; everything else (the worker's other unit
-tests, the trainer's unit tests and runs, modules with services of their own, the benchmarks' smoke runs) is
-in `rest`, which runs beside the linters. `slurm` is the Slurm cluster's tests: they spend most of their time
-waiting for Slurm to start, signal and requeue jobs, which a part of their own overlaps with the others' work
-rather than adding to one part's length. Without `--part`, pytest runs everything, as before.
+The parts overlap on a machine of two cores: much of a test's time is spent waiting (for a job on a running
+service, for Slurm to start, signal or requeue one, for a killed worker's lease to run out), which the
+other parts' work fills. `stacks` is every test on one of the shared running services
+(tests/integration/conftest.py), so that each starts once, with the unit tests of the API and the core.
+`services` is the modules that start services of their own (the Slurm cluster, hosts, workers and object
+stores of their own), which wait the most.
+`rest` is everything else: the worker's and the trainer's unit tests, the trainer's runs under torchrun, the
+benchmarks' smoke runs; the linters run beside it. Without `--part`, pytest runs everything, as before.
 """
 
 from __future__ import annotations
@@ -17,19 +17,24 @@ from pathlib import Path
 
 import pytest
 
-PARTS = ("stacks", "rest", "slurm")
+PARTS = ("stacks", "rest", "services")
 TESTS = Path(__file__).parent
 # Test files that never use a shared running service (its fixtures are tests/integration's).
 OFF_THE_STACKS = (TESTS / "unit", TESTS / "gpu")
 SHARED_STACKS = frozenset({"embedded_stack", "redis_postgres_stack", "stack", "auth_stack"})
-UNIT_TESTS = (
-    TESTS / "unit" / "app",
-    TESTS / "unit" / "core",
-    TESTS / "unit" / "worker" / "test_standby.py",
-)
-SLURM_TESTS = (
-    TESTS / "integration" / "test_slurm_cluster.py",
-    TESTS / "integration" / "test_slurm_executor.py",
+UNIT_TESTS = (TESTS / "unit" / "app", TESTS / "unit" / "core")
+OWN_SERVICES = tuple(
+    TESTS / "integration" / f"test_{name}.py"
+    for name in (
+        "slurm_cluster",
+        "slurm_executor",
+        "docs_commands",
+        "artifacts_s3",
+        "multi_host",
+        "faults_worker",
+        "queue_order",
+        "event_bounds_postgres",
+    )
 )
 
 
@@ -44,8 +49,8 @@ def _within(path: Path, places: tuple[Path, ...]) -> bool:
 def _part_of_file(path: Path) -> str | None:
     """The part every test of this file is in, where the file alone tells: a test module that never names a
     shared stack's fixture cannot ask for one (no other fixture of tests/integration's conftest does)."""
-    if _within(path, SLURM_TESTS):
-        return "slurm"
+    if _within(path, OWN_SERVICES):
+        return "services"
     if _within(path, UNIT_TESTS):
         return "stacks"
     if _within(path, OFF_THE_STACKS):  # a fixture of its own may be named like a shared one
@@ -67,8 +72,8 @@ def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool 
     if part is None or not collection_path.is_file():
         return None
     owner = _part_of_file(collection_path)
-    if owner is None:  # decided test by test; `slurm` is known by its files alone
-        return True if part == "slurm" else None  # None: pytest's own rules still apply
+    if owner is None:  # decided test by test; `services` is known by its files alone
+        return True if part == "services" else None  # None: pytest's own rules still apply
     return True if owner != part else None
 
 
