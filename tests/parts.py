@@ -34,6 +34,7 @@ OWN_SERVICES = tuple(
         "faults_worker",
         "queue_order",
         "event_bounds_postgres",
+        "sweeps_restart",
     )
 )
 

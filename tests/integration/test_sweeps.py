@@ -1,13 +1,12 @@
 """Sweeps end to end: ASHA's acceptance on the digits MLP (16 trials, at least half pruned, the learning rate
 a full grid finds, under half the steps), a program's trials (one pruned sees ty.should_stop()) and a code
-bundle's, all on the shared stack; a sweep that survives its API and worker killed (a stack of its own, with
-short leases); and two trials ending at once on PostgreSQL."""
+bundle's, all on the shared stack; and two trials ending at once on PostgreSQL. A sweep that survives its API
+and worker killed is test_sweeps_restart.py."""
 
 from __future__ import annotations
 
 import json
 import math
-import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -199,40 +198,6 @@ def test_a_code_bundle_s_trials_take_their_parameters(
         assert spec["train"]["lr"] == trial["params"]["train.lr"]
         assert spec["model"]["factory"] == "models:build"
         assert trial["value"] == trial["latest"] and trial["value"] is not None
-
-
-@pytest.fixture(scope="module")
-def own_stack(
-    tmp_path_factory: pytest.TempPathFactory, stopping: list[subprocess.Popen[bytes]]
-) -> Iterator[Stack]:
-    # Short leases: the killed worker's trials are requeued within seconds of the new worker's start.
-    stack = Stack.embedded(Path(tmp_path_factory.mktemp("sweep-restart")), TRAINYARD_LEASE_TIMEOUT_S="4")
-    yield stack
-    stopping += stack.terminate()
-
-
-def test_a_sweep_survives_its_api_and_worker_killed(own_stack: Stack) -> None:
-    spec = {**EXAMPLE["spec"], "train": {**EXAMPLE["spec"]["train"], "epochs": 1, "batch_size": 32}}
-    body = {**EXAMPLE, "spec": spec, "max_trials": 6, "parallel": 2, "pruner": "none", "pruner_options": {}}
-    with own_stack.client() as client:
-        sweep = create(client, body)
-        deadline = time.monotonic() + 60
-        while sum(t["state"] != "running" for t in trials(client, sweep["id"])) < 2:
-            assert time.monotonic() < deadline
-            time.sleep(0.2)
-    for name in ("api", "worker"):
-        own_stack.procs[name].kill()
-        own_stack.procs[name].wait()
-    own_stack.start_worker()
-    own_stack.start_api()
-    with own_stack.client() as client:
-        done = wait_done(client, sweep["id"], 120)
-        rows = trials(client, sweep["id"])
-    assert done["status"] == "completed"
-    assert [t["number"] for t in rows] == list(range(6))
-    assert own_stack.sql(f"SELECT count(*) FROM jobs WHERE sweep_id = {sweep['id']}") == 6
-    assert own_stack.sql(f"SELECT count(DISTINCT trial) FROM jobs WHERE sweep_id = {sweep['id']}") == 6
-    assert all(t["state"] == "completed" for t in rows), rows
 
 
 @pytest.fixture
