@@ -190,7 +190,7 @@ class Stack:
             "TRAINYARD_COMPILE_CACHE_DIR": str(workdir / "compile-cache"),
             "TRAINYARD_HEARTBEAT_S": "0.5",
             "TRAINYARD_REQUEUE_AFTER_S": "3",
-            # A cancelled sandboxed rank's final checkpoint must come within it while the other half of
+            # A cancelled sandboxed rank's final checkpoint must come within it while the other parts of
             # `make test` loads both cores (tests/parts.py): 5 s ran out once.
             "TRAINYARD_CANCEL_GRACE_S": "15",
             # Tests run tiny CPU jobs side by side on a CI box of two cores, as they did before CPU

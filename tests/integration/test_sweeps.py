@@ -79,7 +79,7 @@ GRID = {
 }
 
 
-# 21 jobs (16 trials and a 5-point grid) on two cores shared with the other half of `make test`: the sweep
+# 21 jobs (16 trials and a 5-point grid) on two cores shared with the other parts of `make test`: the sweep
 # alone ran past 300 s on a loaded CI box, so this one test gets longer.
 @pytest.mark.timeout(900)
 def test_asha_prunes_half_and_finds_the_grid_s_lr(embedded_stack: Stack) -> None:
