@@ -19,19 +19,22 @@ endif
 .PHONY: install install-test migrate run worker api test test-unit test-integration lint sandbox servers slurm gpu-wheels compose-check
 
 # `make run` installs what running needs; `make test` adds the test extras (browser driver, linters, the
-# fuzzer, the S3 double, lightning), which a first run should not wait for. uv installs them: torch's 6 GB of
-# files took pip over a minute and a half to unpack one by one, and uv minutes less (docs/operations.md,
+# fuzzer, the S3 double, lightning), which a first run should not wait for. uv installs them: pip took over a
+# minute and a half to unpack torch's 6 GB of files one by one, uv under 20 s (docs/operations.md,
 # "Installing"). It compiles no bytecode: the first import of a module writes its own, so bytecode is written
 # here even where the environment turns that off. uv reads its own settings (UV_DEFAULT_INDEX, ...), not pip's.
 unexport PYTHONDONTWRITEBYTECODE
 PIP_INSTALL := $(PY) -m uv pip install -q --python $(PY)
-$(VENV)/.installed: pyproject.toml
+# uv itself, from pip, in a .venv of its own making or one an older checkout made without it.
+$(VENV)/bin/uv:
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q "uv>=0.5"
+
+$(VENV)/.installed: pyproject.toml | $(VENV)/bin/uv
 	$(PIP_INSTALL) -e .
 	touch $@
 
-$(VENV)/.installed-test: $(VENV)/.installed
+$(VENV)/.installed-test: $(VENV)/.installed | $(VENV)/bin/uv
 	$(PIP_INSTALL) -e '.[test]'
 	touch $@
 
@@ -76,8 +79,8 @@ slurm: install
 
 # The suite as three pytest processes at once (tests/parts.py), with the linters beside them: the tests on the
 # shared running services in the foreground; those with services of their own, the linters and everything
-# else in the background, their output shown once the foreground part ends. Each part prints its 15 slowest tests, so the
-# suite stays under its 12 minutes.
+# else in the background, their output shown once the foreground part ends. Each part prints its 15 slowest
+# tests, so that what makes the suite long shows.
 PYTEST := $(VENV)/bin/pytest -q -p no:cacheprovider --durations=15
 test: install-test servers
 	@mkdir -p var; \

@@ -5,13 +5,14 @@ service, for Slurm to start, signal or requeue one, for a killed worker's lease 
 other parts' work fills. `stacks` is every test on one of the shared running services
 (tests/integration/conftest.py), so that each starts once, with the unit tests of the API and the core.
 `services` is the modules that start services of their own (the Slurm cluster, hosts, workers and object
-stores of their own), which wait the most.
-`rest` is everything else: the worker's and the trainer's unit tests, the trainer's runs under torchrun, the
-benchmarks' smoke runs; the linters run beside it. Without `--part`, pytest runs everything, as before.
+stores of their own), which wait the most. `rest` is everything else: the worker's and the trainer's unit
+tests, the trainer's runs under torchrun, the benchmarks' smoke runs; the linters run beside it. Without
+`--part`, pytest runs everything, as before.
 """
 
 from __future__ import annotations
 
+import functools
 import re
 from pathlib import Path
 
@@ -47,6 +48,7 @@ def _within(path: Path, places: tuple[Path, ...]) -> bool:
     return any(place in (path, *path.parents) for place in places)
 
 
+@functools.cache  # asked for each test of a file, and its text read once
 def _part_of_file(path: Path) -> str | None:
     """The part every test of this file is in, where the file alone tells: a test module that never names a
     shared stack's fixture cannot ask for one (no other fixture of tests/integration's conftest does)."""
@@ -83,7 +85,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     part = config.getoption("part")
     if part is None:
         return
-    kept = [item for item in items if part_of(item) == part]
-    dropped = [item for item in items if part_of(item) != part]
+    kept, dropped = [], []
+    for item in items:
+        (kept if part_of(item) == part else dropped).append(item)
     items[:] = kept
     config.hook.pytest_deselected(items=dropped)
