@@ -83,13 +83,14 @@ def losses(stack: Stack, job_id: int) -> list[tuple[int, float]]:
 
 
 # The max_runtime test's job needs no test to act on it mid-run, only time to pass. The limit counts training
-# once the job runs (its start-up is added, tests/unit/worker/test_runtime_deadline.py), so 15 s are 15 s of
-# steps however slowly it starts beside this module's other jobs: every second of it is two ranks' CPU.
+# once the job runs (its start-up is added, tests/unit/worker/test_runtime_deadline.py), so 5 s are 5 s of
+# steps however slowly it starts beside this module's other jobs (dozens of steps at the least, so the final
+# checkpoint is past step 0): every second of it is two ranks' CPU.
 RUNTIME_LIMITED = {
     **RESTARTABLE,
     "train": {**RESTARTABLE["train"], "epochs": 2000},
     "checkpoint": {"every_n_epochs": 0, "every_n_steps": 0, "save_final": False},
-    "limits": {"max_runtime_s": 15},
+    "limits": {"max_runtime_s": 5},
 }
 
 

@@ -32,6 +32,19 @@ LONG = example_spec(
 )
 
 
+def paced_on_two_nodes(code: str, max_steps: int, **sections: dict[str, Any]) -> dict[str, Any]:
+    """A user's bundle whose steps sleep 50 ms (tests/integration/bundles/paced), on two nodes: for a test
+    that needs a job running for a while, not its training, the nodes' cores stay free for the suite's
+    other parts."""
+    spec = factories(code, 0.05)
+    return {
+        **spec,
+        "parallel": {"strategy": "ddp", "nproc_per_node": 1, "nnodes": 2},
+        "train": {**spec["train"], "max_steps": max_steps},
+        **sections,
+    }
+
+
 @pytest.fixture(scope="module")
 def slurm_stack(
     slurm_cluster: SlurmCluster,
@@ -49,6 +62,11 @@ def slurm_stack(
     )
     yield stack
     stopping += stack.terminate()
+
+
+@pytest.fixture(scope="module")
+def paced(slurm_stack: Stack) -> str:
+    return push(slurm_stack, PACED)
 
 
 def runs_dir(stack: Stack) -> Path:
@@ -87,15 +105,15 @@ def test_cancel_stops_every_process_on_both_nodes(slurm_stack: Stack, slurm_clus
     assert not job_processes(runs_dir(slurm_stack), job["id"])
 
 
-def test_max_runtime_ends_timed_out_after_a_final_checkpoint(slurm_stack: Stack) -> None:
+def test_max_runtime_ends_timed_out_after_a_final_checkpoint(slurm_stack: Stack, paced: str) -> None:
     # The limit counts training once it runs, and start-up until then: 20 s leaves a 2-node start on a busy
     # CI box room to reach its first step, so there is training to checkpoint.
-    spec = {
-        **LONG,
-        "train": {**LONG["train"], "epochs": 1000},  # stopped at the limit, long before its end
-        "checkpoint": {"every_n_epochs": 0, "keep_last": 2},
-        "limits": {"max_runtime_s": 20},
-    }
+    spec = paced_on_two_nodes(
+        paced,
+        100_000,  # stopped at the limit, long before its end
+        checkpoint={"every_n_steps": 0, "every_n_epochs": 0, "keep_last": 2},
+        limits={"max_runtime_s": 20},
+    )
     with slurm_stack.client() as client:
         job = wait_status(client, submit(client, spec)["id"], {"timed_out"}, timeout=180)
         checkpoints = client.get(f"/v1/jobs/{job['id']}/checkpoints").json()["data"]
@@ -106,23 +124,25 @@ def test_max_runtime_ends_timed_out_after_a_final_checkpoint(slurm_stack: Stack)
 
 
 def test_a_failed_node_requeues_the_job_which_resumes_from_its_checkpoint(
-    slurm_stack: Stack, slurm_cluster: SlurmCluster
+    slurm_stack: Stack, slurm_cluster: SlurmCluster, paced: str
 ) -> None:
+    # 300 steps of 50 ms: the node goes down long before the first attempt could end.
+    spec = paced_on_two_nodes(paced, 300, checkpoint={"every_n_steps": 20, "every_n_epochs": 0, "keep_last": 2})
     with slurm_stack.client() as client:
-        job = submit(client, LONG)
+        job = submit(client, spec)
         wait_step(slurm_stack, job["id"], 45)  # two checkpoints stored
         slurm_cluster.node_down(slurm_cluster.node_names[1])
         requeued = wait_status(client, job["id"], {"queued"}, timeout=120)
         slurm_cluster.node_up(slurm_cluster.node_names[1])
         done = wait_status(client, job["id"], {"succeeded"}, timeout=300)
         events = client.get(f"/v1/jobs/{job['id']}/events").json()["data"]
-        steps = [step for step, _ in metric_values(client, job["id"], "train_loss")]
+        steps = [step for step, _ in metric_values(client, job["id"], "loss")]
     assert requeued["status_reason"] == "slurm_requeued", requeued
     # Slurm may requeue it again while the node comes back (a busy machine): each later attempt resumes too.
     assert done["attempt"] >= 2 and [e["to_status"] for e in events].count("queued") == done["attempt"], (
         events
     )
-    assert steps == sorted(set(steps)), "a step reported twice"
+    assert steps == sorted(set(steps)) and steps[-1] == 300, f"a step reported twice or none at the end: {steps}"
     # What the worker handed the nodes for each of Slurm's restarts: the checkpoint to resume from.
     folder = runs_dir(slurm_stack) / ".slurm" / str(job["id"])
     for restart in range(1, done["attempt"]):
@@ -130,9 +150,8 @@ def test_a_failed_node_requeues_the_job_which_resumes_from_its_checkpoint(
         assert handed["config"]["attempt"] == restart + 1 and handed["config"]["plan"]["resume_path"], handed
 
 
-def test_a_bundle_job_runs_sandboxed_on_a_node(slurm_stack: Stack) -> None:
-    code = push(slurm_stack, PACED)
-    spec: dict[str, Any] = {**factories(code, 0.0), "parallel": {"strategy": "ddp", "nproc_per_node": 1}}
+def test_a_bundle_job_runs_sandboxed_on_a_node(slurm_stack: Stack, paced: str) -> None:
+    spec: dict[str, Any] = {**factories(paced, 0.0), "parallel": {"strategy": "ddp", "nproc_per_node": 1}}
     with slurm_stack.client() as client:
         job = wait_status(client, submit(client, spec)["id"], {"succeeded"}, timeout=240)
     launcher = (runs_dir(slurm_stack) / str(job["id"]) / "logs" / "launcher.log").read_text()

@@ -9,12 +9,8 @@ whole model would bend the fsdp curve away from single's.
 from __future__ import annotations
 
 import math
-import os
 import signal
-import subprocess
-import sys
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,12 +20,11 @@ import pytest
 import torch
 
 from jobspec.events import CHECKPOINT_DIR, EVENTS_FILE, DoneEvent, MetricsEvent
-from tests.integration.trainer_helpers import ROOT, TrainerRun, spec_with, train, write_config
+from tests.integration.trainer_helpers import Started, TrainerRun, spec_with, start, train, write_config
 from trainers.checkpoint import checkpoint_name
 
 pytestmark = pytest.mark.integration
 
-TOKEN_ENV = "TRAINYARD_JOB_TOKEN"
 DIGITS_MLP: dict[str, Any] = {
     "name": "sharded",
     "model": {"arch": "mlp", "kwargs": {"hidden": 64, "depth": 2}},
@@ -92,45 +87,32 @@ def test_fsdp_checkpoint_resumes_under_single_and_back(fsdp: TrainerRun, tmp_pat
     assert_close_curves(back.metric("loss"), after(fsdp.metric("loss"), 40))
 
 
-@pytest.fixture
-def job_token(monkeypatch: pytest.MonkeyPatch) -> str:
-    """Every process of the run inherits it, as from the worker's launch; launch copies os.environ."""
-    token = f"test-hogwild-{uuid.uuid4()}"
-    monkeypatch.setenv(TOKEN_ENV, token)
-    return token
-
-
-def job_processes(token: str) -> list[psutil.Process]:
-    found = []
-    for proc in psutil.process_iter():
-        try:
-            if proc.environ().get(TOKEN_ENV) == token:
-                found.append(proc)
-        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-            continue
-    return found
-
-
-def wait_gone(token: str, timeout_s: float) -> list[psutil.Process]:
+def wait_gone(run: Started, timeout_s: float) -> list[psutil.Process]:
     deadline = time.monotonic() + timeout_s
-    while (left := job_processes(token)) and time.monotonic() < deadline:
+    while (left := run.processes()) and time.monotonic() < deadline:
         time.sleep(0.2)
     return left
 
 
 @pytest.fixture(scope="module")
-def hogwild(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[TrainerRun, str]]:
-    token = f"test-hogwild-{uuid.uuid4()}"
-    os.environ[TOKEN_ENV] = token
+def hogwild(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[TrainerRun, list[psutil.Process]]]:
+    """The run, and what was left of it once its torchrun had exited."""
+    run_dir = tmp_path_factory.mktemp("hogwild")
+    write_config(run_dir, HOGWILD)
+    started = start(run_dir, 1)
     try:
-        yield train(tmp_path_factory.mktemp("hogwild"), HOGWILD, nproc=1), token
+        code = started.process.wait(240)
+        assert code == 0, started.output.read_text(errors="replace")
+        yield TrainerRun(run_dir, 1), wait_gone(started, timeout_s=5)
     finally:
-        del os.environ[TOKEN_ENV]
+        started.stop()
 
 
-def test_hogwild_trains_counts_steps_and_leaves_no_process(hogwild: tuple[TrainerRun, str]) -> None:
-    run, token = hogwild
-    assert wait_gone(token, timeout_s=5) == []
+def test_hogwild_trains_counts_steps_and_leaves_no_process(
+    hogwild: tuple[TrainerRun, list[psutil.Process]],
+) -> None:
+    run, left = hogwild
+    assert left == []
     loss = run.metric("loss")
     # digits: 1617 samples -> 808 per worker -> 25 steps of 32 per worker per epoch; 3 epochs.
     assert [step for step, _ in loss] == list(range(5, 76, 5))
@@ -143,7 +125,9 @@ def test_hogwild_trains_counts_steps_and_leaves_no_process(hogwild: tuple[Traine
     assert run.checkpoint_steps() == [20, 40, 60, 75]
 
 
-def test_hogwild_resumes_from_its_checkpoint(hogwild: tuple[TrainerRun, str], tmp_path: Path) -> None:
+def test_hogwild_resumes_from_its_checkpoint(
+    hogwild: tuple[TrainerRun, list[psutil.Process]], tmp_path: Path
+) -> None:
     run, _ = hogwild
     resumed = train(tmp_path / "resumed", HOGWILD, nproc=1, resume_path=checkpoint(run, 60))
     loss = resumed.metric("loss")
@@ -153,54 +137,52 @@ def test_hogwild_resumes_from_its_checkpoint(hogwild: tuple[TrainerRun, str], tm
     assert resumed.checkpoint_steps() == [75]
 
 
-def start(run_dir: Path, spec: dict[str, Any]) -> subprocess.Popen[bytes]:
-    write_config(run_dir, spec)
-    argv = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "1"]
-    argv += ["--max-restarts", "0", "-m", "trainers.run", "--run-dir", str(run_dir)]
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": ""}
-    return subprocess.Popen(argv, env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-
-
-def wait_for_metrics(run_dir: Path, proc: subprocess.Popen[bytes]) -> None:
+def wait_for_metrics(run: Started) -> None:
     deadline = time.monotonic() + 90
-    while time.monotonic() < deadline and proc.poll() is None:
-        events = run_dir / EVENTS_FILE
+    while time.monotonic() < deadline and run.process.poll() is None:
+        events = run.mark.run_dir / EVENTS_FILE
         if events.exists() and '"kind": "metrics"' in events.read_text():
             return
         time.sleep(0.2)
-    raise AssertionError(f"no metrics before the deadline; exit code {proc.poll()}")
+    raise AssertionError(f"no metrics before the deadline; exit code {run.process.poll()}")
+
+
+def hogwild_workers(run: Started) -> list[psutil.Process]:
+    """The worker processes: spawned, each a fresh interpreter (multiprocessing's spawn_main)."""
+    return [p for p in run.processes() if any("spawn_main" in arg for arg in p.cmdline())]
 
 
 LONG_HOGWILD = spec_with(HOGWILD, train={"epochs": 200}, checkpoint={"every_n_steps": 0, "save_final": True})
 
 
-def test_hogwild_workers_die_with_a_killed_main_process(job_token: str, tmp_path: Path) -> None:
-    proc = start(tmp_path, LONG_HOGWILD)
+def test_hogwild_workers_die_with_a_killed_main_process(tmp_path: Path) -> None:
+    write_config(tmp_path, LONG_HOGWILD)
+    run = start(tmp_path, 1)
     try:
-        wait_for_metrics(tmp_path, proc)
-        # torchrun's one rank: the process that runs trainers.run (torchrun's own argv names it too).
-        (main,) = [p for p in job_processes(job_token) if p.cmdline()[1:4] == ["-u", "-m", "trainers.run"]]
-        assert len(main.children()) >= 2
+        wait_for_metrics(run)
+        workers = hogwild_workers(run)
+        # torchrun's one rank, the main process: the workers' parent.
+        (main,) = {worker.parent() for worker in workers}
+        assert main is not None and len(workers) >= 2
         main.send_signal(signal.SIGKILL)
-        assert wait_gone(job_token, timeout_s=20) == []
+        assert wait_gone(run, timeout_s=20) == []
     finally:
-        proc.kill()
-        proc.wait()
+        run.stop()
 
 
-def test_hogwild_stops_on_sigterm_after_a_checkpoint(job_token: str, tmp_path: Path) -> None:
-    proc = start(tmp_path, LONG_HOGWILD)
+def test_hogwild_stops_on_sigterm_after_a_checkpoint(tmp_path: Path) -> None:
+    write_config(tmp_path, LONG_HOGWILD)
+    run = start(tmp_path, 1)
     try:
-        wait_for_metrics(tmp_path, proc)
-        for p in job_processes(job_token):  # as a cancel does: every process of the job
+        wait_for_metrics(run)
+        for p in run.processes():  # as a cancel does: every process of the job
             p.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=60) != 0
-        assert wait_gone(job_token, timeout_s=10) == []
+        assert run.process.wait(timeout=60) != 0
+        assert wait_gone(run, timeout_s=10) == []
     finally:
-        proc.kill()
-        proc.wait()
-    run = TrainerRun(tmp_path, 1)
-    (stopped_at,) = run.checkpoint_steps()
+        run.stop()
+    stopped = TrainerRun(tmp_path, 1)
+    (stopped_at,) = stopped.checkpoint_steps()
     assert stopped_at % 5 == 0 and stopped_at < 200 * 25
-    assert not any(isinstance(e, DoneEvent) for e in run.events())
-    assert max(e.step for e in run.events() if isinstance(e, MetricsEvent)) == stopped_at
+    assert not any(isinstance(e, DoneEvent) for e in stopped.events())
+    assert max(e.step for e in stopped.events() if isinstance(e, MetricsEvent)) == stopped_at

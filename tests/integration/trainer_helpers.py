@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import psutil
 import torch
 
 from core.launch import JOB_TOKEN_ENV, Launch
@@ -29,8 +30,9 @@ from jobspec.events import (
 )
 from jobspec.plan import RunConfig, resolve_plan
 from jobspec.spec import JobSpec
-from worker.kill import JobMark, kill_job
+from worker.kill import JobMark, job_processes, kill_job
 from worker.standby import WarmLauncher
+from worker.standby_factory import JobProcess
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -80,6 +82,50 @@ def warm_launcher() -> WarmLauncher:
         return _session_launcher()
 
 
+def _launch_env(mark: JobMark, run_dir: Path, cuda_devices: str) -> dict[str, str]:
+    return {
+        **os.environ,
+        **mark.env(),
+        JOB_TOKEN_ENV: mark.token,
+        # A CPU rank's share of this 2-core box, as the worker gives it (core/launch.py).
+        "OMP_NUM_THREADS": "1",
+        "TORCHINDUCTOR_COMPILE_THREADS": "1",
+        "CUDA_VISIBLE_DEVICES": cuda_devices,
+        "TORCHELASTIC_ERROR_FILE": str(run_dir / "error.json"),
+        "PYTHONUNBUFFERED": "1",
+    }
+
+
+def _torchrun_argv(run_dir: Path, nproc: int) -> list[str]:
+    argv = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(nproc)]
+    return [*argv, "--max-restarts", "0", "-m", "trainers.run", "--run-dir", str(run_dir)]
+
+
+@dataclass
+class Started:
+    """A CPU run under way, for a test that acts on it mid-run; `stop` it however the test ends."""
+
+    process: JobProcess
+    mark: JobMark
+    output: Path
+
+    def processes(self) -> list[psutil.Process]:
+        """Every live process of the run, as a cancel finds them: the standby that became its torchrun, the
+        ranks it forked and what they started."""
+        return job_processes(self.mark)
+
+    def stop(self) -> None:
+        kill_job(self.mark, grace_s=5)
+
+
+def start(run_dir: Path, nproc: int) -> Started:
+    """torchrun over trainers.run on the configured `run_dir`, on the CPU, through the warm standby."""
+    mark = JobMark(token=f"test/{run_dir}", run_dir=run_dir)
+    output = run_dir / "launcher-output.log"
+    launch = Launch(_torchrun_argv(run_dir, nproc), _launch_env(mark, run_dir, ""))
+    return Started(warm_launcher().start(launch, output), mark, output)
+
+
 def launch(
     run_dir: Path, nproc: int, timeout: float = 240, cuda_devices: str = ""
 ) -> subprocess.CompletedProcess[str]:
@@ -91,29 +137,19 @@ def launch(
     and every marked process is stopped however the run ends. The output is torchrun's and the launcher's,
     as stdout; stderr is empty.
     """
-    mark = JobMark(token=f"test/{run_dir}", run_dir=run_dir)
-    env = {
-        **os.environ,
-        **mark.env(),
-        JOB_TOKEN_ENV: mark.token,
-        # A CPU rank's share of this 2-core box, as the worker gives it (core/launch.py).
-        "OMP_NUM_THREADS": "1",
-        "TORCHINDUCTOR_COMPILE_THREADS": "1",
-        "CUDA_VISIBLE_DEVICES": cuda_devices,
-        "TORCHELASTIC_ERROR_FILE": str(run_dir / "error.json"),
-        "PYTHONUNBUFFERED": "1",
-    }
-    argv = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(nproc)]
-    argv += ["--max-restarts", "0", "-m", "trainers.run", "--run-dir", str(run_dir)]
-    output = run_dir / "launcher-output.log"
-    try:
-        if cuda_devices:
+    if cuda_devices:
+        mark = JobMark(token=f"test/{run_dir}", run_dir=run_dir)
+        argv, env = _torchrun_argv(run_dir, nproc), _launch_env(mark, run_dir, cuda_devices)
+        try:
             return subprocess.run(argv, env=env, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
-        process = warm_launcher().start(Launch(argv, env), output)
-        code = process.wait(timeout)
-        return subprocess.CompletedProcess(argv, code, output.read_text(errors="replace"), "")
+        finally:
+            kill_job(mark, grace_s=5)
+    run = start(run_dir, nproc)
+    try:
+        code = run.process.wait(timeout)
+        return subprocess.CompletedProcess([], code, run.output.read_text(errors="replace"), "")
     finally:
-        kill_job(mark, grace_s=5)
+        run.stop()
 
 
 @dataclass
