@@ -16,6 +16,9 @@ from tests.integration.servers import ROOT
 from worker.kill import STANDBY_FILES
 
 TERMINAL = {"succeeded", "failed", "timed_out", "cancelled", "pruned"}
+# A user's bundle whose steps take a set time, asleep: a job that a test needs running for a while, not
+# training, leaves the cores to the suite's other tests.
+PACED = Path(__file__).with_name("bundles") / "paced"
 
 
 def example_spec(name: str, **overrides: dict[str, Any]) -> dict[str, Any]:

@@ -8,10 +8,10 @@ import asyncio
 
 import httpx
 
-from tests.integration.jobs import wait_status
+from tests.integration.jobs import PACED, wait_status
 from tests.integration.servers import Stack
 from tests.integration.test_program_e2e import push
-from tests.integration.test_user_code_lifecycle import PACED, factories
+from tests.integration.test_user_code_lifecycle import factories
 
 SMALL = {
     "name": "ids",

@@ -14,11 +14,11 @@ from typing import Any
 import pytest
 
 from deploy.slurm_cluster import SlurmCluster
-from tests.integration.jobs import example_spec, job_processes, metric_values, submit, wait_status
+from tests.integration.jobs import PACED, example_spec, job_processes, metric_values, submit, wait_status
 from tests.integration.servers import Stack, wait_for
 from tests.integration.test_faults_restart import LOSS_RTOL, wait_step
 from tests.integration.test_program_e2e import push
-from tests.integration.test_user_code_lifecycle import PACED, factories
+from tests.integration.test_user_code_lifecycle import factories
 from tests.integration.trainer_helpers import train
 
 TWO_NODES = example_spec("digits_ddp_cpu.json", parallel={"nproc_per_node": 1, "nnodes": 2})
@@ -127,7 +127,8 @@ def test_a_failed_node_requeues_the_job_which_resumes_from_its_checkpoint(
     slurm_stack: Stack, slurm_cluster: SlurmCluster, paced: str
 ) -> None:
     # 300 steps of 50 ms: the node goes down long before the first attempt could end.
-    spec = paced_on_two_nodes(paced, 300, checkpoint={"every_n_steps": 20, "every_n_epochs": 0, "keep_last": 2})
+    every_20 = {"every_n_steps": 20, "every_n_epochs": 0, "keep_last": 2}
+    spec = paced_on_two_nodes(paced, 300, checkpoint=every_20)
     with slurm_stack.client() as client:
         job = submit(client, spec)
         wait_step(slurm_stack, job["id"], 45)  # two checkpoints stored
@@ -142,7 +143,7 @@ def test_a_failed_node_requeues_the_job_which_resumes_from_its_checkpoint(
     assert done["attempt"] >= 2 and [e["to_status"] for e in events].count("queued") == done["attempt"], (
         events
     )
-    assert steps == sorted(set(steps)) and steps[-1] == 300, f"a step reported twice or none at the end: {steps}"
+    assert steps == sorted(set(steps)) and steps[-1] == 300, f"a step twice, or not the last: {steps}"
     # What the worker handed the nodes for each of Slurm's restarts: the checkpoint to resume from.
     folder = runs_dir(slurm_stack) / ".slurm" / str(job["id"])
     for restart in range(1, done["attempt"]):

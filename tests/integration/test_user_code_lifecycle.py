@@ -6,17 +6,15 @@ and alone of that job's files."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.integration.jobs import metric_values, submit, wait_status
+from tests.integration.jobs import PACED, metric_values, submit, wait_status
 from tests.integration.servers import Stack
 from tests.integration.test_faults_restart import LOSS_RTOL, wait_step
 from tests.integration.test_program_e2e import push
 
-PACED = Path(__file__).with_name("bundles") / "paced"
 STEPS = 60
 COMMON: dict[str, Any] = {
     "parallel": {"strategy": "ddp", "nproc_per_node": 2},
