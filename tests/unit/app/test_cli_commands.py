@@ -89,6 +89,14 @@ def test_unreachable_api_names_the_url() -> None:
 
 
 def _train(job_id: int, final: JobStatus) -> None:
+    """A trainer's progress on the job once the CLI has submitted it (which a loaded box may take seconds
+    to do: an update before it would change no row)."""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        with session_scope() as session:
+            if session.get(Job, job_id) is not None:
+                break
+        time.sleep(0.05)
     time.sleep(0.2)
     set_job(job_id, status=JobStatus.RUNNING, running_at=utcnow(), progress_total=100)
     for step in (20, 60, 100):

@@ -72,6 +72,16 @@ def running(pid: int) -> bool:
         return False
 
 
+def still_running(pids: list[int], timeout_s: float) -> list[int]:
+    """Those of `pids` still running after up to `timeout_s`: a SIGKILLed process that no scan finds any more
+    (its memory, environment included, already released) may take a moment on a busy box to end; one that
+    was missed would run on, the stubborn one forever."""
+    deadline = time.monotonic() + timeout_s
+    while (left := [pid for pid in pids if running(pid)]) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return left
+
+
 @pytest.fixture
 def tree(tmp_path: Path) -> Path:
     script = tmp_path / "tree.py"
@@ -99,7 +109,7 @@ def test_kill_reaches_every_session_and_spares_others(tree: Path, tmp_path: Path
         assert kill_job(mark, GRACE_S, group=job.pid) == []
         elapsed = time.monotonic() - started
 
-        assert not [pid for pid in job_pids if running(pid)]
+        assert still_running(job_pids, timeout_s=5) == []
         assert GRACE_S <= elapsed < GRACE_S + KILL_WAIT_S  # the stubborn rank needed SIGKILL
         assert all(running(pid) for pid in other_pids)
         assert unmarked.poll() is None
