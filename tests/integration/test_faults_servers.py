@@ -1,28 +1,37 @@
-"""The API and Redis restarted mid-job (docs/reliability.md case 4), on Redis + PostgreSQL: the jobs
-complete and every metric row is stored exactly once, because the database, not a server's memory, holds
-what a job has done."""
+"""The API and Redis restarted mid-job (docs/reliability.md case 4), on Redis + PostgreSQL: the jobs (a user's
+bundle whose steps sleep, so that they outlast a restart without holding a core) complete and every metric
+row is stored exactly once, because the database, not a server's memory, holds what a job has done."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
-from tests.integration.jobs import example_spec, metric_values, submit, wait_status
+from tests.integration.jobs import PACED, metric_values, submit, wait_status
 from tests.integration.servers import Redis, Stack, stop
+from tests.integration.test_program_e2e import push
+from tests.integration.test_user_code_lifecycle import factories
 
 EVERY = 20
-STEPS = 1500  # about 12 s of training on this CPU: it outlasts a restart of the API or of Redis
-JOB = example_spec(
-    "digits_ddp_cpu.json",
-    train={"epochs": None, "max_steps": STEPS},
-    checkpoint={"every_n_epochs": 0, "every_n_steps": 1000},
-    metrics={"every_n_steps": EVERY},
-)
+STEPS = 300  # 25 ms each, asleep (tests/integration/bundles/paced): the job outlasts a restart of either
 
 
 @pytest.fixture(scope="module")
 def stack(redis_postgres_stack: Stack) -> Stack:
     """The session's Redis + PostgreSQL stack: what these tests restart comes back, as they check."""
     return redis_postgres_stack
+
+
+@pytest.fixture(scope="module")
+def paced(stack: Stack) -> dict[str, Any]:
+    spec = factories(push(stack, PACED), 0.025)
+    return {
+        **spec,
+        "train": {**spec["train"], "max_steps": STEPS},
+        "checkpoint": {"every_n_epochs": 0, "every_n_steps": 1000},
+        "metrics": {"every_n_steps": EVERY},
+    }
 
 
 def assert_reported_once(stack: Stack, job_id: int) -> None:
@@ -33,9 +42,9 @@ def assert_reported_once(stack: Stack, job_id: int) -> None:
     assert stack.sql(f"SELECT count(*) FROM metrics WHERE job_id = {job_id} AND name = 'loss'") == len(steps)
 
 
-def test_the_api_restarted_mid_job(stack: Stack) -> None:
+def test_the_api_restarted_mid_job(stack: Stack, paced: dict[str, Any]) -> None:
     with stack.client() as client:
-        job = submit(client, JOB)
+        job = submit(client, paced)
         wait_status(client, job["id"], {"running"}, timeout=120)
     stop(stack.procs["api"])
     # Mid-job: it still runs with the API gone (the API's start, seconds on a busy machine, may outlast it).
@@ -45,15 +54,15 @@ def test_the_api_restarted_mid_job(stack: Stack) -> None:
     assert_reported_once(stack, job["id"])
 
 
-def test_redis_restarted_mid_job(stack: Stack, redis_server: Redis) -> None:
+def test_redis_restarted_mid_job(stack: Stack, redis_server: Redis, paced: dict[str, Any]) -> None:
     with stack.client() as client:
-        job = submit(client, JOB)
+        job = submit(client, paced)
         wait_status(client, job["id"], {"running"}, timeout=120)
         redis_server.restart()
         assert client.get(f"/v1/jobs/{job['id']}").json()["status"] == "running", "restarted too late"
         # The restarted broker is empty: this job's doorbell is rung again by the reaper once the worker
         # has reconnected.
-        later = submit(client, {**JOB, "train": {**JOB["train"], "max_steps": EVERY * 3}})
+        later = submit(client, {**paced, "train": {**paced["train"], "max_steps": EVERY * 3}})
     assert_reported_once(stack, job["id"])
     with stack.client() as client:
         assert wait_status(client, later["id"], {"succeeded"}, timeout=240)["progress"]["step"] == EVERY * 3

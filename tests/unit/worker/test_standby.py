@@ -77,18 +77,18 @@ def test_the_standby_becomes_the_jobs_torchrun(tmp_path: Path, launcher: WarmLau
     assert follower is not None and follower.pid != standby.pid and follower.poll() is None
 
 
-def test_jobs_launched_together_each_get_a_waiting_standby(tmp_path: Path) -> None:
+def test_jobs_launched_together_each_get_a_waiting_standby(tmp_path: Path, launcher: WarmLauncher) -> None:
     """With two waiting, a second job launched at once starts warm too (a sweep's trials), not cold."""
-    launcher = WarmLauncher(sys.executable, PROJECT_ROOT, count=2)
-    launcher.prepare()
-    for name in "ab":
-        (tmp_path / name).mkdir()
-    first, second = (launcher.start(torchrun(tmp_path / name), tmp_path / f"{name}.log") for name in "ab")
+    launcher.count = 2  # as WarmLauncher(count=2) keeps them; the module's factory forks the second
     try:
+        launcher.prepare()
+        for name in "ab":
+            (tmp_path / name).mkdir()
+        first, second = (launcher.start(torchrun(tmp_path / name), tmp_path / f"{name}.log") for name in "ab")
         assert isinstance(first, ForkedStandby) and isinstance(second, ForkedStandby), "one started cold"
         assert first.wait(TIMEOUT_S) == 0 and second.wait(TIMEOUT_S) == 0
     finally:
-        launcher.close()
+        launcher.count = 1
 
 
 def test_a_failing_rank_fails_the_standby_torchrun(tmp_path: Path, launcher: WarmLauncher) -> None:
@@ -98,25 +98,28 @@ def test_a_failing_rank_fails_the_standby_torchrun(tmp_path: Path, launcher: War
     assert "ChildFailedError" in (tmp_path / "launcher.log").read_text()
 
 
-@pytest.mark.parametrize("standby", ["disabled", "dead"])
-def test_without_a_live_standby_torchrun_starts_cold(tmp_path: Path, standby: str) -> None:
-    launcher = WarmLauncher(sys.executable, PROJECT_ROOT, enabled=standby != "disabled")
+def test_with_the_launcher_disabled_torchrun_starts_cold(tmp_path: Path) -> None:
+    launcher = WarmLauncher(sys.executable, PROJECT_ROOT, enabled=False)
     launcher.prepare()
-    if launcher.standby is not None:
-        launcher.standby.kill()
-        launcher.standby.wait()
-        dead_pid = launcher.standby.pid
-    try:
-        process = launcher.start(torchrun(tmp_path), tmp_path / "launcher.log")
-        assert process.wait(TIMEOUT_S) == 0
-        assert "rank says job-7 0 2" in (tmp_path / "launcher.log").read_text()
-        if standby == "dead":
-            assert process.pid != dead_pid and not isinstance(process, ForkedStandby)
-            assert launcher.standby is not None
-        else:
-            assert launcher.standby is None
-    finally:
-        launcher.close()
+    process = launcher.start(torchrun(tmp_path), tmp_path / "launcher.log")
+    assert process.wait(TIMEOUT_S) == 0
+    assert "rank says job-7 0 2" in (tmp_path / "launcher.log").read_text()
+    assert launcher.standby is None
+
+
+def test_with_its_standby_dead_torchrun_starts_cold_and_a_new_standby_waits(
+    tmp_path: Path, launcher: WarmLauncher
+) -> None:
+    launcher.prepare()
+    dead = launcher.standby
+    assert dead is not None
+    dead.kill()
+    dead.wait()
+    process = launcher.start(torchrun(tmp_path), tmp_path / "launcher.log")
+    assert process.wait(TIMEOUT_S) == 0
+    assert "rank says job-7 0 2" in (tmp_path / "launcher.log").read_text()
+    assert process.pid != dead.pid and not isinstance(process, ForkedStandby)
+    assert launcher.standby is not None and launcher.standby.poll() is None
 
 
 def test_a_standby_exits_when_its_worker_goes_away(launcher: WarmLauncher) -> None:
