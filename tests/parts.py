@@ -3,10 +3,10 @@
 The parts overlap on a machine of two cores: much of a test's time is spent waiting (for a job on a running
 service, for Slurm to start, signal or requeue one, for a killed worker's lease to run out), which the
 other parts' work fills. `stacks` is every test on one of the shared running services
-(tests/integration/conftest.py), so that each starts once, with the unit tests of the API and the core.
+(tests/integration/conftest.py), so that each starts once, after the unit tests of the API and the core.
 `services` is the modules that start services of their own (the Slurm cluster, hosts, workers and object
-stores of their own), which wait the most. `rest` is everything else: the worker's and the trainer's unit
-tests, the trainer's runs under torchrun, the benchmarks' smoke runs; the linters run beside it. Without
+stores of their own), which wait the most, and the benchmarks' smoke runs. `rest` is everything else: the
+worker's and the trainer's unit tests, the trainer's runs under torchrun; the linters run beside it. Without
 `--part`, pytest runs everything, as before.
 """
 
@@ -24,6 +24,9 @@ TESTS = Path(__file__).parent
 OFF_THE_STACKS = (TESTS / "unit", TESTS / "gpu")
 SHARED_STACKS = frozenset({"embedded_stack", "redis_postgres_stack", "stack", "auth_stack"})
 UNIT_TESTS = (TESTS / "unit" / "app", TESTS / "unit" / "core")
+# The benchmarks' smoke runs start processes of their own and need nothing running: they fill the cores
+# while the services part waits, which ends first without them.
+BENCH_SMOKE = (TESTS.parent / "bench" / "tests",)
 OWN_SERVICES = tuple(
     TESTS / "integration" / f"test_{name}.py"
     for name in (
@@ -52,7 +55,7 @@ def _within(path: Path, places: tuple[Path, ...]) -> bool:
 def _part_of_file(path: Path) -> str | None:
     """The part every test of this file is in, where the file alone tells: a test module that never names a
     shared stack's fixture cannot ask for one (no other fixture of tests/integration's conftest does)."""
-    if _within(path, OWN_SERVICES):
+    if _within(path, OWN_SERVICES + BENCH_SMOKE):
         return "services"
     if _within(path, UNIT_TESTS):
         return "stacks"
@@ -88,5 +91,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     kept, dropped = [], []
     for item in items:
         (kept if part_of(item) == part else dropped).append(item)
+    if part == "stacks":
+        # The unit tests first, one process's work, while the other parts start their heaviest; the jobs on
+        # the shared stacks last, when the services part has ended and left its cores (a stable sort: each
+        # module's tests stay together and in order).
+        kept.sort(key=lambda item: not _within(item.path, UNIT_TESTS))
     items[:] = kept
     config.hook.pytest_deselected(items=dropped)

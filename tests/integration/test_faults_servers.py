@@ -14,7 +14,7 @@ from tests.integration.test_program_e2e import push
 from tests.integration.test_user_code_lifecycle import factories
 
 EVERY = 20
-STEPS = 300  # 25 ms each, asleep (tests/integration/bundles/paced): the job outlasts a restart of either
+STEPS = 160  # 25 ms each, asleep (tests/integration/bundles/paced): the job outlasts a restart of either
 
 
 @pytest.fixture(scope="module")
