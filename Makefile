@@ -78,8 +78,8 @@ slurm: install
 	$(PY) -m deploy.slurm_cluster --dir var/slurm
 
 # The suite as three pytest processes at once (tests/parts.py), with the linters beside them: the tests on the
-# shared running services in the foreground; those with services of their own, the linters and everything
-# else in the background, their output shown once the foreground part ends. Each part prints its 15 slowest
+# shared running services (then the benchmarks' smoke runs) in the foreground; those with services of their
+# own (then the API's and the core's unit tests), the linters and everything else in the background, their output shown once the foreground part ends. Each part prints its 15 slowest
 # tests, so that what makes the suite long shows.
 PYTEST := $(VENV)/bin/pytest -q -p no:cacheprovider --durations=15
 test: install-test servers

@@ -3,11 +3,12 @@
 The parts overlap on a machine of two cores: much of a test's time is spent waiting (for a job on a running
 service, for Slurm to start, signal or requeue one, for a killed worker's lease to run out), which the
 other parts' work fills. `stacks` is every test on one of the shared running services
-(tests/integration/conftest.py), so that each starts once, after the unit tests of the API and the core.
-`services` is the modules that start services of their own (the Slurm cluster, hosts, workers and object
-stores of their own), which wait the most, and the benchmarks' smoke runs. `rest` is everything else: the
-worker's and the trainer's unit tests, the trainer's runs under torchrun; the linters run beside it. Without
-`--part`, pytest runs everything, as before.
+(tests/integration/conftest.py), so that each starts once, then the benchmarks' smoke runs. `services` is the
+modules that start services of their own (the Slurm cluster, hosts, workers and object stores of their own),
+which wait the most, then the unit tests of the API and the core. `rest` is everything else: the worker's and
+the trainer's unit tests, the trainer's runs under torchrun; the linters run beside it. The work that needs
+nothing running is split so that the three end together: a part left alone at the end waits on one core.
+Without `--part`, pytest runs everything, as before.
 """
 
 from __future__ import annotations
@@ -24,8 +25,6 @@ TESTS = Path(__file__).parent
 OFF_THE_STACKS = (TESTS / "unit", TESTS / "gpu")
 SHARED_STACKS = frozenset({"embedded_stack", "redis_postgres_stack", "stack", "auth_stack"})
 UNIT_TESTS = (TESTS / "unit" / "app", TESTS / "unit" / "core")
-# The benchmarks' smoke runs start processes of their own and need nothing running: they fill the cores
-# while the services part waits, which ends first without them.
 BENCH_SMOKE = (TESTS.parent / "bench" / "tests",)
 OWN_SERVICES = tuple(
     TESTS / "integration" / f"test_{name}.py"
@@ -55,9 +54,9 @@ def _within(path: Path, places: tuple[Path, ...]) -> bool:
 def _part_of_file(path: Path) -> str | None:
     """The part every test of this file is in, where the file alone tells: a test module that never names a
     shared stack's fixture cannot ask for one (no other fixture of tests/integration's conftest does)."""
-    if _within(path, OWN_SERVICES + BENCH_SMOKE):
+    if _within(path, OWN_SERVICES + UNIT_TESTS):
         return "services"
-    if _within(path, UNIT_TESTS):
+    if _within(path, BENCH_SMOKE):
         return "stacks"
     if _within(path, OFF_THE_STACKS):  # a fixture of its own may be named like a shared one
         return "rest"
@@ -91,10 +90,5 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     kept, dropped = [], []
     for item in items:
         (kept if part_of(item) == part else dropped).append(item)
-    if part == "stacks":
-        # The unit tests first, one process's work, while the other parts start their heaviest; the jobs on
-        # the shared stacks last, when the services part has ended and left its cores (a stable sort: each
-        # module's tests stay together and in order).
-        kept.sort(key=lambda item: not _within(item.path, UNIT_TESTS))
     items[:] = kept
     config.hook.pytest_deselected(items=dropped)
