@@ -47,6 +47,14 @@ def torchrun(tmp_path: Path, **env: str) -> Launch:
     return Launch(argv=argv, env={"PATH": "/usr/bin:/bin", "JOB_MARKER": "job-7", **mark, **env})
 
 
+def waiting_standby(launcher: WarmLauncher) -> ForkedStandby:
+    """The standby the next job gets, once the launcher has forked it."""
+    launcher.prepare()
+    standby = launcher.standby
+    assert standby is not None
+    return standby
+
+
 @pytest.fixture(scope="module")
 def launcher() -> Iterator[WarmLauncher]:
     """One launcher, and so one factory, for the tests that only take standbys from it."""
@@ -64,9 +72,7 @@ def own_launcher() -> Iterator[WarmLauncher]:
 
 
 def test_the_standby_becomes_the_jobs_torchrun(tmp_path: Path, launcher: WarmLauncher) -> None:
-    launcher.prepare()
-    standby = launcher.standby
-    assert standby is not None
+    standby = waiting_standby(launcher)
     log = tmp_path / "launcher.log"
     process = launcher.start(torchrun(tmp_path), log)
     assert process is standby
@@ -110,9 +116,7 @@ def test_with_the_launcher_disabled_torchrun_starts_cold(tmp_path: Path) -> None
 def test_with_its_standby_dead_torchrun_starts_cold_and_a_new_standby_waits(
     tmp_path: Path, launcher: WarmLauncher
 ) -> None:
-    launcher.prepare()
-    dead = launcher.standby
-    assert dead is not None
+    dead = waiting_standby(launcher)
     dead.kill()
     dead.wait()
     process = launcher.start(torchrun(tmp_path), tmp_path / "launcher.log")
@@ -123,9 +127,7 @@ def test_with_its_standby_dead_torchrun_starts_cold_and_a_new_standby_waits(
 
 
 def test_a_standby_exits_when_its_worker_goes_away(launcher: WarmLauncher) -> None:
-    launcher.prepare()
-    standby = launcher.standby
-    assert standby is not None
+    standby = waiting_standby(launcher)
     launcher._ready[0].channel.close()  # what the worker's death does to the socket of its stdin
     assert standby.wait(TIMEOUT_S) == 0
 
@@ -135,9 +137,7 @@ def test_a_command_that_wraps_torchrun_starts_cold_and_leaves_the_standby(
 ) -> None:
     """A sandbox's command (core/sandbox.py) puts bwrap before torchrun: the standby, outside any sandbox,
     must not run it in its stead."""
-    launcher.prepare()
-    standby = launcher.standby
-    assert standby is not None
+    standby = waiting_standby(launcher)
     plain = torchrun(tmp_path)
     process = launcher.start(Launch(["env", *plain.argv], plain.env), tmp_path / "launcher.log")
     assert process is not standby and launcher.standby is standby and standby.poll() is None
@@ -221,9 +221,7 @@ def children(process: psutil.Process, count: int) -> list[psutil.Process]:
 def test_the_jobs_mark_finds_and_stops_ranks_forked_from_the_standby(
     tmp_path: Path, launcher: WarmLauncher
 ) -> None:
-    launcher.prepare()
-    standby = launcher.standby
-    assert standby is not None
+    waiting_standby(launcher)  # the job is handed to it
     process = launcher.start(trainer_launch(tmp_path, two_ranks(10_000_000)), tmp_path / LAUNCHER_LOG)
     agent = psutil.Process(process.pid)
     ranks = children(agent, 2)
@@ -266,9 +264,7 @@ def test_standbys_outlive_their_factory_and_a_new_one_takes_over(
     tmp_path: Path, own_launcher: WarmLauncher
 ) -> None:
     launcher = own_launcher
-    launcher.prepare()
-    orphan = launcher.standby
-    assert orphan is not None
+    orphan = waiting_standby(launcher)
     factory = psutil.Process(orphan.pid).parent()
     assert factory is not None
     factory.kill()
