@@ -24,11 +24,9 @@ def stack(redis_postgres_stack: Stack) -> Stack:
 
 
 @pytest.fixture(scope="module")
-def paced(stack: Stack) -> dict[str, Any]:
-    spec = factories(push(stack, PACED), 0.025)
+def paced_job(stack: Stack) -> dict[str, Any]:
     return {
-        **spec,
-        "train": {**spec["train"], "max_steps": STEPS},
+        **factories(push(stack, PACED), 0.025, STEPS),
         "checkpoint": {"every_n_epochs": 0, "every_n_steps": 1000},
         "metrics": {"every_n_steps": EVERY},
     }
@@ -42,9 +40,9 @@ def assert_reported_once(stack: Stack, job_id: int) -> None:
     assert stack.sql(f"SELECT count(*) FROM metrics WHERE job_id = {job_id} AND name = 'loss'") == len(steps)
 
 
-def test_the_api_restarted_mid_job(stack: Stack, paced: dict[str, Any]) -> None:
+def test_the_api_restarted_mid_job(stack: Stack, paced_job: dict[str, Any]) -> None:
     with stack.client() as client:
-        job = submit(client, paced)
+        job = submit(client, paced_job)
         wait_status(client, job["id"], {"running"}, timeout=120)
     stop(stack.procs["api"])
     # Mid-job: it still runs with the API gone (the API's start, seconds on a busy machine, may outlast it).
@@ -54,15 +52,15 @@ def test_the_api_restarted_mid_job(stack: Stack, paced: dict[str, Any]) -> None:
     assert_reported_once(stack, job["id"])
 
 
-def test_redis_restarted_mid_job(stack: Stack, redis_server: Redis, paced: dict[str, Any]) -> None:
+def test_redis_restarted_mid_job(stack: Stack, redis_server: Redis, paced_job: dict[str, Any]) -> None:
     with stack.client() as client:
-        job = submit(client, paced)
+        job = submit(client, paced_job)
         wait_status(client, job["id"], {"running"}, timeout=120)
         redis_server.restart()
         assert client.get(f"/v1/jobs/{job['id']}").json()["status"] == "running", "restarted too late"
         # The restarted broker is empty: this job's doorbell is rung again by the reaper once the worker
         # has reconnected.
-        later = submit(client, {**paced, "train": {**paced["train"], "max_steps": EVERY * 3}})
+        later = submit(client, {**paced_job, "train": {**paced_job["train"], "max_steps": EVERY * 3}})
     assert_reported_once(stack, job["id"])
     with stack.client() as client:
         assert wait_status(client, later["id"], {"succeeded"}, timeout=240)["progress"]["step"] == EVERY * 3

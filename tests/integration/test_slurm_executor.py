@@ -36,13 +36,8 @@ def paced_on_two_nodes(code: str, max_steps: int, **sections: dict[str, Any]) ->
     """A user's bundle whose steps sleep 50 ms (tests/integration/bundles/paced), on two nodes: for a test
     that needs a job running for a while, not its training, the nodes' cores stay free for the suite's
     other parts."""
-    spec = factories(code, 0.05)
-    return {
-        **spec,
-        "parallel": {"strategy": "ddp", "nproc_per_node": 1, "nnodes": 2},
-        "train": {**spec["train"], "max_steps": max_steps},
-        **sections,
-    }
+    parallel = {"strategy": "ddp", "nproc_per_node": 1, "nnodes": 2}
+    return {**factories(code, 0.05, max_steps), "parallel": parallel, **sections}
 
 
 @pytest.fixture(scope="module")

@@ -23,13 +23,13 @@ COMMON: dict[str, Any] = {
 }
 
 
-def factories(code: str, delay_s: float) -> dict[str, Any]:
+def factories(code: str, delay_s: float, max_steps: int = STEPS) -> dict[str, Any]:
     return {
         **COMMON,
         "code": code,
         "model": {"factory": "models:build", "kwargs": {"delay_s": delay_s}},
         "data": {"factory": "data:build"},
-        "train": {"loss": "models:loss", "max_steps": STEPS, "batch_size": 32, "lr": 0.05, "seed": 0},
+        "train": {"loss": "models:loss", "max_steps": max_steps, "batch_size": 32, "lr": 0.05, "seed": 0},
     }
 
 

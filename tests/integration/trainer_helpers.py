@@ -82,6 +82,11 @@ def warm_launcher() -> WarmLauncher:
         return _session_launcher()
 
 
+def _mark(run_dir: Path) -> JobMark:
+    """How a cancel would find the run's processes, as the worker marks a job's."""
+    return JobMark(token=f"test/{run_dir}", run_dir=run_dir)
+
+
 def _launch_env(mark: JobMark, run_dir: Path, cuda_devices: str) -> dict[str, str]:
     return {
         **os.environ,
@@ -120,7 +125,7 @@ class Started:
 
 def start(run_dir: Path, nproc: int) -> Started:
     """torchrun over trainers.run on the configured `run_dir`, on the CPU, through the warm standby."""
-    mark = JobMark(token=f"test/{run_dir}", run_dir=run_dir)
+    mark = _mark(run_dir)
     output = run_dir / "launcher-output.log"
     launch = Launch(_torchrun_argv(run_dir, nproc), _launch_env(mark, run_dir, ""))
     return Started(warm_launcher().start(launch, output), mark, output)
@@ -138,7 +143,7 @@ def launch(
     as stdout; stderr is empty.
     """
     if cuda_devices:
-        mark = JobMark(token=f"test/{run_dir}", run_dir=run_dir)
+        mark = _mark(run_dir)
         argv, env = _torchrun_argv(run_dir, nproc), _launch_env(mark, run_dir, cuda_devices)
         try:
             return subprocess.run(argv, env=env, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
