@@ -37,6 +37,7 @@ OWN_SERVICES = tuple(
         "faults_worker",
         "queue_order",
         "event_bounds_postgres",
+        "ids_never_reused_postgres",
         "sweeps_restart",
     )
 )
