@@ -211,6 +211,13 @@ class Settings(BaseSettings):
     job_max_metric_rows: int = Field(
         100_000, ge=1, le=2**31 - 1, description="every job: rows stored per metric name; later rows dropped"
     )
+    sweep_pruner_max_reports: int = Field(
+        2_000,
+        ge=1,
+        le=100_000,
+        description="a sweep's trial: reports of the objective its pruner judges; later ones are kept, "
+        "unjudged (each judgement reads all the trial's reports, as Optuna's pruners do)",
+    )
     heartbeat_s: float = Field(2.0, gt=0, le=300)
     lease_timeout_s: float = Field(30.0, gt=0, le=3600, description="older heartbeat: reaped")
     requeue_after_s: float = Field(10.0, gt=0, le=3600, description="re-ring the doorbell for queued jobs")

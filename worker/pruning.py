@@ -1,19 +1,59 @@
-"""Early stopping of a sweep's trial: each report of the objective that the tail stored is judged by the
-sweep's pruner, as Optuna's trial.report(value, step) then should_prune() would. The supervisor stops a
-trial the pruner gives up on as it stops a cancelled job (SIGTERM: the ranks finish their step and keep a
-final checkpoint) and records it `pruned`."""
+"""Early stopping of a sweep's trial: the trial's newest reports of the objective, which the tail stored, are
+judged by the sweep's pruner, as Optuna's trial.report(value, step) then should_prune() would. The supervisor
+stops a trial the pruner gives up on as it stops a cancelled job (SIGTERM: the ranks finish their step and
+keep a final checkpoint) and records it `pruned`.
+
+A judgement costs what is new since the last one: the sweep's study lives in this process's memory
+(core.sweep_study.LiveStudy), shared by the supervisors of its trials here, and takes in only the rows added
+since it last looked. Everything is read outside any write; the verdict is written by one short UPDATE, so
+SQLite's one writer is never held while Optuna works."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+import logging
+import threading
+import weakref
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import select
+from sqlalchemy import and_, or_, select, update
 from sqlalchemy.orm import Session
 
+from core.config import get_settings
 from core.db import session_scope
 from core.models import Job, Metric, Sweep, SweepTrial
 from core.sweep_spec import PrunerName, SweepSpec, TrialState
-from core.sweeps import config, records, trials_of
+from core.sweeps import config, trials_of
+
+if TYPE_CHECKING:
+    from core.sweep_study import LiveStudy
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class _SweepMemory:
+    """One sweep's live study and how far into each trial's reports it has read."""
+
+    study: LiveStudy
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    read_through: dict[int, int] = field(default_factory=dict)  # trial number → last step taken in
+    taken: dict[int, int] = field(default_factory=dict)  # trial number → reports taken in
+
+
+# Shared by the supervisors of one sweep's trials in this process, and gone with the last of them.
+_memories: weakref.WeakValueDictionary[int, _SweepMemory] = weakref.WeakValueDictionary()
+_memories_lock = threading.Lock()
+
+
+def _memory_of(sweep_id: int, spec: SweepSpec) -> _SweepMemory:
+    from core.sweep_study import LiveStudy  # Optuna: imported by the trials' supervisors only
+
+    with _memories_lock:
+        memory = _memories.get(sweep_id)
+        if memory is None:
+            memory = _memories[sweep_id] = _SweepMemory(LiveStudy(spec))
+        return memory
 
 
 @dataclass
@@ -21,6 +61,8 @@ class TrialPruning:
     job_id: int
     sweep_id: int
     number: int
+    spec: SweepSpec
+    memory: _SweepMemory  # held, so the sweep's study lives while this trial is supervised here
 
     @classmethod
     def for_job(cls, job_id: int) -> TrialPruning | None:
@@ -29,51 +71,129 @@ class TrialPruning:
             job = session.get(Job, job_id)
             if job is None or job.sweep_id is None or job.trial is None:
                 return None
-            sweep = session.get_one(Sweep, job.sweep_id)
-            if config(sweep).pruner is PrunerName.NONE:
+            spec = config(session.get_one(Sweep, job.sweep_id))
+            if spec.pruner is PrunerName.NONE:
                 return None
-            pruning = cls(job_id, job.sweep_id, job.trial)
+            sweep_id, number = job.sweep_id, job.trial
         # Optuna, imported while the trial starts rather than at its first report: the import takes seconds on
         # a loaded host, which a small trial's epochs outran, so that it trained to its end before a verdict.
-        import core.sweep_study  # noqa: F401
-
-        return pruning
+        return cls(job_id, sweep_id, number, spec, _memory_of(sweep_id, spec))
 
     def verdict(self) -> str | None:
-        """Why the trial should stop now, or None; each new report is judged once, and a verdict is kept on
-        the trial's row, so an attempt restarted after it stops at once."""
+        """Why the trial should stop now, or None. Each new report is judged once, in step order, as the
+        trial made it; a verdict is kept on the trial's row, so a restarted attempt stops at once."""
         with session_scope() as session:
             trial = session.get_one(SweepTrial, (self.sweep_id, self.number))
             if trial.state != TrialState.RUNNING:
                 return None
             if trial.message is not None:
                 return trial.message
-            spec = config(session.get_one(Sweep, self.sweep_id))
-            for step, value in self._new_reports(session, spec, trial.judged_step):
-                trial.judged_step = step
-                if self._judge(session, spec, trial, step):
-                    trial.message = (
-                        f"pruned at step {step}: {spec.objective.metric}={value:.6g} is not among the "
-                        f"sweep's best at this point (pruner {spec.pruner})"
-                    )
-                    return trial.message
-        return None
+            with self.memory.lock:
+                mine = self._catch_up(session, trial.judged_step)
+                judged = self._judge(mine)
+        if judged is None:
+            return None
+        step, message, attrs = judged
+        with session_scope() as session:  # one short write; a trial ended meanwhile keeps its end
+            session.execute(
+                update(SweepTrial)
+                .where(
+                    SweepTrial.sweep_id == self.sweep_id,
+                    SweepTrial.number == self.number,
+                    SweepTrial.state == TrialState.RUNNING,
+                )
+                .values(judged_step=step, system_attrs=attrs, message=message)
+            )
+        return message
 
-    def _new_reports(self, session: Session, spec: SweepSpec, after: int | None) -> list[tuple[int, float]]:
-        query = select(Metric.step, Metric.value).where(
-            Metric.job_id == self.job_id, Metric.name == spec.objective.metric
+    def _judge(self, mine: dict[int, float]) -> tuple[int, str | None, dict[str, Any]] | None:
+        """This trial's new reports, taken into the study one by one, each judged as it is taken in: the
+        last step judged, the verdict's message (None: keep going) and what the pruner kept on the trial."""
+        study, last = self.memory.study, None
+        for step, value in sorted(mine.items()):
+            study.report(self.number, step, value)
+            verdict = study.judge(self.number)
+            last = (step, None, verdict.system_attrs)
+            if verdict.prune:
+                why = (
+                    f"pruned at step {step}: {self.spec.objective.metric}={value:.6g} is not among the "
+                    f"sweep's best at this point (pruner {self.spec.pruner})"
+                )
+                return step, why, verdict.system_attrs
+        return last
+
+    def _catch_up(self, session: Session, judged_step: int | None) -> dict[int, float]:
+        """Bring the sweep's study up to the rows: new trials, other trials' new reports, their ends. Returns
+        this trial's reports not judged yet, which _judge takes in (an earlier attempt's supervisor judged
+        those up to `judged_step`)."""
+        from core.sweep_study import TrialRecord
+
+        memory = self.memory
+        rows = trials_of(session, self.sweep_id)
+        fresh = self._new_reports(session, rows)
+        mine: dict[int, float] = {}
+        for row in rows:
+            reports = fresh.get(row.number, {})
+            if reports:
+                memory.read_through[row.number] = max(reports)
+                memory.taken[row.number] = memory.taken.get(row.number, 0) + len(reports)
+            if row.number == self.number:
+                done = -1 if judged_step is None else judged_step
+                mine = {step: value for step, value in reports.items() if step > done}
+                reports = {step: value for step, value in reports.items() if step <= done}
+            record = TrialRecord(
+                number=row.number,
+                params=row.params,
+                state=TrialState(row.state),
+                value=row.value,
+                system_attrs=row.system_attrs,
+                reports=reports,
+            )
+            if row.number == len(memory.study):
+                memory.study.add(record)
+            else:
+                memory.study.update(record)
+        return mine
+
+    def _new_reports(self, session: Session, rows: list[SweepTrial]) -> dict[int, dict[int, float]]:
+        """Each trial's reports past the step last taken in, up to the per-trial bound, in one query. A trial
+        whose end the study knows is read no more."""
+        cap = get_settings().sweep_pruner_max_reports
+        memory = self.memory
+        wanted = {
+            row.job_id: row.number
+            for row in rows
+            if row.job_id is not None
+            and not memory.study.has_ended(row.number)
+            and memory.taken.get(row.number, 0) < cap
+        }
+        if not wanted:
+            return {}
+        past = [
+            and_(Metric.job_id == job_id, Metric.step > memory.read_through.get(number, -1))
+            for job_id, number in wanted.items()
+        ]
+        query = (
+            select(Metric.job_id, Metric.step, Metric.value)
+            .where(Metric.name == self.spec.objective.metric, or_(*past))
+            .order_by(Metric.job_id, Metric.step)
         )
-        if after is not None:
-            query = query.where(Metric.step > after)
-        return [(step, value) for step, value in session.execute(query.order_by(Metric.step))]
-
-    def _judge(self, session: Session, spec: SweepSpec, trial: SweepTrial, step: int) -> bool:
-        """The pruner's answer with the trial's reports up to `step`, as if it had just reported it."""
-        from core.sweep_study import should_prune  # Optuna: imported by the trials' supervisors only
-
-        known = records(session, spec, trials_of(session, self.sweep_id))
-        mine = known[self.number]
-        known[self.number] = replace(mine, reports={s: v for s, v in mine.reports.items() if s <= step})
-        verdict = should_prune(spec, known, self.number)
-        trial.system_attrs = verdict.system_attrs
-        return verdict.prune
+        found: dict[int, dict[int, float]] = {}
+        for job_id, step, value in session.execute(query):
+            reports = found.setdefault(wanted[job_id], {})
+            if memory.taken.get(wanted[job_id], 0) + len(reports) < cap:
+                reports[step] = value
+        if (
+            len(found.get(self.number, {}))
+            and memory.taken.get(self.number, 0) + len(found[self.number]) >= cap
+        ):
+            log.warning(
+                "job %s: trial %s of sweep %s reached %s reports of %s; the pruner judges it no more "
+                "(sweep_pruner_max_reports)",
+                self.job_id,
+                self.number,
+                self.sweep_id,
+                cap,
+                self.spec.objective.metric,
+            )
+        return found
