@@ -31,6 +31,7 @@ from app.api.routes import (
     webhooks,
 )
 from app.api.routes.prometheus import install_prometheus
+from app.api.storable import RefuseUnstorableText
 from app.services.mlflow_exporter import exporting
 from core.config import get_settings
 
@@ -58,6 +59,8 @@ def create_app() -> FastAPI:
     # The one body that is not a JSON spec: a code bundle's archive, capped by TRAINYARD_CODE_MAX_BYTES.
     raw_bodies = [("POST", f"{API_PREFIX}{code.router.prefix}")]
     install_error_handlers(app, streamed=raw_bodies)
+    # Auth first: text is checked only for a caller who may send it.
+    v1_dependencies = [Depends(get_caller), Depends(RefuseUnstorableText(raw_bodies))]
     for module in (
         jobs,
         sweeps,
@@ -74,10 +77,10 @@ def create_app() -> FastAPI:
         compare,
         webhooks,
     ):
-        # Auth once for every /v1 route, those added later included; a route that needs to know who is
-        # asking takes CallerDep, which FastAPI resolves once per request.
+        # Auth and the text guard once for every /v1 route, those added later included; a route that needs
+        # to know who is asking takes CallerDep, which FastAPI resolves once per request.
         app.include_router(
-            module.router, prefix=API_PREFIX, dependencies=[Depends(get_caller)], responses=problems(401)
+            module.router, prefix=API_PREFIX, dependencies=v1_dependencies, responses=problems(401)
         )
     app.include_router(health.router)
     install_prometheus(app)

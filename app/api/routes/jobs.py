@@ -4,14 +4,13 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Header, Query, Response, status
+from fastapi import APIRouter, Header, Query, Response, status
 from fastapi.concurrency import run_in_threadpool
 from sqlalchemy.orm import Session
 
 from app.api.caching import CACHE_HEADERS, IfNoneMatch, revalidated_json
 from app.api.deps import DB_INT_MAX, CallerDep, CanonicalInt, JobId, OwnedJob, SessionDep, SettingsDep
 from app.api.openapi import BODY_PROBLEMS, problem, problems
-from app.api.storable import refuse_unstorable_text
 from app.schemas import (
     JobEventPublic,
     JobEventsPublic,
@@ -51,7 +50,6 @@ def _submitted(session: Session, job_id: int) -> JobSubmitted:
         **BODY_PROBLEMS,
         **problems(429),
     },
-    dependencies=[Depends(refuse_unstorable_text)],
 )
 async def create_job(
     spec: JobSpec,
