@@ -6,8 +6,9 @@ On disk, under TRAINYARD_CODE_DIR:
     archives/<hex>.tar[.gz]     the archive as uploaded, from which a host that lacks the folder unpacks it
     .incoming/<user>/           uploads being received, a folder per user: their files count against the
                                 user's quota while they arrive
-    .unpack-*                   archives being unpacked: nothing outside these two is written until an
-                                archive has passed every check (core/code_unpack.py)
+    .unpack-*                   archives being unpacked, once their headers passed every check
+                                (core/code_unpack.py::check); nothing outside is written until the files
+                                have too
 With artifact_store=s3 the archive is also stored at <s3_prefix>/code/<hex>, so that a worker on another
 host fetches it, checks its hash and unpacks it (`ensure_unpacked`).
 """
@@ -28,7 +29,7 @@ from typing import IO
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from core.code_unpack import Limits, Manifest, UnsafeArchive, is_gzip, remove_tree, unpack
+from core.code_unpack import Limits, Manifest, UnsafeArchive, check, is_gzip, remove_tree, unpack
 from core.config import Settings
 from core.storage import object_store
 
@@ -76,7 +77,7 @@ def is_stored(settings: Settings, code_id: str) -> bool:
 
 
 def limits(settings: Settings, room: int | None = None) -> Limits:
-    return Limits(settings.code_max_unpacked_bytes, settings.code_max_files, room)
+    return Limits(settings.code_max_unpacked_bytes, settings.code_max_files, settings.code_max_depth, room)
 
 
 def sha256_file(path: Path) -> str:
@@ -172,11 +173,14 @@ def locked(settings: Settings) -> Iterator[None]:
 
 def _unpack_into_place(settings: Settings, archive: Path, code_id: str, room: int | None = None) -> Manifest:
     """Unpacks into a temporary sibling of the bundle's folder, then renames it into place: a job never sees
-    half a bundle, and a refused archive leaves nothing but the temporary folder, which is removed."""
+    half a bundle. The archive's headers are checked first, so that a refused one writes nothing: a few KiB
+    of deep paths would otherwise make thousands of folders, and remove them, before the cap stops them."""
+    bounds = limits(settings, room)
+    check(archive, bounds)
     settings.code_dir.mkdir(parents=True, exist_ok=True)
     temporary = Path(tempfile.mkdtemp(dir=settings.code_dir, prefix=".unpack-"))
     try:
-        manifest = unpack(archive, temporary, limits(settings, room))
+        manifest = unpack(archive, temporary, bounds)
         try:
             temporary.rename(bundle_dir(settings, code_id))
         except OSError as exc:

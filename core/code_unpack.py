@@ -3,9 +3,10 @@
 The archive is untrusted: every member is checked before a byte of it is written, and only regular files and
 folders are made, by this module's own code rather than tarfile's extract, so that nothing can land outside
 the folder. Refused: absolute paths, `..`, links of any kind, devices, fifos, sparse files, a path given
-twice, paths deeper than MAX_DEPTH or longer than MAX_PATH_CHARS, more files and folders than `max_files`
+twice, paths deeper than `max_depth` or longer than MAX_PATH_CHARS, more files and folders than `max_files`
 (the folders a path implies count as if listed), more bytes on disk than `max_unpacked_bytes` (see
-`disk_bytes`) or than the owner's quota leaves (`room`).
+`disk_bytes`) or than the owner's quota leaves (`room`). `check` applies the same rules to the headers alone,
+so that a refused archive is refused before anything is written.
 
 Sizes are read from each member's header, so a gzip bomb is refused before its bytes are inflated. Headers
 themselves (pax records, GNU long names) are read by tarfile into memory whole, so the stream under tarfile
@@ -20,6 +21,7 @@ import os
 import shutil
 import tarfile
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import IO, Protocol
@@ -33,8 +35,8 @@ COPY_CHUNK = 1 << 20
 # What a file system allocates: a file takes whole blocks, a folder one. Charging it keeps a bundle of
 # empty folders or files (a few bytes of archive each) from filling the disk inside its caps.
 BLOCK = 4096
-# Deep enough for any source tree; shallow enough that no walk of the folder (os.walk, rmtree, both
-# recursive) nears Python's recursion limit, and that removing a bundle stays quick.
+# The deepest TRAINYARD_CODE_MAX_DEPTH may allow: deep enough for any source tree; shallow enough that no walk
+# of the folder (os.walk, rmtree, both recursive) nears Python's recursion limit.
 MAX_DEPTH = 64
 MAX_PATH_CHARS = 1024
 SHOWN_CHARS = 200
@@ -59,6 +61,7 @@ class QuotaPassed(Exception):
 class Limits:
     max_unpacked_bytes: int
     max_files: int
+    max_depth: int  # levels of a path, its file included; MAX_DEPTH at most
     room: int | None = None  # bytes the owner's quota leaves for the files; None: none counted (a worker)
 
 
@@ -125,7 +128,7 @@ def _shown(name: str) -> str:
     return repr(name if len(name) <= SHOWN_CHARS else f"{name[:SHOWN_CHARS]}...")
 
 
-def _path(member: tarfile.TarInfo) -> PurePosixPath:
+def _path(member: tarfile.TarInfo, max_depth: int) -> PurePosixPath:
     """The member's path inside the bundle, or UnsafeArchive for what a bundle may not hold."""
     if (kind := _kind(member)) is not None:
         raise UnsafeArchive(f"{_shown(member.name)} is {kind}; a bundle holds only files and folders")
@@ -138,10 +141,10 @@ def _path(member: tarfile.TarInfo) -> PurePosixPath:
         raise UnsafeArchive(
             f"{_shown(member.name)} climbs out of the bundle with '..'; pack the folder itself"
         )
-    if len(path.parts) > MAX_DEPTH:
+    if len(path.parts) > max_depth:
         raise UnsafeArchive(
-            f"{_shown(member.name)} is {len(path.parts)} levels deep, over the {MAX_DEPTH} a bundle's paths "
-            "may have; move it nearer the bundle's top"
+            f"{_shown(member.name)} is {len(path.parts)} levels deep, over the {max_depth} a bundle's paths "
+            "may have (TRAINYARD_CODE_MAX_DEPTH); move it nearer the bundle's top"
         )
     if len(member.name) > MAX_PATH_CHARS:
         raise UnsafeArchive(
@@ -160,38 +163,40 @@ def _write_file(source: IO[bytes], target: Path, executable: bool) -> None:
     target.chmod(EXEC_MODE if executable else FILE_MODE)
 
 
-class _Unpacker:
-    """An archive's members into `into`, each checked, counted and charged before anything of it is made.
-    The folders it made are remembered, so that a path's implicit folders (`a/b/` of a member `a/b/f.py`
-    that the archive never lists) count and cost like listed ones, each once."""
+def _allow_data(stream: _MeteredStream, member: tarfile.TarInfo) -> None:
+    """The member's data may pass through tarfile now, and no more than it (and the next header)."""
+    size = member.size if member.isreg() else 0
+    stream.allowed = stream.consumed + tarfile.BLOCKSIZE * -(-size // tarfile.BLOCKSIZE) + HEADER_ALLOWANCE
 
-    def __init__(self, tar: tarfile.TarFile, stream: _MeteredStream, into: Path, limits: Limits) -> None:
-        self.tar = tar
-        self.stream = stream
-        self.into = into
+
+class _Ledger:
+    """An archive's members, each checked, counted and charged from its header alone. The folders a path
+    implies (`a/b/` of a member `a/b/f.py` that the archive never lists) are a set of prefixes, so that they
+    count and cost like listed ones, each once; the set stops growing at the cap on files and folders."""
+
+    def __init__(self, limits: Limits) -> None:
         self.limits = limits
         self.manifest = Manifest()
         self.folders: set[PurePosixPath] = set()
 
-    def take(self, member: tarfile.TarInfo) -> None:
-        path = _path(member)
+    def take(self, member: tarfile.TarInfo) -> tuple[PurePosixPath, list[PurePosixPath]]:
+        """The member's path and the folders it adds, the topmost first; UnsafeArchive or QuotaPassed past a
+        rule or a cap."""
+        path = _path(member, self.limits.max_depth)
         if not path.parts:  # the archive's top folder, "./"
-            return
+            return path, []
         folders = self._new_folders(path if member.isdir() else path.parent)
         size = member.size if member.isreg() else 0
         files = 0 if member.isdir() else 1
         self._charge(member, size, len(folders) + files, BLOCK * len(folders) + files * disk_bytes(size))
-        # The file's data may pass through tarfile now, and no more than it.
-        self.stream.allowed = self.stream.consumed + tarfile.BLOCKSIZE * -(-size // tarfile.BLOCKSIZE)
-        self.stream.allowed += HEADER_ALLOWANCE
-        for folder in folders:
-            self.into.joinpath(*folder.parts).mkdir()
-            self.folders.add(folder)
+        self.folders.update(folders)
         if files:
-            self._write(member, path)
+            self.manifest.file_count += 1
+            if len(self.manifest.files) < FILES_LISTED:
+                self.manifest.files.append({"path": str(path), "size": member.size})
+        return path, folders
 
     def _new_folders(self, folder: PurePosixPath) -> list[PurePosixPath]:
-        """`folder` and those above it that are not made yet, the topmost first."""
         new: list[PurePosixPath] = []
         while folder.parts and folder not in self.folders:
             new.append(folder)
@@ -204,7 +209,8 @@ class _Unpacker:
             raise UnsafeArchive(
                 f"the archive holds more than {limits.max_files} files and folders "
                 "(TRAINYARD_CODE_MAX_FILES, which counts the folders a path implies too, as those of "
-                f"{_shown(member.name)}); leave data and outputs out with .trainyardignore"
+                f"{_shown(member.name)}); leave data and outputs out with .trainyardignore, and keep the "
+                "bundle's folders few and shallow"
             )
         if manifest.unpacked_bytes + charge > limits.max_unpacked_bytes:
             raise UnsafeArchive(
@@ -217,13 +223,24 @@ class _Unpacker:
         manifest.entries += entries
         manifest.unpacked_bytes += charge
 
-    def _write(self, member: tarfile.TarInfo, path: PurePosixPath) -> None:
-        source = self.tar.extractfile(member)
-        assert source is not None  # a regular file always has a reader
-        _write_file(source, self.into.joinpath(*path.parts), executable=bool(member.mode & 0o111))
-        self.manifest.file_count += 1
-        if len(self.manifest.files) < FILES_LISTED:
-            self.manifest.files.append({"path": str(path), "size": member.size})
+
+class _Maker:
+    """What the ledger admitted, made under `into`: folders, then the file."""
+
+    def __init__(self, into: Path) -> None:
+        self.into = into
+        self.folders: list[PurePosixPath] = []
+
+    def make(
+        self, tar: tarfile.TarFile, member: tarfile.TarInfo, path: PurePosixPath, folders: list[PurePosixPath]
+    ) -> None:
+        for folder in folders:
+            self.into.joinpath(*folder.parts).mkdir()
+            self.folders.append(folder)
+        if path.parts and not member.isdir():
+            source = tar.extractfile(member)
+            assert source is not None  # a regular file always has a reader
+            _write_file(source, self.into.joinpath(*path.parts), executable=bool(member.mode & 0o111))
 
     def seal(self) -> None:
         """Every folder made read-only, as the files already are, the top one too (a mkdtemp's 0700 would
@@ -232,36 +249,57 @@ class _Unpacker:
             self.into.joinpath(*folder.parts).chmod(DIR_MODE)
 
 
-def _unpack_stream(stream: _MeteredStream, into: Path, limits: Limits) -> Manifest:
+_Make = Callable[[tarfile.TarFile, tarfile.TarInfo, PurePosixPath, list[PurePosixPath]], None]
+
+
+def _read_stream(stream: _MeteredStream, limits: Limits, make: _Make | None) -> Manifest:
     # Stream mode ("r|"): tarfile reads forward only, through the metered stream and nothing else.
+    ledger = _Ledger(limits)
     with tarfile.open(fileobj=stream, mode="r|") as tar:  # type: ignore[call-overload]
-        unpacker = _Unpacker(tar, stream, into, limits)
         for member in tar:
+            path, folders = ledger.take(member)
+            _allow_data(stream, member)
+            if make is None:
+                continue
             try:
-                unpacker.take(member)
+                make(tar, member, path, folders)
             except OSError as exc:
                 if exc.errno not in _PATH_ERRNOS:
                     raise  # the disk's own trouble (full, read-only), not the archive's
                 message = f"{_shown(member.name)} cannot be unpacked ({exc.strerror}): rename it"
                 raise UnsafeArchive(message) from exc
-    if unpacker.manifest.file_count == 0:
+    if ledger.manifest.file_count == 0:
         raise UnsafeArchive("the archive holds no files; push a folder with your modules in it")
-    unpacker.seal()
-    return unpacker.manifest
+    return ledger.manifest
 
 
-def unpack(archive: Path, into: Path, limits: Limits) -> Manifest:
-    """Unpacks `archive` into the empty folder `into`, leaving every file and folder read-only, or raises
-    UnsafeArchive (or QuotaPassed); what it wrote before a refusal is left for the caller to remove."""
+def _read(archive: Path, limits: Limits, make: _Make | None) -> Manifest:
     with archive.open("rb") as raw:
         source: _Readable = gzip.GzipFile(fileobj=raw, mode="rb") if is_gzip(archive) else raw
         try:
-            manifest = _unpack_stream(_MeteredStream(source), into, limits)
+            return _read_stream(_MeteredStream(source), limits, make)
         except (tarfile.TarError, EOFError, zlib.error, gzip.BadGzipFile) as exc:
             raise UnsafeArchive(
                 f"the body is not a readable tar or tar.gz archive ({exc}); send one made with "
                 "`trainyard code push DIR` or `tar -czf`"
             ) from exc
+
+
+def check(archive: Path, limits: Limits) -> Manifest:
+    """What `unpack` would make of `archive`, or its refusal (UnsafeArchive, QuotaPassed), from the headers
+    alone: nothing is written, and the file data is read past, not kept. A few KiB of names that imply more
+    folders than the cap are refused here in milliseconds, rather than after thousands of folders made and
+    removed again."""
+    return _read(archive, limits, None)
+
+
+def unpack(archive: Path, into: Path, limits: Limits) -> Manifest:
+    """Unpacks `archive` into the empty folder `into`, leaving every file and folder read-only, or raises
+    UnsafeArchive (or QuotaPassed); what it wrote before a refusal is left for the caller to remove. Each
+    member is checked before anything of it is made, whether or not `check` ran first."""
+    maker = _Maker(into)
+    manifest = _read(archive, limits, maker.make)
+    maker.seal()
     return manifest
 
 

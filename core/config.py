@@ -11,6 +11,8 @@ from typing import Literal
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from core.code_unpack import MAX_DEPTH
+
 VAR_DIR = Path("var")
 
 
@@ -84,6 +86,12 @@ class Settings(BaseSettings):
         ge=1,
         le=10**7,
         description="files and folders in one code bundle, the folders its paths imply included",
+    )
+    code_max_depth: int = Field(
+        MAX_DEPTH,
+        ge=1,
+        le=MAX_DEPTH,
+        description="levels of a code bundle's paths, the file included; a deeper path is refused (422)",
     )
     code_quota_bytes: int = Field(
         1 << 30,

@@ -5,7 +5,9 @@ no row, no bundle, no archive and no upload behind."""
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator
+import sys
+from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import anyio
@@ -133,3 +135,61 @@ def test_a_path_a_thousand_folders_deep_is_422_naming_it(settings: Settings) -> 
     assert_refused(refused, 422, "'d/d/d/d/", f"is 1001 levels deep, over the {MAX_DEPTH}")
     assert refused.json()["errors"][0]["field"] == "body"
     assert leftovers(settings) == []
+
+
+_recording: list[list[str]] = []  # the lists of `folders_made` open now
+
+
+def _audit(event: str, args: tuple[object, ...]) -> None:
+    if event == "os.mkdir":
+        for made in _recording:
+            made.append(str(args[0]))
+
+
+sys.addaudithook(_audit)  # for good: a hook cannot be removed; it records only inside `folders_made`
+
+
+@contextmanager
+def folders_made() -> Iterator[list[str]]:
+    """Every folder this process makes meanwhile, by any code: os.mkdir's audit event."""
+    made: list[str] = []
+    _recording.append(made)
+    try:
+        yield made
+    finally:
+        _recording.remove(made)
+
+
+def unpacked(made: list[str]) -> list[str]:
+    """Of the folders made, those of an unpacking: its temporary folder and what it holds."""
+    return [path for path in made if ".unpack-" in path]
+
+
+def test_a_tiny_archive_of_deep_implied_folders_is_422_before_a_folder_is_made(settings: Settings) -> None:
+    """The report: 200 paths 60 folders deep, a 3 KB archive, cost ~30 s of folders made and removed before
+    its 422. Their names alone imply 12,000 folders, over TRAINYARD_CODE_MAX_FILES."""
+    below = "/".join(str(level) for level in range(1, 60))
+    data = archive([(member(f"d{i}/{below}/f.py"), b"") for i in range(200)])
+    assert len(data) < 3_500
+    with folders_made() as made:
+        refused = TestClient(create_app()).post("/v1/code", content=data, headers=GZIP)
+    assert unpacked(made) == []
+    assert_refused(
+        refused,
+        422,
+        "more than 10000 files and folders (TRAINYARD_CODE_MAX_FILES",
+        "keep the bundle's folders",
+    )
+    assert leftovers(settings) == []
+
+
+def test_the_depth_cap_is_a_setting_named_in_the_422(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    configured(monkeypatch, code_max_depth="3")
+    client = TestClient(create_app())
+    assert client.post("/v1/code", content=bundle_archive({"a/b/c.py": ""}), headers=GZIP).status_code == 201
+    with folders_made() as made:
+        refused = client.post("/v1/code", content=bundle_archive({"a/b/c/d.py": ""}), headers=GZIP)
+    assert_refused(refused, 422, "'a/b/c/d.py' is 4 levels deep, over the 3", "(TRAINYARD_CODE_MAX_DEPTH)")
+    assert unpacked(made) == []
