@@ -296,7 +296,23 @@ class Settings(BaseSettings):
         "on a loopback, private or other non-global address; any other host must resolve to public ones",
     )
     webhook_timeout_s: float = Field(
-        5.0, gt=0, le=60, description="a webhook delivery's connect and read timeout"
+        5.0,
+        gt=0,
+        le=60,
+        description="a webhook attempt's whole deadline from its claim: name lookup, connect, send, status "
+        "line, headers and body together (a claim is held this long plus 30 s)",
+    )
+    webhook_max_in_flight: int = Field(
+        16, ge=2, le=256, description="webhook attempts one API process sends at once"
+    )
+    webhook_max_in_flight_per_host: int = Field(
+        4,
+        ge=1,
+        le=255,
+        description="of those, to one destination host: a slow receiver holds no more than this many",
+    )
+    webhook_max_per_user: int = Field(
+        20, ge=1, le=10_000, description="webhooks one user may have; each adds a delivery per state change"
     )
     webhook_retry_deadline_s: float = Field(
         86400.0,
@@ -360,6 +376,17 @@ class Settings(BaseSettings):
             raise ValueError(
                 "TRAINYARD_EXECUTOR=slurm reads runs on the cluster's shared filesystem: set "
                 "TRAINYARD_ARTIFACT_STORE=shared and TRAINYARD_RUNS_DIR to a folder every node mounts"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def webhook_hosts_leave_room(self) -> Settings:
+        # One slow receiver must leave slots for everyone else's deliveries.
+        if self.webhook_max_in_flight_per_host >= self.webhook_max_in_flight:
+            raise ValueError(
+                f"TRAINYARD_WEBHOOK_MAX_IN_FLIGHT_PER_HOST ({self.webhook_max_in_flight_per_host}) must be "
+                f"below TRAINYARD_WEBHOOK_MAX_IN_FLIGHT ({self.webhook_max_in_flight}), so one slow receiver "
+                "cannot hold every slot; lower the first or raise the second"
             )
         return self
 

@@ -1,12 +1,14 @@
 """The webhook outbox: a delivery row per matching webhook, written by core.transitions.move in the
 transition's own transaction (so a state change and its deliveries commit or vanish together), then claimed
-by a sender, one at a time per row, until a 2xx or the deadline. The sender is app/services/webhook_sender.py:
-only the API can render the job as GET /v1/jobs/{id} shows it."""
+by a sender for one attempt at a time, until a 2xx or the deadline. The sender is
+app/services/webhook_sender.py: only the API can render the job as GET /v1/jobs/{id} shows it."""
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from datetime import datetime, timedelta
 from enum import StrEnum
+from typing import NamedTuple
 
 from sqlalchemy import or_, select, update
 from sqlalchemy.orm import Session
@@ -45,15 +47,28 @@ def record_deliveries(session: Session, job: Job, to_status: JobStatus) -> None:
     )
 
 
-def due_deliveries(session: Session, now: datetime, limit: int) -> list[int]:
-    """Ids of pending deliveries whose time has come, oldest first (read from ix_webhook_deliveries_due)."""
+class Due(NamedTuple):
+    """A due delivery and where it goes: the sender bounds its attempts per destination host."""
+
+    id: int
+    webhook_id: int
+    url: str
+
+
+def due_deliveries(session: Session, now: datetime, limit: int, skip_webhooks: Collection[int]) -> list[Due]:
+    """Pending deliveries whose time has come, oldest first (read from ix_webhook_deliveries_due), but none
+    of `skip_webhooks`: those the sender already found waiting on a busy host, so a slow receiver's backlog
+    cannot fill every page."""
     query = (
-        select(WebhookDelivery.id)
+        select(WebhookDelivery.id, WebhookDelivery.webhook_id, Webhook.url)
+        .join(Webhook, Webhook.id == WebhookDelivery.webhook_id)
         .where(WebhookDelivery.status == DeliveryStatus.PENDING, WebhookDelivery.next_attempt_at <= now)
         .order_by(WebhookDelivery.next_attempt_at)
         .limit(limit)
     )
-    return list(session.scalars(query))
+    if skip_webhooks:
+        query = query.where(WebhookDelivery.webhook_id.not_in(skip_webhooks))
+    return [Due(*row) for row in session.execute(query)]
 
 
 def claim(session: Session, delivery_id: int, now: datetime, hold: timedelta) -> int | None:

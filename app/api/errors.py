@@ -38,6 +38,7 @@ from app.services.errors import (
     SweepNotFound,
     TensorBoardNotFound,
     UnsafeCode,
+    WebhookLimitReached,
     WebhookNotFound,
 )
 from core.transitions import InvalidTransition
@@ -60,6 +61,7 @@ STATUS_OF: dict[type[Exception], int] = {
     CodeNotFound: 404,
     KeyNotFound: 404,
     WebhookNotFound: 404,
+    WebhookLimitReached: 422,
     SweepNotFound: 404,
     SweepEnded: 409,
     CodeInUse: 409,

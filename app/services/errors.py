@@ -33,6 +33,16 @@ class WebhookNotFound(DomainError):
         super().__init__(f"webhook {webhook_id} does not exist; list yours with GET /v1/webhooks")
 
 
+class WebhookLimitReached(DomainError):
+    """A user at TRAINYARD_WEBHOOK_MAX_PER_USER: each webhook adds a delivery to every state change."""
+
+    def __init__(self, user: str, limit: int) -> None:
+        super().__init__(
+            f"user {user} already has {limit} webhooks, the most allowed (TRAINYARD_WEBHOOK_MAX_PER_USER="
+            f"{limit}); delete one (DELETE /v1/webhooks/{{id}}) or have an admin raise the limit"
+        )
+
+
 class SweepNotFound(DomainError):
     def __init__(self, sweep_id: int) -> None:
         super().__init__(f"sweep {sweep_id} does not exist; list yours with GET /v1/sweeps")

@@ -46,10 +46,33 @@ def allowed_patterns(allow: str) -> list[str]:
     return [pattern.strip().lower() for pattern in allow.split(",") if pattern.strip()]
 
 
+# IPv6 forms that carry an IPv4 address (issue 42, #9). Where the IPv4 sits in a fixed place and the form
+# reaches it (IPv4-mapped ::ffff:0:0/96, NAT64's well-known 64:ff9b::/96, 6to4 2002::/16), that IPv4 is judged
+# by the same rules as a plain one: a public host seen through DNS64 or 6to4 still works, 127.0.0.1 in any
+# of them does not. The rest are refused outright: IPv4-compatible ::/96 (deprecated, routed by no stack;
+# it holds :: and ::1 too), local-use NAT64 64:ff9b:1::/48 (the operator picks where the IPv4 sits) and
+# Teredo 2001::/32 (the client's IPv4 is obfuscated and reached through relays).
+NAT64 = ipaddress.IPv6Network("64:ff9b::/96")
+REFUSED_V6 = tuple(ipaddress.IPv6Network(net) for net in ("::/96", "64:ff9b:1::/48", "2001::/32"))
+
+
+def _embedded_ipv4(address: ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:
+    if address in NAT64:
+        return ipaddress.IPv4Address(int(address) & 0xFFFF_FFFF)
+    return address.ipv4_mapped or address.sixtofour
+
+
 def _is_public(address: IpAddress) -> bool:
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        address = address.ipv4_mapped
+    if isinstance(address, ipaddress.IPv6Address):
+        if any(address in network for network in REFUSED_V6):
+            return False
+        address = _embedded_ipv4(address) or address
     return address.is_global and not address.is_multicast
+
+
+def _shown(address: IpAddress) -> str:
+    embedded = _embedded_ipv4(address) if isinstance(address, ipaddress.IPv6Address) else None
+    return f"{address} (which carries {embedded})" if embedded else str(address)
 
 
 def _resolve(host: str, port: int) -> list[IpAddress]:
@@ -82,10 +105,11 @@ def check_destination(url: str, allow: str) -> Destination:
     addresses = _resolve(host, port)
     if any(fnmatchcase(host, pattern) for pattern in allowed_patterns(allow)):
         return Destination(url, host, addresses[0])
-    refused = [str(address) for address in addresses if not _is_public(address)]
+    refused = [_shown(address) for address in addresses if not _is_public(address)]
     if refused:
         raise DestinationRefused(
             f"host {host!r} resolves to {', '.join(refused)}: a loopback, private, link-local or other "
-            "non-global address; give a public host, or have an admin add the host to TRAINYARD_WEBHOOK_ALLOW"
+            "non-global address, or an IPv6 form that carries one; give a public host, or have an admin add "
+            "the host to TRAINYARD_WEBHOOK_ALLOW"
         )
     return Destination(url, host, addresses[0])

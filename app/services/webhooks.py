@@ -3,11 +3,11 @@ jobs, a user sees only their own and an admin every one; another user's webhook 
 
 from __future__ import annotations
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from app.schemas import WebhookCreate
-from app.services.errors import WebhookNotFound
+from app.services.errors import WebhookLimitReached, WebhookNotFound
 from app.services.keys import Caller
 from app.services.webhook_destinations import check_destination
 from core.config import Settings
@@ -17,7 +17,12 @@ DELIVERIES_SHOWN = 50
 
 
 def create_webhook(session: Session, body: WebhookCreate, caller: Caller, settings: Settings) -> Webhook:
-    """The caller's new webhook; its URL must pass the destination check now and before every send."""
+    """The caller's new webhook, within their limit; its URL must pass the destination check now and before
+    every send. Two requests at the same instant can both pass the count (it is a read): the overshoot is
+    bounded by the concurrent requests, as for the job quota."""
+    owned = session.scalar(select(func.count()).where(Webhook.owner == caller.user)) or 0
+    if owned >= settings.webhook_max_per_user:
+        raise WebhookLimitReached(caller.user, settings.webhook_max_per_user)
     check_destination(body.url, settings.webhook_allow)
     hook = Webhook(
         owner=caller.user, url=body.url, events=body.events, secret=body.secret, all_users=body.all_users

@@ -11,7 +11,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from app.api.deps import get_caller
 from app.api.openapi import problems
 from app.services.telemetry import ClusterCollector
-from app.services.webhook_sender import ATTEMPTS as WEBHOOK_ATTEMPTS
+from app.services.webhook_attempt import ATTEMPTS as WEBHOOK_ATTEMPTS
 
 router = APIRouter(tags=["metrics"])
 
@@ -69,7 +69,7 @@ def install_prometheus(app: FastAPI) -> None:
     """A registry per app, so apps built in tests never share (or double-register) a series."""
     registry = CollectorRegistry()
     registry.register(ClusterCollector())
-    registry.register(WEBHOOK_ATTEMPTS)  # counted by this process's sender (app/services/webhook_sender.py)
+    registry.register(WEBHOOK_ATTEMPTS)  # counted by this process's sender (app/services/webhook_attempt.py)
     latency = Histogram(
         "trainyard_http_request_duration_seconds",
         "API request latency to the first response byte",

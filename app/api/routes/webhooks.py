@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Annotated
 
+from anyio import to_thread
 from fastapi import APIRouter, Depends, FastAPI, HTTPException, Path, status
 
 from app.api.deps import CallerDep, CanonicalInt, SessionDep, SettingsDep
@@ -68,10 +69,11 @@ def list_deliveries(hook: OwnedWebhook, session: SessionDep) -> WebhookDeliverie
 
 @asynccontextmanager
 async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-    """One webhook sender per API process, for as long as it serves (its attempts are on /metrics)."""
+    """One webhook sender per API process, for as long as it serves (its attempts are on /metrics). Its stop
+    waits for attempts under way, up to their deadline, off the server's event loop."""
     sender = WebhookSender()
     sender.start()
     try:
         yield
     finally:
-        sender.stop()
+        await to_thread.run_sync(sender.stop)
