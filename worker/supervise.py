@@ -89,23 +89,27 @@ def exit_outcome(run_dir: Path, code: int) -> Outcome:
 
 def finish(job_id: int, attempt: int, outcome: Outcome) -> bool:
     """Record the end of this attempt and free its GPUs on every host in one transaction; False if it was not
-    ours, or if a cancel found it still starting (a repeated message: nothing moves then)."""
+    ours, or if a cancel on request found it not being cancelled (a repeated message: nothing moves then)."""
     with session_scope() as session:
         if not own(session, job_id, attempt):
             return False
-        moved = outcome.status is not JobStatus.CANCELLED and None is not move_from_any(
-            session,
-            job_id,
-            [JobStatus.RUNNING, JobStatus.STARTING, JobStatus.PREEMPTING],
-            outcome.status,
-            reason=outcome.reason,
-            message=outcome.message,
-        )
-        if not moved:  # a cancel arrived first, and cancel wins
-            moved = end_cancel(session, job_id)
+        # A cancel on request wins over however the processes ended meanwhile, and ends nothing else.
+        on_request = outcome.status is JobStatus.CANCELLED and outcome.reason == CANCELLED.reason
+        moved = end_cancel(session, job_id) or (not on_request and end_as(session, job_id, outcome))
         if moved:
             release_leases(session, job_id)
     return moved
+
+
+def end_as(session: Session, job_id: int, outcome: Outcome) -> bool:
+    """An attempt that runs, ended as the outcome says. One cancelled from outside (Slurm's scancel) passes
+    through cancelling, as every cancel of a started job does, in the same transaction."""
+    said = {"reason": outcome.reason, "message": outcome.message}
+    to = JobStatus.CANCELLING if outcome.status is JobStatus.CANCELLED else outcome.status
+    ends = [JobStatus.RUNNING, JobStatus.STARTING, JobStatus.PREEMPTING]
+    if move_from_any(session, job_id, ends, to, **said) is None:
+        return False
+    return to is outcome.status or move(session, job_id, to, outcome.status, **said)
 
 
 def end_cancel(session: Session, job_id: int) -> bool:

@@ -1,6 +1,7 @@
 """Trainyard on a real Slurm cluster (deploy/slurm_cluster.py: munged, slurmctld, two slurmd nodes in
 network namespaces of their own): jobs submitted through the API run as Slurm jobs, one torchrun per node,
-and end as they do locally — done, cancelled, out of time, requeued after a node failure, sandboxed."""
+and end as they do locally — done, cancelled (by Trainyard or by an scancel from outside), out of time,
+requeued after a node failure, sandboxed."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from deploy.slurm_cluster import SlurmCluster
@@ -20,6 +22,8 @@ from tests.integration.test_faults_restart import LOSS_RTOL, wait_step
 from tests.integration.test_program_e2e import push
 from tests.integration.test_user_code_lifecycle import factories
 from tests.integration.trainer_helpers import train
+from tests.unit.core.test_webhook_outbox import SECRET, Receiver
+from worker.slurm.outcomes import SLURM_CANCELLED
 
 TWO_NODES = example_spec("digits_ddp_cpu.json", parallel={"nproc_per_node": 1, "nnodes": 2})
 # Long enough to be caught running: checkpoints every 20 steps, a few hundred steps in all.
@@ -30,6 +34,13 @@ LONG = example_spec(
     parallel={"nproc_per_node": 1, "nnodes": 2},
     checkpoint={"every_n_epochs": 0, "every_n_steps": 20, "keep_last": 2},
 )
+
+# More nodes than the cluster has: Slurm holds it pending for good.
+THREE_NODES = {
+    **TWO_NODES,
+    "parallel": {"nproc_per_node": 1, "nnodes": 3, "strategy": "ddp"},
+    "train": {**TWO_NODES["train"], "batch_size": 63},
+}
 
 
 def paced_on_two_nodes(code: str, max_steps: int, **sections: dict[str, Any]) -> dict[str, Any]:
@@ -71,6 +82,11 @@ def runs_dir(stack: Stack) -> Path:
 def slurm_state(cluster: SlurmCluster, slurm_id: int) -> str:
     shown = cluster.run(["scontrol", "--oneliner", "show", "job", str(slurm_id)])
     return shown.split("JobState=", 1)[1].split()[0]
+
+
+def slurm_job_id(client: httpx.Client, job_id: int) -> int | None:
+    job: dict[str, Any] = client.get(f"/v1/jobs/{job_id}").json()
+    return job["slurm_job_id"]
 
 
 def test_a_two_node_job_trains_as_two_local_ranks_do(slurm_stack: Stack, tmp_path: Path) -> None:
@@ -159,13 +175,8 @@ def test_a_bundle_job_runs_sandboxed_on_a_node(slurm_stack: Stack, paced: str) -
 def test_more_nodes_than_the_cluster_has_waits_with_slurm_reason_and_priority(
     slurm_stack: Stack, slurm_cluster: SlurmCluster
 ) -> None:
-    spec = {
-        **TWO_NODES,
-        "parallel": {"nproc_per_node": 1, "nnodes": 3, "strategy": "ddp"},
-        "train": {**TWO_NODES["train"], "batch_size": 63},
-    }
     with slurm_stack.client() as client:
-        job = submit(client, spec)
+        job = submit(client, THREE_NODES)
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             queue = client.get("/v1/queue").json()["data"]
@@ -189,3 +200,56 @@ def test_more_nodes_than_the_cluster_has_waits_with_slurm_reason_and_priority(
         )
         client.post(f"/v1/jobs/{job['id']}/cancel")
         assert wait_status(client, job["id"], {"cancelled"}, timeout=30)
+
+
+def test_an_scancel_from_outside_ends_a_running_job_cancelled_saying_so(
+    slurm_stack: Stack, slurm_cluster: SlurmCluster, paced: str
+) -> None:
+    """The cluster's user or an admin cancels the Slurm job, not Trainyard: the job ends `cancelled`, through
+    `cancelling` as any cancel of a started job, its webhooks recorded and no process of it left."""
+    spec: dict[str, Any] = {
+        **factories(paced, 0.05, 100_000),
+        "parallel": {"strategy": "ddp", "nproc_per_node": 1},
+    }
+    receiver = Receiver()
+    try:
+        with slurm_stack.client() as client:
+            hook = client.post(
+                "/v1/webhooks", json={"url": receiver.url, "events": ["job.cancelled"], "secret": SECRET}
+            ).json()
+            job = submit(client, spec)
+            wait_step(slurm_stack, job["id"], 5)
+            slurm_id = slurm_job_id(client, job["id"])
+            assert slurm_id is not None
+            slurm_cluster.run(["scancel", str(slurm_id)])
+            done = wait_status(client, job["id"], {"cancelled"}, timeout=30)
+            events = client.get(f"/v1/jobs/{job['id']}/events").json()["data"]
+            sent = client.get(f"/v1/webhooks/{hook['id']}/deliveries").json()["data"]
+            client.delete(f"/v1/webhooks/{hook['id']}")
+    finally:
+        receiver.close()
+    assert done["status_reason"] == SLURM_CANCELLED, done
+    # The test cluster keeps no accounting, so Slurm does not say who.
+    assert done["message"].startswith(f"Slurm job {slurm_id} CANCELLED outside Trainyard"), done
+    assert [(e["from_status"], e["to_status"], e["reason"]) for e in events[-2:]] == [
+        ("running", "cancelling", SLURM_CANCELLED),
+        ("cancelling", "cancelled", SLURM_CANCELLED),
+    ], events
+    assert [(d["job_id"], d["event"]) for d in sent] == [(job["id"], "job.cancelled")], sent
+    assert slurm_state(slurm_cluster, slurm_id) == "CANCELLED"
+    wait_for(lambda: not job_processes(runs_dir(slurm_stack), job["id"]), 30, "no process of the job")
+
+
+def test_an_scancel_from_outside_ends_a_job_waiting_in_slurm_cancelled(
+    slurm_stack: Stack, slurm_cluster: SlurmCluster
+) -> None:
+    with slurm_stack.client() as client:
+        job = submit(client, THREE_NODES)
+        wait_for(lambda: slurm_job_id(client, job["id"]) is not None, 30, "a Slurm job id")
+        slurm_id = slurm_job_id(client, job["id"])
+        slurm_cluster.run(["scancel", str(slurm_id)])
+        done = wait_status(client, job["id"], {"cancelled"}, timeout=30)
+        events = client.get(f"/v1/jobs/{job['id']}/events").json()["data"]
+    assert done["status_reason"] == SLURM_CANCELLED and done["attempt"] == 0, done
+    # Nothing of it ran: no attempt began.
+    assert [(e["from_status"], e["to_status"]) for e in events[1:]] == [("queued", "cancelled")], events

@@ -3,11 +3,16 @@
 
 from __future__ import annotations
 
+import pwd
 import re
 import subprocess
 from dataclasses import dataclass
 
 TIMEOUT_S = 30.0
+# Asked only to name who cancelled a job, once at its end: a slow or absent slurmdbd must not hold the
+# follower's tick longer than this.
+SACCT_TIMEOUT_S = 5.0
+_CANCELLED_BY = re.compile(r"^\s*CANCELLED by (\d+)\s*$", re.MULTILINE)
 # `scontrol show job --oneliner`: one line per job of key=value fields. Only fields whose values hold no
 # spaces are read, each by its own pattern.
 _FIELDS = {
@@ -40,9 +45,9 @@ class SlurmJob:
     nice: int = 0
 
 
-def _run(argv: list[str], stdin: str | None = None) -> str:
+def _run(argv: list[str], stdin: str | None = None, timeout_s: float = TIMEOUT_S) -> str:
     try:
-        done = subprocess.run(argv, input=stdin, capture_output=True, text=True, timeout=TIMEOUT_S)
+        done = subprocess.run(argv, input=stdin, capture_output=True, text=True, timeout=timeout_s)
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise SlurmError(f"{argv[0]}: {exc}") from exc
     if done.returncode != 0:
@@ -90,6 +95,30 @@ def parse_jobs(text: str) -> dict[int, SlurmJob]:
 def show_jobs() -> dict[int, SlurmJob]:
     """Every job slurmctld still holds (finished ones for MinJobAge), in one call."""
     return parse_jobs(_run(["scontrol", "--oneliner", "show", "job"]))
+
+
+def cancelled_by(job_id: int) -> str | None:
+    """Who cancelled the job, as Slurm's accounting says ("CANCELLED by 1000"): the user's name (and uid), or
+    None where accounting is not kept, has no record of the job yet, or does not answer in time."""
+    try:
+        states = _run(
+            ["sacct", "--noheader", "--allocations", "--parsable2", f"--jobs={job_id}", "--format=State"],
+            timeout_s=SACCT_TIMEOUT_S,
+        )
+    except SlurmError:
+        return None
+    return parse_cancelled_by(states)
+
+
+def parse_cancelled_by(text: str) -> str | None:
+    found = _CANCELLED_BY.search(text)
+    if found is None:
+        return None
+    uid = int(found.group(1))
+    try:
+        return f"{pwd.getpwuid(uid).pw_name} (uid {uid})"
+    except KeyError:  # a user of the cluster this login node does not know
+        return f"uid {uid}"
 
 
 def signal_steps(job_id: int, signal: str) -> None:

@@ -1,5 +1,5 @@
 """How a Slurm job's attempt ends in SQL when Slurm, not its ranks, decides: requeued by Slurm, restarted
-by Trainyard within limits.max_restarts, or forgotten by slurmctld."""
+by Trainyard within limits.max_restarts, forgotten by slurmctld, or cancelled in Slurm's queue."""
 
 from __future__ import annotations
 
@@ -61,7 +61,10 @@ def restart(job_id: int, slurm_id: int, max_restarts: int, outcome: Outcome) -> 
     return True
 
 
-def fail_waiting(job_id: int, reason: str, message: str) -> None:
-    """A queued job that can never start here: Slurm refused it, or slurmctld no longer holds it."""
+def end_waiting(job_id: int, outcome: Outcome) -> None:
+    """A queued job none of whose attempts runs, ended: Slurm refused it, slurmctld no longer holds it, or it
+    was cancelled in Slurm's queue."""
     with session_scope() as session:
-        move(session, job_id, JobStatus.QUEUED, JobStatus.FAILED, reason=reason, message=message)
+        move(
+            session, job_id, JobStatus.QUEUED, outcome.status, reason=outcome.reason, message=outcome.message
+        )

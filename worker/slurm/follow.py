@@ -114,12 +114,15 @@ class Follower(threading.Thread):
     def _follow(self, row: Row, slurm: SlurmJob | None) -> None:
         if row.status == JobStatus.QUEUED:
             if slurm is None:
-                endings.fail_waiting(row.id, "slurm_lost", f"Slurm no longer knows job {row.slurm_job_id}")
+                lost = f"Slurm no longer knows job {row.slurm_job_id}"
+                endings.end_waiting(row.id, Outcome(JobStatus.FAILED, "slurm_lost", lost))
             elif slurm.state in outcomes.WAITING:
                 if row.message != pending_message(slurm):  # a write only when Slurm's reason changed
                     self._waiting(row.id, slurm)
                 if slurm.nice != nice(row.priority):  # PATCHed since it was submitted
                     commands.set_nice(slurm.job_id, nice(row.priority))
+            elif slurm.state == "CANCELLED":  # no attempt was handed to its nodes: nothing of it ran
+                endings.end_waiting(row.id, outcomes.cancelled(slurm))
             elif slurm.state in outcomes.STARTED or slurm.state in outcomes.ENDED:
                 self._start(row, slurm)
             return
@@ -132,10 +135,9 @@ class Follower(threading.Thread):
         elif slurm.restarts > followed.restarts or slurm.state in outcomes.WAITING:
             self._requeued(followed, slurm)
         elif slurm.state in outcomes.ENDED:
-            ended = outcomes.ended(
-                slurm, followed.run_dir, slurm_folder(self.settings.runs_dir, row.id) / BATCH_LOG
-            )
-            self._end(followed, followed.stopping or ended)
+            # One Trainyard asked to stop ends as asked, whatever Slurm's record says of its ranks.
+            batch_log = slurm_folder(self.settings.runs_dir, row.id) / BATCH_LOG
+            self._end(followed, followed.stopping or outcomes.ended(slurm, followed.run_dir, batch_log))
         else:
             self._watch(followed)
 

@@ -28,6 +28,7 @@ from worker.sandbox import is_sandboxed, job_bundle
 from worker.slurm import commands, endings
 from worker.slurm.attempts import NodeAttempt, write_attempt
 from worker.slurm.commands import SlurmJob
+from worker.supervise import Outcome
 from worker.tail import add_marks
 
 log = logging.getLogger(__name__)
@@ -62,7 +63,7 @@ def submit_queued(settings: Settings) -> list[int]:
         try:
             slurm_id = commands.sbatch(script)
         except commands.SlurmError as refused:  # Slurm's words: a partition that does not exist, a limit
-            endings.fail_waiting(job_id, "slurm_refused", str(refused))
+            endings.end_waiting(job_id, Outcome(JobStatus.FAILED, "slurm_refused", str(refused)))
             continue
         with session_scope() as session:
             taken = session.execute(

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from core.states import JobStatus
 from jobspec.files import JobFileError, open_job_file
+from worker.slurm import commands
 from worker.slurm.attempts import node_error_mark
 from worker.slurm.commands import SlurmJob
 from worker.supervise import Outcome, exit_outcome
@@ -26,6 +27,7 @@ ENDED = frozenset(
 # job is COMPLETING on its old nodes before it is PENDING again).
 STARTED = frozenset({"RUNNING", "CONFIGURING"})
 BATCH_LOG_TAIL_BYTES = 64 * 1024
+SLURM_CANCELLED = "slurm_cancelled"
 
 
 def node_error(batch_log: Path, restarts: int) -> str | None:
@@ -42,13 +44,30 @@ def node_error(batch_log: Path, restarts: int) -> str | None:
     return errors[-1] if errors else None
 
 
+def cancelled(job: SlurmJob) -> Outcome:
+    """Cancelled in Slurm, not by Trainyard (the follower ends its own cancels as asked): an scancel by the
+    cluster's user or an admin, or slurmctld itself."""
+    return Outcome(
+        JobStatus.CANCELLED, SLURM_CANCELLED, cancel_message(job, commands.cancelled_by(job.job_id))
+    )
+
+
+def cancel_message(job: SlurmJob, by: str | None) -> str:
+    """Who cancelled the job and why, as far as Slurm says."""
+    who = (
+        f"by {by}, outside Trainyard" if by else "outside Trainyard (Slurm names who only in sacct's records)"
+    )
+    why = "" if job.reason == "None" else f"; Slurm's reason: {job.reason}"
+    return f"Slurm job {job.job_id} CANCELLED {who}{why}"
+
+
 def ended(job: SlurmJob, run_dir: Path, batch_log: Path) -> Outcome:
     """How a job Slurm reports ended, ended."""
     said = f"Slurm job {job.job_id} {job.state}"
     if job.state == "TIMEOUT" or job.state == "DEADLINE":
         return Outcome(JobStatus.TIMED_OUT, "max_runtime", f"{said}: it ran past Slurm's time limit")
     if job.state == "CANCELLED":
-        return Outcome(JobStatus.CANCELLED, "cancelled", f"{said}: scancel, outside Trainyard")
+        return cancelled(job)
     if job.state in ("NODE_FAIL", "PREEMPTED", "BOOT_FAIL"):
         return Outcome(JobStatus.FAILED, job.state.lower(), f"{said}, and was not requeued", retryable=True)
     if job.state == "OUT_OF_MEMORY":

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import stat
+import time
 from pathlib import Path
 
 import pytest
@@ -128,3 +129,40 @@ def test_show_jobs_asks_scontrol_for_every_job_on_one_line_each(bin_dir: Path) -
     fake(bin_dir, "scontrol", f"echo '{shown(11, 'PENDING', 'Priority', 'NodeList=(null)')}'")
     assert commands.show_jobs()[11].reason == "Priority"
     assert (bin_dir / "scontrol.args").read_text().split() == ["--oneliner", "show", "job"]
+
+
+def test_cancelled_by_names_the_user_accounting_recorded(bin_dir: Path) -> None:
+    fake(bin_dir, "sacct", "echo 'CANCELLED by 0'")
+    assert commands.cancelled_by(77) == "root (uid 0)"
+    assert (bin_dir / "sacct.args").read_text().split() == [
+        "--noheader",
+        "--allocations",
+        "--parsable2",
+        "--jobs=77",
+        "--format=State",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("answer", "named"),
+    [
+        ("CANCELLED by 4242424", "uid 4242424"),  # a user this login node does not know
+        ("RUNNING", None),  # accounting has not heard of the end yet
+        ("CANCELLED", None),
+        ("", None),
+    ],
+)
+def test_parse_cancelled_by(answer: str, named: str | None) -> None:
+    assert commands.parse_cancelled_by(f"{answer}\n") == named
+
+
+def test_cancelled_by_is_none_without_accounting_or_an_answer_in_time(
+    bin_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake(bin_dir, "sacct", "echo 'Slurm accounting storage is disabled' >&2\nexit 1")
+    assert commands.cancelled_by(77) is None
+    monkeypatch.setattr(commands, "SACCT_TIMEOUT_S", 0.2)
+    fake(bin_dir, "sacct", "sleep 5\necho 'CANCELLED by 0'")
+    started = time.monotonic()
+    assert commands.cancelled_by(77) is None
+    assert time.monotonic() - started < 2

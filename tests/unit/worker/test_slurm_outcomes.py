@@ -4,21 +4,32 @@ the run directory as a local job's are, and a node task's own error quoted from 
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from core.states import JobStatus
+from tests.unit.worker.test_slurm_commands import fake
 from worker.failure import USER_CODE_MARKER, FailureKind
 from worker.slurm.attempts import node_error_mark
 from worker.slurm.commands import SlurmJob
-from worker.slurm.outcomes import ENDED, WAITING, ended, node_error
+from worker.slurm.outcomes import ENDED, SLURM_CANCELLED, WAITING, ended, node_error
 from worker.supervise import Outcome, exit_outcome
 
 
 def slurm(state: str, exit_code: int = 0) -> SlurmJob:
     return SlurmJob(41, "trainyard-7", state, "None", exit_code, 0, "tynode1", "tynode[1-2]")
+
+
+@pytest.fixture(autouse=True)
+def sacct(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A cluster without accounting, as the tests' own, unless a test makes sacct answer."""
+    folder = tmp_path / "bin"
+    fake(folder, "sacct", "echo 'Slurm accounting storage is disabled' >&2\nexit 1")
+    monkeypatch.setenv("PATH", f"{folder}{os.pathsep}{os.environ['PATH']}")
+    return folder / "sacct"
 
 
 @pytest.fixture
@@ -45,7 +56,7 @@ def test_waiting_and_ended_states_are_apart() -> None:
     [
         ("TIMEOUT", JobStatus.TIMED_OUT, "max_runtime", False),
         ("DEADLINE", JobStatus.TIMED_OUT, "max_runtime", False),
-        ("CANCELLED", JobStatus.CANCELLED, "cancelled", False),
+        ("CANCELLED", JobStatus.CANCELLED, SLURM_CANCELLED, False),
         ("NODE_FAIL", JobStatus.FAILED, "node_fail", True),
         ("PREEMPTED", JobStatus.FAILED, "preempted", True),
         ("BOOT_FAIL", JobStatus.FAILED, "boot_fail", True),
@@ -127,3 +138,22 @@ def test_node_error_refuses_a_planted_link(tmp_path: Path, batch_log: Path) -> N
     elsewhere.write_text(f"{node_error_mark(0)}a message someone else chose\n")
     batch_log.symlink_to(elsewhere)
     assert node_error(batch_log, 0) is None
+
+
+def test_a_cancel_from_outside_says_so_and_that_slurm_names_no_one(run_dir: Path, batch_log: Path) -> None:
+    outcome = ended(slurm("CANCELLED", -15), run_dir, batch_log)
+    assert outcome == Outcome(
+        JobStatus.CANCELLED,
+        SLURM_CANCELLED,
+        "Slurm job 41 CANCELLED outside Trainyard (Slurm names who only in sacct's records)",
+    )
+
+
+def test_a_cancel_from_outside_names_who_from_accounting_and_slurm_s_reason(
+    sacct: Path, run_dir: Path, batch_log: Path
+) -> None:
+    fake(sacct.parent, "sacct", "echo 'CANCELLED by 0'")
+    job = replace(slurm("CANCELLED"), reason="DependencyNeverSatisfied")
+    assert ended(job, run_dir, batch_log).message == (
+        "Slurm job 41 CANCELLED by root (uid 0), outside Trainyard; Slurm's reason: DependencyNeverSatisfied"
+    )
