@@ -7,8 +7,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from core.config import Executor, Settings
-from core.slurm_script import batch_script
+from core.config import Settings
+from core.executors import executor_traits
 from jobspec.datadir import DATA_DIR_ENV, RUN_DIR_ENV
 from jobspec.plan import Plan
 from jobspec.spec import JobSpec
@@ -104,11 +104,11 @@ def planned_argv(plan: Plan, settings: Settings, job_id: int | str) -> list[str]
 
 
 def show_planned(plan: Plan, spec: JobSpec, settings: Settings, job_id: int | str) -> None:
-    """What a job's plan shows of how it will run: planned_argv, and with Slurm deciding, the batch script
-    the worker will submit (core/slurm_script.py)."""
+    """What a job's plan shows of how it will run: planned_argv, and what its executor submits for it where
+    it submits something (Slurm's batch script, core/slurm_script.py)."""
     plan.argv = planned_argv(plan, settings, job_id)
-    if settings.executor is Executor.SLURM:
-        plan.batch_script = batch_script(plan, spec, job_id, settings, "python")
+    if (submitted := executor_traits(settings).submitted) is not None:
+        plan.batch_script = submitted(plan, spec, job_id, settings, "python")
 
 
 def job_token(job_id: int, attempt: int, host: str) -> str:

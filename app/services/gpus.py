@@ -6,7 +6,8 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from app.schemas import GpuPublic, HostGpus, HostsPublic, as_utc
-from core.config import Executor, Settings
+from core.config import Settings
+from core.executors import executor_traits
 from core.hosts import freshest_per_host, gpu_indices, heartbeat_cutoff, live_hosts
 from core.models import GpuLease, Worker
 from jobspec.cluster import Inventory
@@ -36,9 +37,9 @@ def list_host_gpus(session: Session, settings: Settings) -> HostsPublic:
 def read_inventory(session: Session, settings: Settings) -> Inventory:
     """GPU ids per live host, for the planner to judge a spec against. While no host is live (workers
     restarting) the last report of each stands in, so a submission is judged against the cluster as last
-    seen rather than refused outright. With Slurm deciding, there is no inventory to judge against: a spec
-    that no node can run waits with Slurm's reason."""
-    if settings.executor is Executor.SLURM:
+    seen rather than refused outright. Where the executor's scheduler places jobs (Slurm), there is no
+    inventory to judge against: a spec that no node can run waits with the scheduler's reason."""
+    if not executor_traits(settings).places_jobs:
         return NO_HOSTS
     reports = session.execute(select(Worker.host, Worker.gpus, Worker.heartbeat_at)).all()
     cutoff = heartbeat_cutoff(settings)

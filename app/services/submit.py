@@ -24,8 +24,9 @@ from app.services.mlflow_exporter import check_tracking
 from app.services.quotas import check_quota
 from app.services.shown import shown_plan
 from app.services.stored_spec import revalidated, same_spec, stored_form
-from core.config import Executor, Settings
+from core.config import Settings
 from core.doorbell import enqueue_job
+from core.executors import executor_traits
 from core.launch import show_planned
 from core.models import ApiKey, Checkpoint, Job, JobEvent
 from core.states import JobStatus
@@ -79,15 +80,16 @@ def check_environment(settings: Settings, name: str | None) -> None:
 
 
 def check_executor(settings: Settings, spec: JobSpec) -> None:
-    """With Slurm deciding, a spec cannot pin what Slurm allocates."""
-    if settings.executor is not Executor.SLURM:
+    """Where the executor's scheduler places jobs (Slurm), a spec cannot pin what it allocates."""
+    traits = executor_traits(settings)
+    if traits.places_jobs:
         return
     pinned = [name for name in ("host", "gpus") if getattr(spec.parallel, name)]
     for name in pinned[:1]:
         raise InvalidSpec(
             f"parallel.{name}",
-            "Slurm chooses the nodes and GPUs of every job here (TRAINYARD_EXECUTOR=slurm); leave it out and "
-            "ask for a count: parallel.nnodes, parallel.num_gpus",
+            f"{traits.placed_by} chooses the nodes and GPUs of every job here (TRAINYARD_EXECUTOR="
+            f"{traits.name}); leave it out and ask for a count: parallel.nnodes, parallel.num_gpus",
         )
 
 
