@@ -252,8 +252,9 @@ def dataset_table() -> list[str]:
 SWEEP_NOTE = """## Sweep body
 
 The JSON body of `POST /v1/sweeps` ([sweeps.md](sweeps.md)): a job spec as above, searched over the dotted
-paths of `parameters`. The spec at the space's low corner, its high corner and each categorical choice must
-be a job that could run, or the sweep is a 422 naming `parameters.<path>` or `spec.<field>`.
+paths of `parameters`. The spec at the space's low corner, its high corner and, up to
+`TRAINYARD_SWEEP_MAX_DRY_RUNS` sets in all, categorical choices taken in turn must be a job that could run, or
+the sweep is a 422 naming `parameters.<path>` or `spec.<field>`.
 """
 
 # The sweep body's parts: a heading each (its anchor drops the dot), and what it is.

@@ -12,6 +12,7 @@ from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from core.code_unpack import MAX_DEPTH
+from core.sweep_spec import MAX_CHOICES
 
 VAR_DIR = Path("var")
 
@@ -265,6 +266,27 @@ class Settings(BaseSettings):
     quota_max_jobs: int = Field(32, ge=1, le=100_000, description="a user's queued and active jobs")
     quota_max_gpus: int = Field(64, ge=0, le=100_000, description="GPUs a user's unfinished jobs ask for")
     quota_retry_after_s: int = Field(30, ge=1, le=86400, description="Retry-After of a 429 over quota")
+    sweep_max_choices: int = Field(
+        256,
+        ge=2,
+        le=MAX_CHOICES,
+        description="a new sweep: the choices its categorical parameters list together; each trial's ask "
+        "costs about 2 microseconds per choice per trial so far",
+    )
+    sweep_max_grid_points: int = Field(
+        10_000,
+        ge=1,
+        le=1_000_000,
+        description="a new sweep with sampler grid: its grid's points (the product of every parameter's); "
+        "Optuna's GridSampler lists them all at each trial's ask",
+    )
+    sweep_max_dry_runs: int = Field(
+        8,
+        ge=2,
+        le=256,
+        description="a new sweep: the parameter sets its spec is planned at, a dry run each (the low and "
+        "high corners, then categorical choices in turn)",
+    )
     fair_share_half_life_s: float = Field(
         86400.0, gt=0, le=10**8, description="a user's GPU and CPU use counts half after this long"
     )

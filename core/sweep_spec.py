@@ -15,14 +15,20 @@ from pydantic import (
     Field,
     JsonValue,
     StrictBool,
-    StrictFloat,
     StrictInt,
     StrictStr,
+    ValidationInfo,
+    field_validator,
     model_validator,
 )
 
 MAX_TRIALS = 1000  # each ask rebuilds the study from every trial's reports: the cost grows with trials
 MAX_GRID_POINTS = 1000
+# What a stored sweep may hold; TRAINYARD_SWEEP_MAX_CHOICES may only lower it for new sweeps.
+MAX_CHOICES = 1000
+# Optuna's samplers draw ints through floats, and a float tells whole numbers apart only up to 2**53: a range
+# or a count of steps beyond it would sample values outside the space or no distinct points.
+MAX_EXACT = 2**53
 Path = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z0-9_\-]+)+$", max_length=200)]
 
 
@@ -57,8 +63,8 @@ class _Strict(BaseModel):
 
 
 # Numbers keep their JSON type, as in a job spec: "1e-3" or true is no bound.
-Number = Annotated[float, Field(strict=True)]
-Whole = Annotated[int, Field(strict=True)]
+Number = Annotated[float, Field(strict=True, allow_inf_nan=False)]
+Whole = Annotated[int, Field(strict=True, ge=-MAX_EXACT, le=MAX_EXACT)]
 
 
 class FloatParam(_Strict):
@@ -74,24 +80,50 @@ class FloatParam(_Strict):
         description="for sampler grid: this many points, low and high included",
     )
 
+    @field_validator("step")
+    @classmethod
+    def countable(cls, step: float | None, info: ValidationInfo) -> float | None:
+        """The steps are counted (`points`), never listed: their count must be a float's whole number."""
+        low, high = info.data.get("low"), info.data.get("high")
+        if step is None or low is None or high is None:
+            return step
+        if not (high - low) / step <= MAX_EXACT:  # also an overflow to inf
+            raise ValueError(
+                f"{step} cuts high - low ({high} - {low}) into more than 2**53 steps, more points than "
+                "floats tell apart; raise step or narrow the range"
+            )
+        return step
+
     @model_validator(mode="after")
     def bounded(self) -> FloatParam:
         if not self.low < self.high:
             raise ValueError(f"low ({self.low}) must be below high ({self.high})")
+        if not math.isfinite(self.high - self.low):
+            raise ValueError(f"high - low ({self.high} - {self.low}) overflows a float; narrow the range")
         if self.log and self.low <= 0:
             raise ValueError(f"a log scale needs low > 0 (got {self.low}); raise low or set log false")
+        if self.log and not math.isfinite(self.high / self.low):
+            raise ValueError(f"high / low ({self.high} / {self.low}) overflows a float; narrow the range")
         if self.log and self.step is not None:
             raise ValueError("step and log cannot go together; drop one (grid_points grids a log scale)")
         return self
 
-    def grid(self) -> list[float] | None:
-        """Evenly spaced (geometrically under log) points, or every step; None when neither is given."""
+    def _steps(self, step: float) -> int:
+        return math.floor((self.high - self.low) / step + 1e-9)
+
+    def points(self) -> int | None:
+        """How many values a grid takes, counted: every step, or grid_points; None when neither is given."""
+        return self.grid_points if self.step is None else self._steps(self.step) + 1
+
+    def grid(self) -> list[float]:
+        """Evenly spaced (geometrically under log) points, or every step. Only for a grid, whose size was
+        capped at the sweep's creation."""
+        count = self.points()
+        if count is None:
+            raise ValueError("a float's grid needs step or grid_points")
         if self.step is not None:
-            count = math.floor((self.high - self.low) / self.step + 1e-9) + 1
             return [self.low + i * self.step for i in range(count)]
-        if self.grid_points is None:
-            return None
-        n = self.grid_points - 1
+        n = count - 1
         if self.log:
             ratio = self.high / self.low
             inner = [self.low * ratio ** (i / n) for i in range(1, n)]
@@ -106,16 +138,15 @@ class FloatParam(_Strict):
 
     @property
     def top(self) -> float:
-        """The highest value a trial can take: high, or the last whole step below it."""
-        points = self.grid() if self.step is not None else None
-        return self.high if points is None else points[-1]
+        """The highest value a trial can take: high, or the last whole step below it (the grid's end)."""
+        return self.high if self.step is None else self.low + self._steps(self.step) * self.step
 
 
 class IntParam(_Strict):
     type: Literal["int"]
     low: Whole
     high: Whole
-    step: Whole = Field(1, ge=1)
+    step: int = Field(1, strict=True, ge=1, le=MAX_EXACT)
     log: bool = False
 
     @model_validator(mode="after")
@@ -126,19 +157,31 @@ class IntParam(_Strict):
             raise ValueError("a log scale needs low >= 1 and step 1")
         return self
 
+    def points(self) -> int:
+        return (self.high - self.low) // self.step + 1
+
     def grid(self) -> list[int]:
-        return list(range(self.low, self.high + 1, self.step))
+        """Every value; only for a grid, whose size was capped at the sweep's creation."""
+        return list(range(self.low, self.top + 1, self.step))
 
     @property
     def corners(self) -> tuple[int, int]:
-        return self.low, self.grid()[-1]
+        return self.low, self.top
+
+    @property
+    def top(self) -> int:
+        """The highest value a trial can take: high, or the last whole step below it."""
+        return self.low + (self.points() - 1) * self.step
 
 
 class CategoricalParam(_Strict):
     type: Literal["categorical"]
-    choices: list[StrictStr | StrictBool | StrictInt | StrictFloat] = Field(
-        min_length=1, max_length=MAX_GRID_POINTS
+    choices: list[StrictStr | StrictBool | StrictInt | Number] = Field(
+        min_length=1, max_length=MAX_CHOICES
     )
+
+    def points(self) -> int:
+        return len(self.choices)
 
     def grid(self) -> list[str | int | float | bool]:
         return list(self.choices)
@@ -209,41 +252,58 @@ class SweepSpec(BaseModel):
     def options_fit(self) -> SweepSpec:
         PRUNER_OPTIONS[self.pruner].model_validate(self.pruner_options)
         if self.sampler is SamplerName.GRID:
-            self.grid()
+            size = math.prod(self.grid_counts().values())  # Python's ints: exact at any size
+            if size < self.max_trials:
+                raise ValueError(
+                    f"max_trials={self.max_trials} is more than the grid's {size} points; set max_trials to "
+                    f"{size} or fewer"
+                )
         return self
 
     def options(self) -> Any:
         return PRUNER_OPTIONS[self.pruner].model_validate(self.pruner_options)
 
-    def grid(self) -> dict[str, list[Any]]:
-        """Every parameter's grid points, for sampler grid; a float needs step or grid_points."""
-        grid: dict[str, list[Any]] = {}
+    def grid_counts(self) -> dict[str, int]:
+        """Each parameter's number of grid points, for sampler grid, counted rather than listed: a float
+        needs step or grid_points."""
+        counts: dict[str, int] = {}
         for path, param in self.parameters.items():
-            points = param.grid()
-            if points is None:
+            count = param.points()
+            if count is None:
                 raise ValueError(
                     f"parameters.{path}: sampler grid needs a float's points; give step (linear) or "
                     "grid_points (geometric under log)"
                 )
-            grid[path] = points
-        size = math.prod(len(points) for points in grid.values())
-        if size < self.max_trials:
-            raise ValueError(
-                f"max_trials={self.max_trials} is more than the grid's {size} points; set max_trials to "
-                f"{size} or fewer"
-            )
-        return grid
+            counts[path] = count
+        return counts
 
-    def corners(self) -> list[dict[str, Any]]:
-        """Parameter values that bound the space: all lows, all highs, and each categorical choice once, so
-        that a space that cannot make a valid trial is refused at creation."""
+    def grid(self) -> dict[str, list[Any]]:
+        """Every parameter's grid points, listed for Optuna's GridSampler, which lists their product too: only
+        for a sweep whose grid was capped at its creation (TRAINYARD_SWEEP_MAX_GRID_POINTS)."""
+        return {path: param.grid() for path, param in self.parameters.items()}
+
+    def corners(self, limit: int) -> list[dict[str, Any]]:
+        """At most `limit` (2 or more) sets of parameter values to plan a new sweep's spec at: all lows, all
+        highs, then the categorical choices between their ends, a parameter's next one at a time in turn.
+        Planning costs milliseconds a set and a body may hold 64 parameters of 1000 choices, so not every
+        choice is planned: the ends are where a value breaks a job (a size too large, a switch off), and
+        taking the parameters in turn covers the short lists (an optimizer, a strategy) before the long
+        ones' middles. A choice left unplanned that cannot run fails its own trial, saying why."""
         lows = {path: param.corners[0] for path, param in self.parameters.items()}
         highs = {path: param.corners[1] for path, param in self.parameters.items()}
-        corners = [lows, highs]
-        for path, param in self.parameters.items():
-            if isinstance(param, CategoricalParam):
-                corners += [lows | {path: choice} for choice in param.choices[1:-1]]
-        return corners
+        inner = [
+            (path, param.choices[1:-1])
+            for path, param in self.parameters.items()
+            if isinstance(param, CategoricalParam)
+        ]
+        found = [lows, highs]
+        for depth in range(max((len(choices) for _, choices in inner), default=0)):
+            for path, choices in inner:
+                if len(found) >= limit:
+                    return found
+                if depth < len(choices):
+                    found.append(lows | {path: choices[depth]})
+        return found
 
 
 def trial_spec(base: dict[str, Any], params: dict[str, Any]) -> dict[str, Any]:

@@ -77,13 +77,14 @@ def distributions(sweep: SweepSpec) -> dict[str, BaseDistribution]:
         elif isinstance(param, FloatParam):
             found[path] = FloatDistribution(param.low, param.top, log=param.log, step=param.step)
         else:
-            found[path] = IntDistribution(param.low, param.corners[1], log=param.log, step=param.step)
+            found[path] = IntDistribution(param.low, param.top, log=param.log, step=param.step)
     return found
 
 
 def _sampler(sweep: SweepSpec, number: int) -> BaseSampler:
     if sweep.sampler is SamplerName.GRID:
         # The seed shuffles the grid, and trial n takes the grid's point n: every ask must see one order.
+        # Optuna lists every point of the grid here, at each ask: its size was capped when the sweep was made.
         return GridSampler(sweep.grid(), seed=sweep.seed)
     seed = sweep.seed + number
     if sweep.sampler is SamplerName.RANDOM:

@@ -20,6 +20,7 @@ from core.config import get_settings
 from core.doorbell import enqueue_job
 from core.launch import show_planned
 from core.models import Job, JobEvent, Metric, Sweep, SweepTrial, utcnow
+from core.quotas import job_room
 from core.states import JobStatus
 from core.sweep_spec import SweepSpec, TrialState, trial_spec
 from jobspec.plan import resolve_plan
@@ -158,19 +159,25 @@ def _new_trial(session: Session, sweep: Sweep, spec: SweepSpec, trials: list[Swe
 
 
 def top_up(session: Session, sweep_id: int) -> list[int]:
-    """Ask for trials until `parallel` run or `max_trials` exist; mark the sweep completed once every trial
-    has ended. The caller commits; the new jobs are rung after that. Returns the new trials' numbers."""
+    """Ask for trials until `parallel` run, `max_trials` exist or the owner's job quota is full (a trial's job
+    counts against it as any job does: the rest wait, and are asked for when a trial ends); mark the sweep
+    completed once every trial has ended. The caller commits; the new jobs are rung after that. Returns the
+    new trials' numbers."""
     sweep = _locked(session, sweep_id)
     if sweep is None or sweep.status != SweepStatus.RUNNING:
         return []
     spec = config(sweep)
     trials = trials_of(session, sweep_id)
     made: list[int] = []
+    room = job_room(session, get_settings(), sweep.owner)
     while (
-        len(trials) < spec.max_trials and sum(t.state == TrialState.RUNNING for t in trials) < spec.parallel
+        len(trials) < spec.max_trials
+        and sum(t.state == TrialState.RUNNING for t in trials) < spec.parallel
+        and room > 0
     ):
         trials.append(_new_trial(session, sweep, spec, trials))
         made.append(trials[-1].number)
+        room -= trials[-1].job_id is not None  # a trial whose spec did not validate has no job
     if len(trials) >= spec.max_trials and all(t.state != TrialState.RUNNING for t in trials):
         sweep.status = SweepStatus.COMPLETED
         sweep.finished_at = utcnow()

@@ -14,15 +14,18 @@ from app.schemas import BestTrial, SweepPublic, TrialCounts, TrialPublic
 from app.services.errors import JobStateConflict, SweepEnded, SweepNotFound
 from app.services.jobs import cancel_job
 from app.services.keys import Caller
-from app.services.quotas import check_quota
+from app.services.quotas import check_job_room, check_quota
 from app.services.submit import dry_run
 from core.config import Settings
 from core.models import Job, Sweep, SweepTrial, utcnow
 from core.states import JobStatus
-from core.sweep_spec import Goal, SweepSpec, TrialState, trial_spec
+from core.sweep_spec import CategoricalParam, Goal, SamplerName, SweepSpec, TrialState, trial_spec
 from core.sweeps import SweepStatus, config, reports, top_up, trials_of
 from jobspec.problems import Problem, SpecError
 from jobspec.spec import JobSpec
+
+_RESUME = "checkpoint.resume_from"
+_NO_RESUME = "a sweep's trials cannot resume from a checkpoint: each starts from scratch"
 
 
 def _field(loc: str, message: str, body: SweepSpec) -> str:
@@ -48,16 +51,57 @@ def _validated(written: dict[str, Any], body: SweepSpec, corner: str) -> JobSpec
         raise SpecError(problems) from None
 
 
-def _corner_names(body: SweepSpec) -> Iterator[tuple[str, dict[str, Any]]]:
-    for index, params in enumerate(body.corners()):
+def _corner_names(settings: Settings, body: SweepSpec) -> Iterator[tuple[str, dict[str, Any]]]:
+    for index, params in enumerate(body.corners(settings.sweep_max_dry_runs)):
         name = "the space's low corner" if index == 0 else "its high corner" if index == 1 else "the trial"
         yield f"{name} {params}", params
 
 
+def _space_problems(settings: Settings, body: SweepSpec) -> Iterator[Problem]:
+    """What a new sweep's space may not be, counted (never listed): past the caps that keep its creation and
+    each ask cheap, or resuming its trials from a checkpoint, which they cannot (a trial's plan has no resume
+    path, and a parameter's values between its ends would reach no owner check)."""
+    if _RESUME in body.parameters:
+        yield Problem(f"parameters.{_RESUME}", _NO_RESUME, f"drop parameters.{_RESUME}")
+    checkpoint = body.spec.get("checkpoint")
+    if isinstance(checkpoint, dict) and checkpoint.get("resume_from") is not None:
+        yield Problem(f"spec.{_RESUME}", _NO_RESUME, f"leave {_RESUME} out of the sweep's spec")
+    # Every ask rebuilds the study, comparing and copying each trial's choices (core/sweep_study.py): its cost
+    # grows with the trials times the choices of all the parameters together, so their sum is what is capped.
+    listed = 0
+    for path, param in body.parameters.items():
+        listed += len(param.choices) if isinstance(param, CategoricalParam) else 0
+        if listed > settings.sweep_max_choices:
+            yield Problem(
+                f"parameters.{path}.choices",
+                "takes the choices the sweep's parameters list together past TRAINYARD_SWEEP_MAX_CHOICES="
+                f"{settings.sweep_max_choices}",
+                "keep the likeliest, or sweep a range of numbers (type int or float) instead",
+            )
+            break
+    if body.sampler is SamplerName.GRID:
+        size = 1
+        for path, count in body.grid_counts().items():
+            size *= count
+            if size > settings.sweep_max_grid_points:
+                yield Problem(
+                    f"parameters.{path}",
+                    f"takes the grid past TRAINYARD_SWEEP_MAX_GRID_POINTS={settings.sweep_max_grid_points} "
+                    f"points ({count} of its own)",
+                    "give it a larger step, fewer grid_points or fewer choices; or use sampler tpe or "
+                    "random, which sample the space without listing it",
+                )
+                return
+
+
 def check_space(session: Session, settings: Settings, body: SweepSpec, caller: Caller) -> None:
-    """Each corner of the space as a job spec, checked and planned as a submission is (services/submit.py);
-    a fault is a 422 naming the parameter that causes it, or the base spec's field."""
-    for corner, params in _corner_names(body):
+    """The space's caps, then the spec at a bounded set of its corners, each checked and planned as a
+    submission is (services/submit.py); a fault is a 422 naming the parameter that causes it, or the base
+    spec's field. It only reads: the route runs it before it takes a write unit (core/db.py)."""
+    problems = list(_space_problems(settings, body))
+    if problems:
+        raise SpecError(problems)
+    for corner, params in _corner_names(settings, body):
         spec = _validated(trial_spec(body.spec, params), body, corner)
         try:
             plan = dry_run(session, settings, spec, caller)
@@ -75,11 +119,14 @@ def check_space(session: Session, settings: Settings, body: SweepSpec, caller: C
 
 
 def create_sweep(session: Session, settings: Settings, body: SweepSpec, caller: Caller) -> int:
-    """The sweep and its first `parallel` trials, in one transaction; their jobs are rung once committed."""
-    check_space(session, settings, body, caller)
+    """The sweep and its first trials, in one transaction, for a space check_space passed; their jobs are
+    rung once committed. Its trials count against the caller's job quota: there must be room for one, and
+    it starts as many of its `parallel` as there is room for (core/sweeps.py::top_up)."""
     sweep = Sweep(name=body.name, owner=caller.user, status=SweepStatus.RUNNING, config=body.model_dump())
     session.add(sweep)
     session.flush()
+    # Counted after the flush, which on SQLite holds the one writer: no job is added meanwhile.
+    check_job_room(session, settings, caller.user)
     top_up(session, sweep.id)
     session.commit()
     return sweep.id

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Path, Query, status
+from fastapi.concurrency import run_in_threadpool
 from sqlalchemy.orm import Session
 
 from app.api.deps import DB_INT_MAX, CallerDep, CanonicalInt, SessionDep, SettingsDep
@@ -13,7 +14,7 @@ from app.schemas import SweepPublic, SweepsPublic, TrialsPublic
 from app.services import sweeps
 from app.services.keys import Caller
 from core.config import Settings
-from core.db import run_in_session
+from core.db import new_session, run_in_session
 from core.models import Sweep
 from core.sweep_spec import SweepSpec
 
@@ -30,6 +31,11 @@ def owned_sweep(sweep_id: SweepId, session: SessionDep, caller: CallerDep) -> Sw
 OwnedSweep = Annotated[Sweep, Depends(owned_sweep)]
 
 
+def _check(settings: Settings, body: SweepSpec, caller: Caller) -> None:
+    with new_session() as session:
+        sweeps.check_space(session, settings, body, caller)
+
+
 def _create(session: Session, settings: Settings, body: SweepSpec, caller: Caller) -> SweepPublic:
     sweep_id = sweeps.create_sweep(session, settings, body, caller)
     return sweeps.public_sweep(session, session.get_one(Sweep, sweep_id))
@@ -41,7 +47,11 @@ def _create(session: Session, settings: Settings, body: SweepSpec, caller: Calle
     responses={**BODY_PROBLEMS, **problems(429)},
 )
 async def create_sweep(body: SweepSpec, settings: SettingsDep, caller: CallerDep) -> SweepPublic:
-    # As POST /v1/jobs: its trials' jobs are written in one unit of work, limited like submissions on SQLite.
+    # Planned first, a dry run per corner, in a pool thread of its own: planning only reads, so it neither
+    # waits for nor holds one of the few units of work that write at once on SQLite (run_in_session), which
+    # every submission and dry run needs. Then, as POST /v1/jobs, the sweep and its trials' jobs are written
+    # in one such unit.
+    await run_in_threadpool(_check, settings, body, caller)
     return await run_in_session(_create, settings, body, caller)
 
 
