@@ -187,7 +187,7 @@ def _store_metrics(
 ) -> dict[str, float | None]:
     """The rows within the job's caps, each cap reached said once; the latest values of the names kept."""
     admitted = counts.admit(session, job_id, latest, rows)
-    counts.stored(row.name for row in insert_ignoring_duplicates(session, Metric, admitted.rows))
+    counts.stored(insert_ignoring_duplicates(session, Metric, admitted.rows))
     _note_caps(session, job_id, admitted, counts)
     return {name: value for name, value in latest.items() if name in admitted.names}
 
@@ -200,14 +200,10 @@ def _note_caps(session: Session, job_id: int, admitted: Admitted, counts: Metric
             f"later names are not stored, starting with {refused}; report fewer names"
         )
         note(session, job_id, METRIC_NAMES_CAP, message)
-    if admitted.rows_capped:
-        message = (
-            f"metric {admitted.rows_capped[0]!r} reached {counts.max_rows} rows "
-            "(TRAINYARD_JOB_MAX_METRIC_ROWS): its later rows are not stored, and neither are those of any "
-            "other metric that reaches it; its latest value is still shown. Report less often "
-            "(metrics.every_n_steps)"
-        )
-        note(session, job_id, METRIC_ROWS_CAP, message)
+    # One event per metric that reaches its cap, for the job's whole life: the counts know which were told.
+    if (reached := counts.reached()) and (job := session.get(Job, job_id)) is not None:
+        for message in reached:
+            _add_note(session, job, METRIC_ROWS_CAP, message)
 
 
 def _rank_marks(session: Session, job_id: int, event: StartupEvent) -> None:
@@ -254,16 +250,20 @@ def note(session: Session, job_id: int, reason: str, message: str) -> None:
         JobEvent.job_id == job_id, JobEvent.reason == reason, JobEvent.attempt == job.attempt
     )
     if session.scalar(noted.limit(1)) is None:
-        session.add(
-            JobEvent(
-                job_id=job_id,
-                from_status=job.status,
-                to_status=job.status,
-                reason=reason,
-                message=message,
-                attempt=job.attempt,
-            )
+        _add_note(session, job, reason, message)
+
+
+def _add_note(session: Session, job: Job, reason: str, message: str) -> None:
+    session.add(
+        JobEvent(
+            job_id=job.id,
+            from_status=job.status,
+            to_status=job.status,
+            reason=reason,
+            message=message,
+            attempt=job.attempt,
         )
+    )
 
 
 def _update_progress(
