@@ -12,7 +12,7 @@ from sqlalchemy import event, select
 
 from core.config import get_settings
 from core.db import get_engine, session_scope
-from core.models import Metric
+from core.models import Metric, Sweep
 from jobspec.events import MetricsEvent, append_event
 from tests.unit.worker.event_bounds import (
     MAX_NAMES,
@@ -24,12 +24,11 @@ from tests.unit.worker.event_bounds import (
     report,
     stored,
 )
-from tests.unit.worker.test_sweep_trials import job_of, make_sweep
 from worker.metric_caps import MetricCounts
 from worker.tail import METRIC_ROWS_CAP
 
 if TYPE_CHECKING:
-    from tests.unit.worker_fixtures import Doorbell, WorkerDb
+    from tests.unit.worker_fixtures import WorkerDb
 
 pytest_plugins = ["tests.unit.worker_fixtures"]
 
@@ -109,12 +108,27 @@ def steps_of(job_id: int, name: str) -> list[int]:
         return list(session.scalars(query))
 
 
-def test_a_sweep_trial_keeps_its_objective_past_the_caps(
-    database: WorkerDb, caps: None, doorbell: Doorbell
-) -> None:
+def trial_job(database: WorkerDb, objective: str) -> int:
+    """A sweep's first trial's job; the sweep's request stored as given, as the API stores it."""
+    request = {
+        "name": "lr",
+        "spec": database.spec(),
+        "parameters": {"train.lr": {"type": "float", "low": 1e-3, "high": 1.0}},
+        "objective": {"metric": objective},
+        "max_trials": 1,
+    }
+    with session_scope() as session:
+        sweep = Sweep(name="lr", owner="local", status="running", config=request)
+        session.add(sweep)
+        session.flush()
+        sweep_id = sweep.id
+    return database.add_job(sweep_id=sweep_id, trial=0)
+
+
+def test_a_sweep_trial_keeps_its_objective_past_the_caps(database: WorkerDb, caps: None) -> None:
     """Its value is its last report of the objective: past the rows cap the newest report still goes in, in
     place of the one before it, and the names cap never refuses the objective."""
-    job_id = job_of(make_sweep(database, max_trials=1, parallel=1), 0)
+    job_id = trial_job(database, "loss")
     run_dir = database.runs_dir / str(job_id)
     run_dir.mkdir(parents=True)
     path = run_dir / "events.jsonl"
