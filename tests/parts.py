@@ -5,10 +5,10 @@ service, for Slurm to start, signal or requeue one, for a killed worker's lease 
 other parts' work fills. `stacks` is every test on one of the shared running services
 (tests/integration/conftest.py), so that each starts once, then the benchmarks' smoke runs. `services` is the
 modules that start services of their own (the Slurm cluster, hosts, workers and object stores of their own),
-which wait the most, then the unit tests of the API and the core. `rest` is everything else: the worker's and
-the trainer's unit tests, the trainer's runs under torchrun; the linters run beside it. The work that needs
-nothing running is split so that the three end together: a part left alone at the end waits on one core.
-Without `--part`, pytest runs everything, as before.
+which wait the most and say so with `pytestmark = pytest.mark.own_services`, then the unit tests of the API
+and the core. `rest` is everything else: the worker's and the trainer's unit tests, the trainer's runs under
+torchrun; the linters run beside it. The work that needs nothing running is split so that the three end
+together: a part left alone at the end waits on one core. Without `--part`, pytest runs everything, as before.
 """
 
 from __future__ import annotations
@@ -26,21 +26,10 @@ OFF_THE_STACKS = (TESTS / "unit", TESTS / "gpu")
 SHARED_STACKS = frozenset({"embedded_stack", "redis_postgres_stack", "stack", "auth_stack"})
 UNIT_TESTS = (TESTS / "unit" / "app", TESTS / "unit" / "core")
 BENCH_SMOKE = (TESTS.parent / "bench" / "tests",)
-OWN_SERVICES = tuple(
-    TESTS / "integration" / f"test_{name}.py"
-    for name in (
-        "slurm_cluster",
-        "slurm_executor",
-        "docs_commands",
-        "artifacts_s3",
-        "multi_host",
-        "faults_worker",
-        "queue_order",
-        "event_bounds_postgres",
-        "ids_never_reused_postgres",
-        "sweeps_restart",
-    )
-)
+OWN_SERVICES = "own_services"  # the marker, declared in pyproject.toml
+# The marker as a module sets it, alone or in a list, read from the file's text: a part that does not run the
+# module never imports it. A mark the text does not show this way is refused at collection (part_of).
+MARKED = re.compile(rf"^pytestmark\s*=[^=]*?\bpytest\.mark\.{OWN_SERVICES}\b", re.MULTILINE | re.DOTALL)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -52,18 +41,37 @@ def _within(path: Path, places: tuple[Path, ...]) -> bool:
 
 
 @functools.cache  # asked for each test of a file, and its text read once
+def _test_module_text(path: Path) -> str:
+    return path.read_text() if path.name.startswith("test_") else ""
+
+
+def _marked(path: Path) -> bool:
+    return MARKED.search(_test_module_text(path)) is not None
+
+
+@functools.cache
 def _part_of_file(path: Path) -> str | None:
     """The part every test of this file is in, where the file alone tells: a test module that never names a
     shared stack's fixture cannot ask for one (no other fixture of tests/integration's conftest does)."""
-    if _within(path, OWN_SERVICES + UNIT_TESTS):
+    if _marked(path) or _within(path, UNIT_TESTS):
         return "services"
     if _within(path, BENCH_SMOKE):
         return "stacks"
     if _within(path, OFF_THE_STACKS):  # a fixture of its own may be named like a shared one
         return "rest"
-    if path.name.startswith("test_") and SHARED_STACKS.isdisjoint(re.findall(r"\w+", path.read_text())):
+    names = re.findall(r"\w+", _test_module_text(path))
+    if path.name.startswith("test_") and SHARED_STACKS.isdisjoint(names):
         return "rest"
     return None
+
+
+def _check_marked_as_read(item: pytest.Item) -> None:
+    if (item.get_closest_marker(OWN_SERVICES) is not None) != _marked(item.path):
+        raise pytest.UsageError(
+            f"{item.nodeid}: the {OWN_SERVICES} marker belongs to a whole module, set at its top level as "
+            f"`pytestmark = pytest.mark.{OWN_SERVICES}` (or in a list of marks), which tests/parts.py reads "
+            "before importing it; move the mark there"
+        )
 
 
 def part_of(item: pytest.Item) -> str:
@@ -85,10 +93,13 @@ def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool 
 
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        _check_marked_as_read(item)
     part = config.getoption("part")
     if part is None:
         return
-    kept, dropped = [], []
+    kept: list[pytest.Item] = []
+    dropped: list[pytest.Item] = []
     for item in items:
         (kept if part_of(item) == part else dropped).append(item)
     items[:] = kept

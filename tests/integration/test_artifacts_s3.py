@@ -20,6 +20,8 @@ from moto.server import ThreadedMotoServer
 from tests.integration.jobs import example_spec, metric_values, submit, wait_status
 from tests.integration.servers import Stack, free_port
 
+pytestmark = pytest.mark.own_services
+
 BUCKET = "trainyard-artifacts"
 PREFIX = "runs"
 # keep_last=1: the first epoch's checkpoint is pruned, so its object must go too.

@@ -16,6 +16,8 @@ import pytest
 from tests.doc_blocks import ROOT, Block, doc_files, fenced_blocks
 from tests.integration.servers import Stack
 
+pytestmark = pytest.mark.own_services
+
 # A shown command that answers an HTTP error fails its block: `curl -s` alone exits 0 on a 404.
 PREAMBLE = 'set -euo pipefail\ncurl() { command curl --fail-with-body "$@"; }\n'
 CURL_HTTP_ERROR = 22

@@ -19,6 +19,8 @@ from tests.unit.worker.event_bounds import (
 )
 from tests.unit.worker_fixtures import WorkerDb, worker_db
 
+pytestmark = pytest.mark.own_services
+
 
 @pytest.fixture
 def postgres_db(

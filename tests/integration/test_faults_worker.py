@@ -15,6 +15,8 @@ from jobspec.events import EVENTS_FILE
 from tests.integration.jobs import example_spec, job_processes, metric_values, submit, wait_status
 from tests.integration.servers import Stack, wait_for
 
+pytestmark = pytest.mark.own_services
+
 QUICK = example_spec("digits_ddp_cpu.json", train={"epochs": 1})
 # Long enough to be caught between checkpoints: a few thousand small steps, a checkpoint every 100.
 LONG = example_spec(

@@ -16,6 +16,8 @@ from tests.integration.servers import Postgres
 from tests.unit.conftest import _clear_caches, alembic_config
 from tests.unit.core.test_migration_ids_never_reused import KNOWN, promised
 
+pytestmark = pytest.mark.own_services
+
 
 @pytest.fixture
 def migrated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, postgres_server: Postgres) -> Iterator[None]:

@@ -16,6 +16,8 @@ from tests.integration.servers import Postgres, Redis, Stack, wait_for
 from worker.kill import job_processes as kill_processes
 from worker.kill import mark_for
 
+pytestmark = pytest.mark.own_services
+
 HOSTS = ("host-a", "host-b")
 DDP = example_spec(
     "digits_ddp_cpu.json", train={"epochs": None, "max_steps": 40}, metrics={"every_n_steps": 5}

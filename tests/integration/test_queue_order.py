@@ -14,6 +14,8 @@ from tests.integration.jobs import submit, wait_status
 from tests.integration.servers import Redis, Stack
 from tests.unit.conftest import _clear_caches
 
+pytestmark = pytest.mark.own_services
+
 TINY = {
     "name": "tiny",
     "model": {"arch": "mlp"},

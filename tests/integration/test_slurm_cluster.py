@@ -13,7 +13,7 @@ import pytest
 
 from deploy.slurm_cluster import SlurmCluster
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.own_services]
 
 # Each rank all-reduces its rank + 1 over gloo, across the nodes; c10d finds the ranks through the first node.
 ALL_REDUCE = """

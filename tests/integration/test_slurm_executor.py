@@ -25,6 +25,8 @@ from tests.integration.trainer_helpers import train
 from tests.unit.core.test_webhook_outbox import SECRET, Receiver
 from worker.slurm.outcomes import SLURM_CANCELLED
 
+pytestmark = pytest.mark.own_services
+
 TWO_NODES = example_spec("digits_ddp_cpu.json", parallel={"nproc_per_node": 1, "nnodes": 2})
 # Long enough to be caught running: checkpoints every 20 steps, a few hundred steps in all.
 LONG = example_spec(

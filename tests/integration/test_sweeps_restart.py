@@ -13,6 +13,8 @@ import pytest
 from tests.integration.servers import Stack
 from tests.integration.test_sweeps import EXAMPLE, create, trials, wait_done
 
+pytestmark = pytest.mark.own_services
+
 
 @pytest.fixture(scope="module")
 def own_stack(
