@@ -12,6 +12,7 @@ import shlex
 from pathlib import Path
 
 from core.config import Settings
+from core.project import PROJECT_ROOT
 from jobspec.plan import Plan
 from jobspec.spec import JobSpec
 
@@ -23,8 +24,6 @@ BATCH_LOG = "batch.log"
 # Trainyard's priority (-100..100) onto Slurm's --nice, which lowers a job's priority by its amount; a
 # negative one needs a Slurm admin, so the highest Trainyard priority is nice 0.
 MAX_PRIORITY = 100
-# Where the nodes run `-m worker.slurm.node` from: this checkout, on the shared filesystem.
-PROJECT_ROOT = Path(__file__).resolve().parents[1]
 
 
 def slurm_folder(runs_dir: Path, job_id: int | str) -> Path:

@@ -22,6 +22,7 @@ from core.db import session_scope
 from core.doorbell import dispatch_node
 from core.launch import Launch, build_launch
 from core.models import Job, JobNode, utcnow
+from core.project import PROJECT_ROOT
 from core.sandbox import Sandbox, confine
 from core.states import JobStatus
 from jobspec.events import EVENTS_FILE, LAUNCHER_LOG, LOG_DIR, PhaseEvent, StartupEvent, WarningEvent
@@ -44,9 +45,6 @@ from worker.tail import EventTail, add_marks, apply_events
 from worker.uploads import Uploads
 
 log = logging.getLogger(__name__)
-
-# The directory holding the trainers package, so `-m trainers.run` imports in every rank.
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
 # Set when the worker starts a warm shutdown: supervisors stop their jobs and requeue them.
 SHUTDOWN = threading.Event()

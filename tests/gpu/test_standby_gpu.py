@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 import torch
 
+from core.project import PROJECT_ROOT
 from jobspec.events import LAUNCHER_LOG, LOG_DIR, DoneEvent
 from tests.integration.trainer_helpers import TrainerRun, spec_with
 from tests.unit.worker.test_standby import TIMEOUT_S, trainer_launch
-from worker.runner import PROJECT_ROOT
 from worker.standby import WarmLauncher
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")

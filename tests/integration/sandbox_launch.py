@@ -12,12 +12,12 @@ from pathlib import Path
 
 from core.config import Settings
 from core.launch import Launch, build_launch
+from core.project import PROJECT_ROOT
 from core.sandbox import Sandbox, confine
 from jobspec.plan import RunConfig, resolve_plan
 from jobspec.spec import JobSpec
 from worker.kill import JobMark, mark_for
 from worker.rundir import prepare_run_dir
-from worker.runner import PROJECT_ROOT
 from worker.sandbox import sandbox_for
 
 SECRET = "hunter2-do-not-leak"

@@ -14,6 +14,7 @@ from sqlalchemy import select, update
 from core.config import Settings
 from core.db import session_scope
 from core.models import Job, utcnow
+from core.project import PROJECT_ROOT
 from core.queue_order import START_ORDER
 from core.slurm_script import batch_script, slurm_folder
 from core.states import JobStatus
@@ -32,8 +33,6 @@ from worker.supervise import Outcome
 from worker.tail import add_marks
 
 log = logging.getLogger(__name__)
-
-PROJECT_ROOT = Path(__file__).resolve().parents[2]
 SLURM_PENDING = "slurm_pending"
 
 

@@ -17,6 +17,7 @@ import pytest
 from torch.distributed.run import parse_args
 
 from core.launch import JOB_TOKEN_ENV, RUN_DIR_ENV, Launch, build_launch
+from core.project import PROJECT_ROOT
 from jobspec.events import EVENTS_FILE, LAUNCHER_LOG, LOG_DIR, DoneEvent, parse_event, rank_log_name
 from jobspec.startup import STANDBY_ID_ENV
 from tests.integration.trainer_helpers import write_config
@@ -24,7 +25,6 @@ from tests.unit.conftest import job_body
 from trainers.standby import forked_ranks
 from worker.failure import FailureKind, classify_failure, root_cause
 from worker.kill import job_processes, kill_job, mark_for
-from worker.runner import PROJECT_ROOT
 from worker.standby import WarmLauncher
 from worker.standby_factory import LOST_EXIT_CODE, ForkedStandby
 

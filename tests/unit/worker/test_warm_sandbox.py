@@ -14,6 +14,7 @@ from pathlib import Path
 import psutil
 
 from core.launch import Launch
+from core.project import PROJECT_ROOT
 from core.sandbox import Sandbox, sandbox_argv
 from tests.integration.sandbox_launch import deploy, sandboxed_job
 from tests.integration.test_sandbox_escape import (
@@ -27,7 +28,6 @@ from tests.integration.test_sandbox_escape import (
     worker_env,
 )
 from worker.kill import job_processes, kill_job
-from worker.runner import PROJECT_ROOT
 from worker.standby import WarmLauncher
 
 __all__ = ["listeners", "worker_env"]  # the escape test's fixtures, used here too
