@@ -1,9 +1,9 @@
 """The sbatch script of a job handed to Slurm: a pure builder, as core/launch.py is for the local argv.
 
-One task per node. Each task runs `python -m worker.slurm.node`, which waits for the attempt the worker
-wrote for Slurm's restart count, builds that node's torchrun command (c10d rendezvous on the allocation's
-first node, the sandbox around a job with user code) and becomes it. The script is the same for every
-attempt, since Slurm runs it again as it is when it requeues the job.
+One task per node. Each task runs `python -m worker.executors.slurm.node`, which waits for the attempt the
+worker wrote for Slurm's restart count, builds that node's torchrun command (c10d rendezvous on the
+allocation's first node, the sandbox around a job with user code) and becomes it. The script is the same for
+every attempt, since Slurm runs it again as it is when it requeues the job.
 """
 
 from __future__ import annotations
@@ -95,7 +95,7 @@ def batch_script(
         *("srun", "--ntasks-per-node=1", f"--cpus-per-task={cpus_per_task(plan, settings)}"),
         "--kill-on-bad-exit=1",
     ]
-    node = [python, "-m", "worker.slurm.node", "--job", str(job_id)]
+    node = [python, "-m", "worker.executors.slurm.node", "--job", str(job_id)]
     return "\n".join(
         [
             "#!/bin/bash",

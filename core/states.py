@@ -64,7 +64,7 @@ ALLOWED: dict[JobStatus, frozenset[JobStatus]] = {
             JobStatus.PRUNED,
         }
     ),
-    # Slurm restarts a job by queueing it again, to wait for nodes (worker/slurm/follow.py).
+    # Slurm restarts a job by queueing it again, to wait for nodes (worker/executors/slurm/follow.py).
     JobStatus.RESTARTING: frozenset(
         {JobStatus.STARTING, JobStatus.QUEUED, JobStatus.FAILED, JobStatus.CANCELLING}
     ),

@@ -12,33 +12,14 @@ import logging
 import threading
 from types import TracebackType
 
-from sqlalchemy import update
-from sqlalchemy.orm import Session
-
 from core.config import get_settings
 from core.db import session_scope
-from core.models import Job, utcnow
-from core.states import JobStatus
+from core.models import utcnow
+from worker.attempts.ends import own
 from worker.nodes import NodeTask, beat_node
 from worker.telemetry import JobMeter
 
 log = logging.getLogger(__name__)
-
-# The states in which a job's current attempt belongs to the worker that claimed it.
-OWNED = (JobStatus.STARTING, JobStatus.RUNNING, JobStatus.CANCELLING, JobStatus.PREEMPTING)
-
-
-def own(session: Session, job_id: int, attempt: int, node: NodeTask | None = None) -> bool:
-    """Heartbeat the job if this attempt still owns it; the write also locks the row for the rest of the
-    transaction (SQLite: the database), so a reaper or a cancel cannot slip in between check and change."""
-    result = session.execute(
-        update(Job)
-        .where(Job.id == job_id, Job.attempt == attempt, Job.status.in_(OWNED))
-        .values(heartbeat_at=utcnow())
-    )
-    if node is not None:
-        beat_node(session, node)
-    return result.rowcount == 1  # type: ignore[attr-defined]
 
 
 class Heartbeat:
@@ -66,7 +47,8 @@ class Heartbeat:
         while True:
             try:
                 with session_scope() as session:  # blocks only on the database's own lock
-                    owned = own(session, self.node.job_id, self.node.attempt, self.node)
+                    owned = own(session, self.node.job_id, self.node.attempt)
+                    beat_node(session, self.node)
                 if owned:
                     meter.beat(utcnow())
             except Exception:  # a locked or unreachable database: one failed beat must not end them all

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import os
 from collections import Counter
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from sqlalchemy import ColumnElement, Select, delete, func, or_, select, update
+from sqlalchemy import ColumnElement, Select, delete, or_, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -15,12 +14,13 @@ from core.config import get_settings
 from core.db import session_scope
 from core.doorbell import ring_unless_pending
 from core.hosts import freshest_per_host, gpu_indices, live_hosts
-from core.models import GpuLease, Job, JobEvent, JobNode, Worker, as_utc, utcnow
+from core.models import GpuLease, Job, JobNode, Worker, utcnow
 from core.queue_order import START_ORDER
 from core.states import ACTIVE, JobStatus
 from core.transitions import move
 from jobspec.plan import Plan
 from jobspec.startup import Mark
+from worker.attempts.starting import begin_attempt, worker_id
 from worker.placement import (
     HostView,
     NodeChoice,
@@ -31,7 +31,6 @@ from worker.placement import (
     wants_gpus,
 )
 from worker.preempt import PreemptRaced, preempt_for
-from worker.tail import add_marks
 
 WAITING_FOR_GPUS = "waiting_for_gpus"
 WAITING_FOR_CORES = "waiting_for_cores"
@@ -56,10 +55,6 @@ class Claim:
     def gpu_ids(self) -> list[int]:
         """Node 0's GPUs: all of them for a one-host job."""
         return self.nodes[0].gpu_ids if self.nodes else []
-
-
-def worker_id() -> str:
-    return f"{get_settings().hostname}:{os.getpid()}"
 
 
 def host_views(session: Session) -> list[HostView]:
@@ -171,28 +166,17 @@ def _try_claim(job_id: int) -> Claim:
         _set_waiting(job_id, wait, WAITING_FOR_GPUS if wants_gpus(plan) else WAITING_FOR_CORES)
         return Claim(job_id, ClaimOutcome.WAITING)
     with session_scope() as session:
-        now = utcnow()
-        if not move(
-            session,
-            job_id,
-            JobStatus.QUEUED,
-            JobStatus.STARTING,
-            message=f"placed by worker {worker_id()} on {_where(nodes)}",
-            attempt=Job.attempt + 1,
-            host=nodes[0].host,
-            worker_id=worker_id(),
-            gpu_ids=nodes[0].gpu_ids,
-            started_at=now,
-            heartbeat_at=now,
-            running_at=None,
-        ):
+        message = f"placed by worker {worker_id()} on {_where(nodes)}"
+        claimed = begin_attempt(
+            session, job_id, message, nodes[0].host, (Mark.PLACED,), gpu_ids=nodes[0].gpu_ids
+        )
+        if claimed is None:
             return Claim(job_id, ClaimOutcome.NOT_QUEUED)
         session.add_all(
             GpuLease(host=node.host, gpu_index=gpu, job_id=job_id) for node in nodes for gpu in node.gpu_ids
         )
-        claimed = session.get_one(Job, job_id)  # as move() read it back: the new attempt
         attempt = claimed.attempt
-        add_marks(claimed, {**queued_mark(session, job_id), Mark.PLACED: now.timestamp()})
+        now = utcnow()
         session.execute(delete(JobNode).where(JobNode.job_id == job_id))
         session.add_all(
             JobNode(
@@ -210,25 +194,11 @@ def _try_claim(job_id: int) -> Claim:
     return Claim(job_id, ClaimOutcome.CLAIMED, attempt=attempt, nodes=nodes)
 
 
-def queued_mark(session: Session, job_id: int) -> dict[Mark, float]:
-    """When the job last entered the queue (submitted, requeued, retried); none for a row made otherwise."""
-    entered = select(func.max(JobEvent.at)).where(
-        JobEvent.job_id == job_id, JobEvent.to_status == JobStatus.QUEUED
-    )
-    at = session.scalar(entered)
-    return {} if at is None else {Mark.QUEUED: as_utc(at).timestamp()}
-
-
 def _where(nodes: list[NodeChoice]) -> str:
     return ", ".join(
         f"{node.host} GPUs [{', '.join(map(str, node.gpu_ids))}]" if node.gpu_ids else f"{node.host} CPU"
         for node in nodes
     )
-
-
-def release_leases(session: Session, job_id: int) -> None:
-    """Every host's GPUs of the job: its nodes start and end together."""
-    session.execute(delete(GpuLease).where(GpuLease.job_id == job_id))
 
 
 def _queued(*where: ColumnElement[bool]) -> Select[tuple[int]]:

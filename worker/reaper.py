@@ -11,7 +11,7 @@ import threading
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from sqlalchemy import ColumnElement, and_, func, or_, select, update
+from sqlalchemy import ColumnElement, and_, or_, select, update
 
 from core.clock import as_utc
 from core.config import get_settings
@@ -19,10 +19,12 @@ from core.db import session_scope
 from core.models import Job, JobEvent, JobNode, Worker, utcnow
 from core.states import JobStatus
 from core.transitions import move, move_from_any
+from worker.attempts.ends import OWNED, release_leases
+from worker.attempts.pending import fail_pending_timeouts
+from worker.attempts.starting import worker_id
 from worker.gpus import host_gpus
-from worker.heartbeat import OWNED
 from worker.kill import kill_job, mark_for
-from worker.leases import release_leases, ring_waiting_jobs, worker_id
+from worker.leases import ring_waiting_jobs
 
 log = logging.getLogger(__name__)
 
@@ -137,34 +139,6 @@ def recover_lost_jobs(now: datetime, report: ReapReport) -> None:
             report.cancelled.append(job_id)
 
 
-def fail_pending_timeouts(now: datetime, report: ReapReport) -> None:
-    """Fail queued jobs that waited past spec.limits.max_pending_s since they last became queued."""
-    requeued_at = (
-        select(JobEvent.job_id, func.max(JobEvent.at).label("at"))
-        .where(JobEvent.to_status == JobStatus.QUEUED)
-        .group_by(JobEvent.job_id)
-        .subquery()
-    )
-    with session_scope() as session:
-        rows = session.execute(
-            select(Job.id, Job.spec, Job.created_at, Job.message, requeued_at.c.at)
-            .outerjoin(requeued_at, requeued_at.c.job_id == Job.id)
-            .where(Job.status == JobStatus.QUEUED)
-        ).all()
-        for job_id, spec, created_at, last_message, requeued in rows:
-            limit = (spec.get("limits") or {}).get("max_pending_s")
-            since = max(as_utc(created_at), as_utc(requeued)) if requeued else as_utc(created_at)
-            if limit is None or now - since <= timedelta(seconds=limit):
-                continue
-            message = f"waited in the queue past limits.max_pending_s={limit}"
-            if last_message:
-                message += f" ({last_message})"
-            if move(
-                session, job_id, JobStatus.QUEUED, JobStatus.FAILED, reason="pending_timeout", message=message
-            ):
-                report.pending_timeouts.append(job_id)
-
-
 def _unclaimed_since(cutoff: datetime) -> tuple[ColumnElement[bool], ...]:
     """A queued job that nothing has claimed since `cutoff`: queued before it, and not requeued after it."""
     requeued = (
@@ -196,7 +170,7 @@ def reap(rings: Rings, now: datetime | None = None) -> ReapReport:
     now = now or utcnow()
     report = ReapReport()
     recover_lost_jobs(now, report)
-    fail_pending_timeouts(now, report)
+    report.pending_timeouts = fail_pending_timeouts(now)
     ring_if_it_helps(now, rings, report)
     if report.requeued or report.cancelled or report.pending_timeouts:
         log.info("reaped: %s", report)

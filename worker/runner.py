@@ -25,23 +25,25 @@ from core.models import Job, JobNode, utcnow
 from core.project import PROJECT_ROOT
 from core.sandbox import Sandbox, confine
 from core.states import JobStatus
-from jobspec.events import EVENTS_FILE, LAUNCHER_LOG, LOG_DIR, PhaseEvent, StartupEvent, WarningEvent
+from jobspec.events import LAUNCHER_LOG, LOG_DIR
 from jobspec.plan import Plan, RunConfig
 from jobspec.spec import JobSpec
 from jobspec.startup import Mark
+from worker.attempts.ends import CANCELLED, Outcome, finish
+from worker.attempts.events import catch_up
+from worker.attempts.starting import worker_id
 from worker.disk import disk_limit
 from worker.heartbeat import Heartbeat
 from worker.kill import JobMark, kill_job, mark_for
-from worker.leases import claim_next, worker_id
-from worker.metric_caps import MetricCounts
+from worker.leases import claim_next
 from worker.nodes import NodeTask, claim_launch, dispatch_other_nodes, meet
 from worker.resume import leased_plan
 from worker.rundir import append_no_follow, prepare_run_dir, set_aside_stale
 from worker.sandbox import check_starts, close_sandbox, is_sandboxed, job_bundle, sandbox_for
 from worker.standby import WarmLauncher
 from worker.standby_factory import JobProcess
-from worker.supervise import CANCELLED, Outcome, RunningJob, Supervisor, finish, ring_others
-from worker.tail import EventTail, add_marks, apply_events
+from worker.supervise import RunningJob, Supervisor, ring_others
+from worker.tail import add_marks
 from worker.uploads import Uploads
 
 log = logging.getLogger(__name__)
@@ -110,29 +112,6 @@ def launch_or_finish(task: NodeTask, settings: Settings, uploads: Uploads) -> Ru
     if running is None and finish(job_id, task.attempt, CANCELLED):
         ring_others()
     return running
-
-
-def catch_up(job_id: int, run_dir: Path, uploads: Uploads, settings: Settings) -> EventTail:
-    """Record what earlier attempts wrote after their worker died (their processes train on until the reaper
-    stops them: checkpoints come and go), so the next attempt resumes from a checkpoint that still exists.
-
-    Re-reading is idempotent; only phase, start-up and warning events are skipped, as they speak of an
-    earlier attempt. Returns a tail at the end of the file, for this attempt's events, once their checkpoints
-    are stored (or upload_drain_s has passed, and the attempt resumes from an older one).
-    """
-    tail = EventTail(run_dir / EVENTS_FILE)
-    counts = MetricCounts.from_settings()  # counted once, not per batch
-    while True:
-        start = tail.offset
-        events = [
-            event for event in tail.read() if not isinstance(event, PhaseEvent | StartupEvent | WarningEvent)
-        ]
-        if events:
-            with session_scope() as session:
-                apply_events(session, job_id, events, uploads, counts)
-        if tail.offset == start:
-            uploads.settle(settings.upload_drain_s)
-            return tail
 
 
 def _start_if_starting(

@@ -9,31 +9,26 @@ import logging
 import threading
 from dataclasses import dataclass, replace
 from datetime import datetime
-from pathlib import Path
 
-from sqlalchemy import func, select
 from sqlalchemy.exc import SQLAlchemyError
-from sqlalchemy.orm import Session
 
 from core.config import get_settings
 from core.db import session_scope
 from core.doorbell import enqueue_job
-from core.models import Job, JobEvent, utcnow
+from core.models import Job, utcnow
 from core.states import JobStatus
-from core.transitions import move, move_from_any
+from core.transitions import move
 from jobspec.startup import Mark
-from worker.deadline import look
+from worker.attempts.deadline import look, past_deadline
+from worker.attempts.ends import CANCELLED, Outcome, exit_outcome, finish, own, restarts_used
+from worker.attempts.events import AttemptEvents
 from worker.disk import DiskLimit, DiskWatch
-from worker.failure import classify_failure, root_cause
-from worker.heartbeat import own
 from worker.kill import JobMark, kill_job
-from worker.leases import release_leases, ring_waiting_jobs
-from worker.metric_caps import MetricCounts
+from worker.leases import ring_waiting_jobs
 from worker.nodes import NodeTask, next_attempt_of_nodes, unfinished_after
 from worker.preempt import PREEMPTED_REASON
-from worker.pruning import TrialPruning
 from worker.standby_factory import JobProcess
-from worker.tail import EventTail, add_marks, pump
+from worker.tail import EventTail, add_marks
 from worker.uploads import Uploads
 
 log = logging.getLogger(__name__)
@@ -43,16 +38,6 @@ TICK_S = 0.5
 # sweep gave up, and a tiny trial runs hundreds of steps in a tick.
 PRUNED_TICK_S = 0.1
 
-
-@dataclass(frozen=True)
-class Outcome:
-    status: JobStatus
-    reason: str
-    message: str
-    retryable: bool = False  # a failure a restart from the latest checkpoint may get past
-
-
-CANCELLED = Outcome(JobStatus.CANCELLED, "cancelled", "cancelled on request; its processes were stopped")
 REQUEUED = Outcome(JobStatus.QUEUED, "worker_shutdown", "its worker shut down; requeued to resume elsewhere")
 PREEMPTED = Outcome(
     JobStatus.QUEUED,
@@ -78,55 +63,6 @@ class RunningJob:
     @property
     def node(self) -> NodeTask:
         return NodeTask(self.job_id, self.attempt, self.node_rank)
-
-
-def exit_outcome(run_dir: Path, code: int) -> Outcome:
-    if code == 0:
-        return Outcome(JobStatus.SUCCEEDED, "completed", "training finished")
-    kind = classify_failure(run_dir, code)
-    return Outcome(JobStatus.FAILED, kind, root_cause(run_dir, code), retryable=kind.retryable)
-
-
-def finish(job_id: int, attempt: int, outcome: Outcome) -> bool:
-    """Record the end of this attempt and free its GPUs on every host in one transaction; False if it was not
-    ours, or if a cancel on request found it not being cancelled (a repeated message: nothing moves then)."""
-    with session_scope() as session:
-        if not own(session, job_id, attempt):
-            return False
-        # A cancel on request wins over however the processes ended meanwhile, and ends nothing else.
-        on_request = outcome.status is JobStatus.CANCELLED and outcome.reason == CANCELLED.reason
-        moved = end_cancel(session, job_id) or (not on_request and end_as(session, job_id, outcome))
-        if moved:
-            release_leases(session, job_id)
-    return moved
-
-
-def end_as(session: Session, job_id: int, outcome: Outcome) -> bool:
-    """An attempt that runs, ended as the outcome says. One cancelled from outside (Slurm's scancel) passes
-    through cancelling, as every cancel of a started job does, in the same transaction."""
-    said = {"reason": outcome.reason, "message": outcome.message}
-    to = JobStatus.CANCELLING if outcome.status is JobStatus.CANCELLED else outcome.status
-    ends = [JobStatus.RUNNING, JobStatus.STARTING, JobStatus.PREEMPTING]
-    if move_from_any(session, job_id, ends, to, **said) is None:
-        return False
-    return to is outcome.status or move(session, job_id, to, outcome.status, **said)
-
-
-def end_cancel(session: Session, job_id: int) -> bool:
-    """cancelling -> cancelled, once the job's processes are gone; False when it was not being cancelled."""
-    return move(
-        session,
-        job_id,
-        JobStatus.CANCELLING,
-        JobStatus.CANCELLED,
-        reason=CANCELLED.reason,
-        message=CANCELLED.message,
-    )
-
-
-def restarts_used(session: Session, job_id: int) -> int:
-    query = select(func.count()).where(JobEvent.job_id == job_id, JobEvent.to_status == JobStatus.RESTARTING)
-    return session.scalar(query) or 0
 
 
 def begin_restart(job: RunningJob, outcome: Outcome) -> int | None:
@@ -191,17 +127,12 @@ class Supervisor:
         self.settings = get_settings()
         self.next_attempt: int | None = None
         self.disk = DiskWatch(job.mark.run_dir, job.max_disk)
-        self.metric_counts = MetricCounts.from_settings()  # read from the table at the first batch only
-        # A sweep's trial, judged by its pruner where its events are tailed (node 0).
-        self.pruning = TrialPruning.for_job(job.job_id) if job.tail is not None else None
-        # Judged at the first tick (a verdict kept from an earlier attempt) and after new events, not every
-        # tick: a pruned trial's supervisor ticks often.
-        self.judge_next = True
+        self.events = AttemptEvents(job.job_id, job.tail, uploads)  # node 0's; the others' read nothing
 
     def run(self) -> int | None:
         """Supervise until the attempt ends; the attempt to launch next when it ended in a restart."""
         try:
-            tick_s = TICK_S if self.pruning is None else PRUNED_TICK_S
+            tick_s = TICK_S if self.events.pruning is None else PRUNED_TICK_S
             with self.disk:
                 while not self._tick():
                     self.stop.wait(tick_s)
@@ -215,7 +146,7 @@ class Supervisor:
         """One look at the job; True once this supervisor is done with it."""
         job = self.job
         try:
-            self.judge_next |= self._pump()
+            self.events.pump()
             seen = look(job)
             if seen is None:
                 log.warning("job %s attempt %s is no longer ours; stopping it", job.job_id, job.attempt)
@@ -229,14 +160,8 @@ class Supervisor:
                 # One that finished meanwhile keeps its success rather than running again.
                 done = job.process.poll() == 0
                 return self._end(exit_outcome(job.mark.run_dir, 0) if done else PREEMPTED)
-            if self.pruning is not None and self.judge_next:
-                why = self.pruning.verdict()  # a database error leaves judge_next set: judged again next tick
-                self.judge_next = False
-                if why is not None:
-                    return self._end(Outcome(JobStatus.PRUNED, "pruned", why))
-            if seen.deadline is not None and utcnow() >= seen.deadline:
-                limit = f"ran past limits.max_runtime_s={job.max_runtime_s}"
-                return self._end(Outcome(JobStatus.TIMED_OUT, "max_runtime", limit))
+            if (stop := self.events.pruned() or past_deadline(seen, job)) is not None:
+                return self._end(stop)
             if (full := self.disk.exceeded()) is not None:
                 return self._end(Outcome(JobStatus.FAILED, "disk_limit", full))
             code = job.process.poll()
@@ -246,12 +171,6 @@ class Supervisor:
             # A locked or unreachable database: keep the job running and try again next tick.
             log.exception("job %s: database error while supervising", job.job_id)
         return False
-
-    def _pump(self, *, drain: bool = False) -> bool:
-        """Move new events into SQL (node 0; the other nodes leave the shared file to it); True if any."""
-        if self.job.tail is None:
-            return False
-        return pump(self.job.tail, self.job.job_id, self.uploads, self.metric_counts, drain=drain)
 
     def _stop_processes(self, grace_s: float) -> None:
         kill_job(self.job.mark, grace_s, group=self.job.process.pid)
@@ -264,7 +183,7 @@ class Supervisor:
         # still short of it then is killed and resumes from its checkpoint before.
         preempted = outcome is PREEMPTED
         self._stop_processes(self.settings.preempt_grace_s if preempted else self.settings.cancel_grace_s)
-        self._pump(drain=True)  # the checkpoints written up to the end, which a restart resumes from
+        self.events.pump(drain=True)  # the checkpoints written up to the end, which a restart resumes from
         # Stored before the job is seen to end: a restart resumes from the newest checkpoint, and a reader's
         # eof means the full log. The heartbeat goes on meanwhile.
         self.uploads.settle(self.settings.upload_drain_s)

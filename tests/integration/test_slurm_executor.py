@@ -23,7 +23,7 @@ from tests.integration.test_program_e2e import push
 from tests.integration.test_user_code_lifecycle import factories
 from tests.integration.trainer_helpers import train
 from tests.unit.core.test_webhook_outbox import SECRET, Receiver
-from worker.slurm.outcomes import SLURM_CANCELLED
+from worker.executors.slurm.outcomes import SLURM_CANCELLED
 
 pytestmark = pytest.mark.own_services
 

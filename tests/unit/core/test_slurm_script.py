@@ -73,7 +73,7 @@ def test_a_two_node_cpu_job_script_is_exact() -> None:
             "set -eu",
             "cd /srv/trainyard",
             "exec srun --ntasks-per-node=1 --cpus-per-task=2 --kill-on-bad-exit=1 "
-            "/venv/bin/python -m worker.slurm.node --job 7",
+            "/venv/bin/python -m worker.executors.slurm.node --job 7",
             "",
         ]
     )
@@ -135,7 +135,7 @@ def test_the_srun_line_runs_one_node_task_per_node() -> None:
     srun = [line for line in script.splitlines() if "srun" in line]
     assert len(srun) == 1
     assert srun[0].startswith("exec srun --ntasks-per-node=1 ")
-    assert srun[0].endswith(f"{PYTHON} -m worker.slurm.node --job 7")
+    assert srun[0].endswith(f"{PYTHON} -m worker.executors.slurm.node --job 7")
 
 
 def test_a_project_path_with_a_space_is_quoted_for_the_shell() -> None:

@@ -13,7 +13,7 @@ import pytest
 from core.models import utcnow
 from core.states import JobStatus
 from jobspec.startup import Mark
-from worker.deadline import look, runtime_deadline
+from worker.attempts.deadline import look, runtime_deadline
 from worker.kill import mark_for
 from worker.supervise import RunningJob
 

@@ -13,9 +13,9 @@ from core.db import session_scope
 from core.models import GpuLease, JobEvent
 from core.states import JobStatus
 from core.transitions import move
+from worker.attempts.ends import CANCELLED, Outcome, finish
+from worker.executors.slurm.outcomes import SLURM_CANCELLED
 from worker.leases import claim_job
-from worker.slurm.outcomes import SLURM_CANCELLED
-from worker.supervise import CANCELLED, Outcome, finish
 
 if TYPE_CHECKING:
     from tests.unit.worker_fixtures import WorkerDb

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from worker.slurm import commands
-from worker.slurm.commands import SlurmError, SlurmJob, parse_jobs
+from worker.executors.slurm import commands
+from worker.executors.slurm.commands import SlurmError, SlurmJob, parse_jobs
 
 
 def shown(

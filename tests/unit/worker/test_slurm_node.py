@@ -16,9 +16,9 @@ from core.slurm_script import BATCH_LOG, slurm_folder
 from jobspec.files import JobFileRefused
 from jobspec.plan import RunConfig, resolve_plan
 from jobspec.spec import JobSpec
-from worker.slurm.attempts import NodeAttempt, attempt_file, wait_for_attempt, write_attempt
-from worker.slurm.node import allocated_cpus, allocated_gpus, main, node_command, rendezvous
-from worker.slurm.outcomes import node_error
+from worker.executors.slurm.attempts import NodeAttempt, attempt_file, wait_for_attempt, write_attempt
+from worker.executors.slurm.node import allocated_cpus, allocated_gpus, main, node_command, rendezvous
+from worker.executors.slurm.outcomes import node_error
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -162,7 +162,8 @@ def test_the_node_never_writes_through_a_launcher_log_the_ranks_planted(tmp_path
     target.write_text("untouched\n")
     (run_dir / "logs" / "launcher.log").symlink_to(target)
     script = (
-        "from pathlib import Path; from core.launch import Launch; from worker.slurm.node import become; "
+        "from pathlib import Path; from core.launch import Launch; "
+        "from worker.executors.slurm.node import become; "
         f"become(Launch(['echo', 'written'], {{}}), Path({str(run_dir)!r}), 'header\\n')"
     )
     done = subprocess.run(

@@ -12,11 +12,11 @@ import pytest
 
 from core.states import JobStatus
 from tests.unit.worker.test_slurm_commands import fake
+from worker.attempts.ends import Outcome, exit_outcome
+from worker.executors.slurm.attempts import node_error_mark
+from worker.executors.slurm.commands import SlurmJob
+from worker.executors.slurm.outcomes import ENDED, SLURM_CANCELLED, WAITING, ended, node_error
 from worker.failure import USER_CODE_MARKER, FailureKind
-from worker.slurm.attempts import node_error_mark
-from worker.slurm.commands import SlurmJob
-from worker.slurm.outcomes import ENDED, SLURM_CANCELLED, WAITING, ended, node_error
-from worker.supervise import Outcome, exit_outcome
 
 
 def slurm(state: str, exit_code: int = 0) -> SlurmJob:

@@ -1,6 +1,6 @@
 """The Slurm executor's one thread in the worker on the login node: each tick it submits the queued jobs
 Slurm has not seen, reads every job's Slurm state in one `scontrol` call, and moves each Trainyard job to
-match, tailing the events of those that run through the same readers as a local supervisor.
+match, tailing the events of those that run through the same pieces as the local executor (worker/attempts/).
 
 Nothing here places a job or orders the queue: Slurm does (its priority, fair share and preemption)."""
 
@@ -9,7 +9,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from dataclasses import dataclass, field
+from contextlib import ExitStack
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
@@ -22,22 +23,19 @@ from core.models import Job, utcnow
 from core.slurm_script import BATCH_LOG, nice, slurm_folder
 from core.states import TERMINAL, JobStatus
 from jobspec.spec import JobSpec
-from worker.deadline import look
-from worker.metric_caps import MetricCounts
-from worker.pruning import TrialPruning
-from worker.reaper import ReapReport, fail_pending_timeouts
-from worker.runner import catch_up
-from worker.slurm import commands, endings, outcomes
-from worker.slurm.commands import SlurmError, SlurmJob
-from worker.slurm.handover import (
+from worker.attempts.deadline import look, past_deadline
+from worker.attempts.ends import CANCELLED, Outcome, finish
+from worker.attempts.events import AttemptEvents, catch_up
+from worker.attempts.pending import fail_pending_timeouts
+from worker.executors.slurm import commands, endings, outcomes
+from worker.executors.slurm.commands import SlurmError, SlurmJob
+from worker.executors.slurm.handover import (
     SLURM_PENDING,
-    begin_attempt,
     pending_message,
+    slurm_runs,
     submit_queued,
     write_for_nodes,
 )
-from worker.supervise import CANCELLED, Outcome, finish
-from worker.tail import EventTail, pump
 from worker.uploads import Uploads
 
 log = logging.getLogger(__name__)
@@ -52,20 +50,18 @@ FOLLOWED = (JobStatus.QUEUED, JobStatus.STARTING, JobStatus.RUNNING, JobStatus.C
 
 @dataclass
 class Followed:
-    """An attempt Slurm runs, as the worker follows it (worker/deadline.py's Attempt)."""
+    """An attempt Slurm runs, as the worker follows it (worker/attempts/deadline.py's Attempt)."""
 
     job_id: int
     slurm_id: int
     attempt: int
     restarts: int  # Slurm's restart count this attempt runs as
     run_dir: Path
-    tail: EventTail
-    uploads: Uploads
+    events: AttemptEvents
+    uploads: ExitStack  # the attempt's uploads, closed when it ends (worker/uploads.py)
     started_at: datetime | None
     max_runtime_s: int | None
     max_restarts: int
-    pruning: TrialPruning | None
-    counts: MetricCounts = field(default_factory=MetricCounts.from_settings)
     stopping: Outcome | None = None  # asked to stop (cancel, time limit, pruned): how it then ends
     stop_sent: float = 0.0  # monotonic time of the SIGTERM
     killed: bool = False
@@ -89,14 +85,14 @@ class Follower(threading.Thread):
             self.wake.wait(self.settings.slurm_poll_s)
             self.wake.clear()
         for followed in self.followed.values():  # the jobs run on in Slurm; a new worker follows them again
-            followed.uploads.close()
+            followed.events.uploads.close()
 
     def tick(self) -> None:
         now = time.monotonic()
         if now - self.pending_checked >= self.settings.heartbeat_s:
             # limits.max_pending_s, at the local reaper's pace; the Slurm job of a job failed so is cancelled
             # below with the other strays.
-            fail_pending_timeouts(utcnow(), ReapReport())
+            fail_pending_timeouts(utcnow())
             self.pending_checked = now
         submit_queued(self.settings)
         slurm = commands.show_jobs()
@@ -127,7 +123,7 @@ class Follower(threading.Thread):
                 self._start(row, slurm)
             return
         followed = self.followed.get(row.id) or self._follow_again(row)
-        pump(followed.tail, followed.job_id, followed.uploads, followed.counts)
+        followed.events.pump()
         if slurm is None:
             self._end(
                 followed, Outcome(JobStatus.FAILED, "slurm_lost", f"Slurm job {followed.slurm_id} is gone")
@@ -155,7 +151,7 @@ class Follower(threading.Thread):
             )
 
     def _start(self, row: Row, slurm: SlurmJob) -> None:
-        attempt = begin_attempt(row.id, slurm)
+        attempt = slurm_runs(row.id, slurm)
         if attempt is None:
             return
         try:
@@ -169,7 +165,8 @@ class Follower(threading.Thread):
         log.info("job %s: attempt %s runs as Slurm job %s", row.id, attempt, slurm.job_id)
 
     def _followed(self, row: Row, slurm_id: int, attempt: int, restarts: int, run_dir: Path) -> Followed:
-        uploads = Uploads(row.id, run_dir, launcher_log=True).__enter__()
+        closing = ExitStack()
+        uploads = closing.enter_context(Uploads(row.id, run_dir, launcher_log=True))
         limits = JobSpec.model_validate(row.spec).limits
         with session_scope() as session:
             started_at = session.scalar(select(Job.started_at).where(Job.id == row.id))
@@ -179,12 +176,11 @@ class Follower(threading.Thread):
             attempt=attempt,
             restarts=restarts,
             run_dir=run_dir,
-            tail=catch_up(row.id, run_dir, uploads, self.settings),
-            uploads=uploads,
+            events=AttemptEvents(row.id, catch_up(row.id, run_dir, uploads, self.settings), uploads),
+            uploads=closing,
             started_at=started_at,
             max_runtime_s=limits.max_runtime_s,
             max_restarts=limits.max_restarts,
-            pruning=TrialPruning.for_job(row.id),
         )
 
     def _follow_again(self, row: Row) -> Followed:
@@ -207,11 +203,8 @@ class Follower(threading.Thread):
             return
         if seen.status is JobStatus.CANCELLING:
             self._ask_to_stop(followed, CANCELLED)
-        elif followed.pruning is not None and (why := followed.pruning.verdict()) is not None:
-            self._ask_to_stop(followed, Outcome(JobStatus.PRUNED, "pruned", why))
-        elif seen.deadline is not None and utcnow() >= seen.deadline:
-            limit = f"ran past limits.max_runtime_s={followed.max_runtime_s}"
-            self._ask_to_stop(followed, Outcome(JobStatus.TIMED_OUT, "max_runtime", limit))
+        elif (stop := followed.events.pruned() or past_deadline(seen, followed)) is not None:
+            self._ask_to_stop(followed, stop)
 
     def _ask_to_stop(self, followed: Followed, outcome: Outcome) -> None:
         commands.signal_steps(followed.slurm_id, "TERM")
@@ -221,8 +214,8 @@ class Follower(threading.Thread):
 
     def _settle(self, followed: Followed) -> None:
         """The attempt's last events in SQL, its checkpoints among them, and its uploads closed."""
-        pump(followed.tail, followed.job_id, followed.uploads, followed.counts, drain=True)
-        followed.uploads.close(self.settings.upload_drain_s)
+        followed.events.pump(drain=True)
+        followed.uploads.close()  # waits up to upload_drain_s for what is queued
         self.followed.pop(followed.job_id, None)
 
     def _requeued(self, followed: Followed, slurm: SlurmJob) -> None:

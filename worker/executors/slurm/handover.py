@@ -13,26 +13,24 @@ from sqlalchemy import select, update
 
 from core.config import Settings
 from core.db import session_scope
-from core.models import Job, utcnow
-from core.project import PROJECT_ROOT
+from core.models import Job
 from core.queue_order import START_ORDER
 from core.slurm_script import batch_script, slurm_folder
 from core.states import JobStatus
-from core.transitions import move
 from jobspec.plan import Plan, RunConfig
 from jobspec.spec import JobSpec
 from jobspec.startup import Mark
-from worker.leases import queued_mark, worker_id
+from worker.attempts.ends import Outcome
+from worker.attempts.starting import begin_attempt
+from worker.executors.slurm import commands, endings
+from worker.executors.slurm.attempts import NodeAttempt, write_attempt
+from worker.executors.slurm.commands import SlurmJob
 from worker.resume import leased_plan
 from worker.rundir import prepare_run_dir, set_aside_stale
 from worker.sandbox import is_sandboxed, job_bundle
-from worker.slurm import commands, endings
-from worker.slurm.attempts import NodeAttempt, write_attempt
-from worker.slurm.commands import SlurmJob
-from worker.supervise import Outcome
-from worker.tail import add_marks
 
 log = logging.getLogger(__name__)
+PROJECT_ROOT = Path(__file__).resolve().parents[3]
 SLURM_PENDING = "slurm_pending"
 
 
@@ -90,32 +88,20 @@ class Started:
     spec: JobSpec
 
 
-def begin_attempt(job_id: int, slurm: SlurmJob) -> int | None:
-    """queued -> starting as the next attempt, now that Slurm runs it; the attempt, or None if the job left
-    the queue meanwhile (a cancel)."""
+def slurm_runs(job_id: int, slurm: SlurmJob) -> int | None:
+    """queued -> starting as the next attempt, now that Slurm runs it (placed and launched at once); the
+    attempt, or None if the job left the queue meanwhile (a cancel)."""
+    message = f"Slurm job {slurm.job_id} runs on {slurm.nodes or slurm.batch_host}"
     with session_scope() as session:
-        now = utcnow()
-        if not move(
+        job = begin_attempt(
             session,
             job_id,
-            JobStatus.QUEUED,
-            JobStatus.STARTING,
-            message=f"Slurm job {slurm.job_id} runs on {slurm.nodes or slurm.batch_host}",
-            attempt=Job.attempt + 1,
-            host=slurm.batch_host,
-            worker_id=worker_id(),
-            started_at=now,
-            heartbeat_at=now,
-            running_at=None,
+            message,
+            slurm.batch_host,
+            (Mark.PLACED, Mark.LAUNCHED),
             slurm_restarts=slurm.restarts,
-        ):
-            return None
-        job = session.get_one(Job, job_id)
-        add_marks(
-            job,
-            {**queued_mark(session, job_id), Mark.PLACED: now.timestamp(), Mark.LAUNCHED: now.timestamp()},
         )
-        return job.attempt
+        return None if job is None else job.attempt
 
 
 def write_for_nodes(job_id: int, attempt: int, restarts: int, settings: Settings) -> Started:

@@ -1,4 +1,5 @@
-"""limits.max_runtime_s: when an attempt runs out of time, read from SQL so that every node of it agrees."""
+"""limits.max_runtime_s: when an attempt runs out of time, read from SQL so that every node of it agrees, and
+what the job then ends as, whichever executor runs it."""
 
 from __future__ import annotations
 
@@ -10,15 +11,16 @@ from sqlalchemy import select
 
 from core.clock import as_utc
 from core.db import session_scope
-from core.models import Job
+from core.models import Job, utcnow
 from core.states import JobStatus
 from jobspec.startup import Mark
-from worker.heartbeat import OWNED
+from worker.attempts.ends import OWNED, Outcome
 from worker.tail import attempt_marks
 
 
 class Attempt(Protocol):
-    """What the deadline needs of a running attempt (worker/supervise.py's RunningJob is one)."""
+    """What the deadline needs of a running attempt (the local executor's RunningJob and the Slurm executor's
+    Followed are two)."""
 
     @property
     def job_id(self) -> int: ...
@@ -66,3 +68,10 @@ def look(job: Attempt) -> Look | None:
     launched = attempt_marks(row.timings, job.attempt).get(Mark.LAUNCHED)
     deadline = runtime_deadline(job.started_at, job.max_runtime_s, launched, row.running_at)
     return Look(JobStatus(row.status), deadline)
+
+
+def past_deadline(seen: Look, job: Attempt) -> Outcome | None:
+    """How the attempt ends once it ran past its deadline; None while it has time left."""
+    if seen.deadline is None or utcnow() < seen.deadline:
+        return None
+    return Outcome(JobStatus.TIMED_OUT, "max_runtime", f"ran past limits.max_runtime_s={job.max_runtime_s}")

@@ -1,7 +1,8 @@
 """What a Slurm job's state means for the Trainyard job: still waiting, running, or ended and how.
 
 The ranks write the same run directory as local ones, so an exit is classified as locally
-(worker/failure.py); Slurm's own ends (its time limit, a node lost, its memory limit) are named as such."""
+(worker/attempts/ends.py::exit_outcome); Slurm's own ends (its time limit, a node lost, its memory limit)
+are named as such."""
 
 from __future__ import annotations
 
@@ -9,10 +10,10 @@ from pathlib import Path
 
 from core.states import JobStatus
 from jobspec.files import JobFileError, open_job_file
-from worker.slurm import commands
-from worker.slurm.attempts import node_error_mark
-from worker.slurm.commands import SlurmJob
-from worker.supervise import Outcome, exit_outcome
+from worker.attempts.ends import Outcome, exit_outcome
+from worker.executors.slurm import commands
+from worker.executors.slurm.attempts import node_error_mark
+from worker.executors.slurm.commands import SlurmJob
 
 # Slurm's states (squeue(1), "JOB STATE CODES") that wait for nodes, whether first or after a requeue.
 WAITING = frozenset({"PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESV_DEL_HOLD"})
@@ -31,8 +32,8 @@ SLURM_CANCELLED = "slurm_cancelled"
 
 
 def node_error(batch_log: Path, restarts: int) -> str | None:
-    """The last error a node's task (worker/slurm/node.py) wrote to the batch log, if any; the log lies in
-    the job's Slurm folder, which no rank can write, and is read with bounds all the same."""
+    """The last error a node's task (node.py) wrote to the batch log, if any; the log lies in the job's Slurm
+    folder, which no rank can write, and is read with bounds all the same."""
     try:
         with open_job_file(batch_log.parent, batch_log.name, None) as opened:
             opened.file.seek(max(0, opened.size - BATCH_LOG_TAIL_BYTES))

@@ -1,7 +1,7 @@
-"""`python -m worker.slurm.node --job ID`: one node's task of a Slurm job (core/slurm_script.py runs it with
-srun, one task per node). It waits for the attempt the worker wrote, builds this node's torchrun command as
-a local worker would (core/launch.py; inside the sandbox when the job runs user code) and becomes it, so that
-Slurm's signals and its accounting reach torchrun and the ranks themselves.
+"""`python -m worker.executors.slurm.node --job ID`: one node's task of a Slurm job (core/slurm_script.py
+runs it with srun, one task per node). It waits for the attempt the worker wrote, builds this node's
+torchrun command as a local worker would (core/launch.py; inside the sandbox when the job runs user code)
+and becomes it, so that Slurm's signals and its accounting reach torchrun and the ranks themselves.
 
 It reads no database: what a node needs is the attempt file and the shared runs directory."""
 
@@ -15,14 +15,14 @@ from pathlib import Path
 
 from core.config import Settings, get_settings
 from core.launch import Launch, Rendezvous, build_launch
-from core.project import PROJECT_ROOT
 from core.sandbox import confine
 from core.slurm_script import slurm_folder
 from jobspec.events import LAUNCHER_LOG, LOG_DIR
+from worker.executors.slurm.attempts import NodeAttempt, node_error_mark, wait_for_attempt
 from worker.rundir import append_no_follow
 from worker.sandbox import check_starts, close_sandbox, job_bundle, sandbox_for
-from worker.slurm.attempts import NodeAttempt, node_error_mark, wait_for_attempt
 
+PROJECT_ROOT = Path(__file__).resolve().parents[3]
 # The rendezvous port on the allocation's first node, from the Slurm job id: the same on every node without
 # a word between them, and different for jobs that share a first node unless their ids are 20,000 apart.
 PORT_BASE, PORT_SPAN = 20000, 20000

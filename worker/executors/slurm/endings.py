@@ -6,9 +6,9 @@ from __future__ import annotations
 from core.db import session_scope
 from core.states import JobStatus
 from core.transitions import move, move_from_any
-from worker.slurm import commands
-from worker.slurm.commands import SlurmJob
-from worker.supervise import Outcome, end_cancel, restarts_used
+from worker.attempts.ends import Outcome, end_cancel, restarts_used
+from worker.executors.slurm import commands
+from worker.executors.slurm.commands import SlurmJob
 
 REQUEUED_REASON = "slurm_requeued"
 RESTART_REASON = "restart"

@@ -18,8 +18,8 @@ ATTEMPT_MAX_BYTES = 1 << 20
 
 
 def node_error_mark(restarts: int) -> str:
-    """How a node task's own error (worker/slurm/node.py) starts in the batch log, for the worker to quote:
-    the log runs on across Slurm's restarts, and only the ended attempt's errors speak of its end."""
+    """How a node task's own error (node.py) starts in the batch log, for the worker to quote: the log runs
+    on across Slurm's restarts, and only the ended attempt's errors speak of its end."""
     return f"trainyard-node (restart {restarts}): "
 
 
