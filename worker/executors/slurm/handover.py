@@ -14,6 +14,7 @@ from sqlalchemy import select, update
 from core.config import Settings
 from core.db import session_scope
 from core.models import Job
+from core.project import PROJECT_ROOT
 from core.queue_order import START_ORDER
 from core.slurm_script import batch_script, slurm_folder
 from core.states import JobStatus
@@ -30,7 +31,6 @@ from worker.rundir import prepare_run_dir, set_aside_stale
 from worker.sandbox import is_sandboxed, job_bundle
 
 log = logging.getLogger(__name__)
-PROJECT_ROOT = Path(__file__).resolve().parents[3]
 SLURM_PENDING = "slurm_pending"
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from core.config import Settings, get_settings
 from core.launch import Launch, Rendezvous, build_launch
+from core.project import PROJECT_ROOT
 from core.sandbox import confine
 from core.slurm_script import slurm_folder
 from jobspec.events import LAUNCHER_LOG, LOG_DIR
@@ -22,7 +23,6 @@ from worker.executors.slurm.attempts import NodeAttempt, node_error_mark, wait_f
 from worker.rundir import append_no_follow
 from worker.sandbox import check_starts, close_sandbox, job_bundle, sandbox_for
 
-PROJECT_ROOT = Path(__file__).resolve().parents[3]
 # The rendezvous port on the allocation's first node, from the Slurm job id: the same on every node without
 # a word between them, and different for jobs that share a first node unless their ids are 20,000 apart.
 PORT_BASE, PORT_SPAN = 20000, 20000
