@@ -1,17 +1,39 @@
 """The README stays a five-minute read whose first-job commands all run, and every relative link of the
-README and the guides leads to a file, and a `#anchor` to a heading in it. The runnable blocks themselves
-run against a real service in tests/integration/test_docs_commands.py."""
+README and the guides leads to a file, and a `#anchor` to a heading in it. What a guide says of the code is
+checked where a machine can: the files and functions it names exist, the settings it names are settings,
+and the webhook events it lists are the ones sent. The runnable blocks themselves run against a real service
+in tests/integration/test_docs_commands.py."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
 
+from core.config import Settings
+from core.webhook_events import EVENT_NAMES
 from tests.doc_blocks import README, ROOT, anchors, doc_files, fenced_blocks, relative_links, section
 
 FIRST_JOBS = ["A first job with curl", "A first job with the CLI", "A first job with your own model"]
 SHELLS = {"sh", "bash", "shell", "console"}
+# A file of the repository in a code span, and a name in it after `::`: `worker/publish.py::resume_file`.
+NAMED_CODE = re.compile(
+    r"`((?:app|bench|core|deploy|examples|jobspec|migrations|tests|trainers|web|worker)/[\w./-]*\w)(?:::(\w+))?"
+)
+SETTING = re.compile(r"\bTRAINYARD_[A-Z0-9_]*[A-Z0-9]")
+# What a guide may name beside the settings: variables that the code, the Makefile or compose read.
+READERS = (
+    "app",
+    "core",
+    "worker",
+    "jobspec",
+    "trainers",
+    "deploy",
+    "bench",
+    "Makefile",
+    "docker-compose.yml",
+)
 
 
 def test_the_readme_is_at_most_300_lines() -> None:
@@ -64,3 +86,73 @@ def test_runnable_blocks_are_shell() -> None:
         for block in fenced_blocks(path):
             if block.runnable:
                 assert block.info[0] in SHELLS, f"{block.where()}: a runnable block runs in bash"
+
+
+def defines(path: Path, name: str) -> bool:
+    return (
+        re.search(rf"^\s*(?:async def|def|class) {name}\b|^{name}\s*[:=]", path.read_text(), re.MULTILINE)
+        is not None
+    )
+
+
+@pytest.mark.parametrize("path", doc_files(), ids=lambda path: path.name)
+def test_the_files_and_functions_a_guide_names_exist(path: Path) -> None:
+    missing = []
+    for target, name in sorted(set(NAMED_CODE.findall(path.read_text()))):
+        named = ROOT / target
+        if not named.exists():
+            missing.append(f"{target} (no such file)")
+        elif name and named.suffix == ".py" and not defines(named, name):
+            missing.append(f"{target}::{name} (not defined there)")
+    assert not missing, f"{path.name} names code that is not there: {missing}"
+
+
+def test_the_name_check_sees_what_is_not_there(tmp_path: Path) -> None:
+    module = tmp_path / "module.py"
+    module.write_text("LIMIT: int = 3\n\n\nclass Box:\n    def open(self) -> None: ...\n")
+    assert defines(module, "LIMIT") and defines(module, "Box") and defines(module, "open")
+    assert not defines(module, "close") and not defines(module, "Bo")
+    assert NAMED_CODE.findall("see `worker/publish.py::resume_file`, `app/sdk/` and `runs/<id>`") == [
+        ("worker/publish.py", "resume_file"),
+        ("app/sdk", ""),
+    ]
+
+
+def test_the_settings_a_guide_names_are_read() -> None:
+    settings = {f"TRAINYARD_{name.upper()}" for name in Settings.model_fields}
+    code = "\n".join(
+        path.read_text()
+        for reader in READERS
+        for path in ([ROOT / reader] if (ROOT / reader).is_file() else sorted((ROOT / reader).rglob("*.py")))
+    )
+    unread = {
+        f"{path.name}: {name}"
+        for path in doc_files()
+        for name in SETTING.findall(path.read_text())
+        if name not in settings and name not in code
+    }
+    assert not unread, f"no setting, and nothing reads it: {sorted(unread)}"
+
+
+def test_every_setting_is_documented() -> None:
+    docs = "\n".join(path.read_text() for path in doc_files())
+    # operations.md's configuration table names them without the prefix, several to a row.
+    rows = re.findall(
+        r"^\| ((?:`[A-Z0-9_]+`(?:, )?)+) \|", (ROOT / "docs" / "operations.md").read_text(), re.M
+    )
+    tabled = {name for row in rows for name in re.findall(r"`([A-Z0-9_]+)`", row)}
+    undocumented = [
+        f"TRAINYARD_{name.upper()}"
+        for name, field in Settings.model_fields.items()
+        if f"TRAINYARD_{name.upper()}" not in docs
+        and name.upper() not in tabled
+        and not (field.description or "").startswith("test only")
+    ]
+    assert not undocumented, f"add these to docs/operations.md's configuration table: {undocumented}"
+
+
+def test_the_webhook_events_listed_are_the_ones_sent() -> None:
+    text = (ROOT / "docs" / "integrations.md").read_text()
+    listed = re.search(r"^- `events`:(.*?)^-", text, re.MULTILINE | re.DOTALL)
+    assert listed, "docs/integrations.md lists the events under a `- `events`:` bullet"
+    assert sorted(set(re.findall(r"`(job\.\w+)`", listed[1]))) == sorted(EVENT_NAMES)
