@@ -16,7 +16,7 @@ ifeq ($(EXECUTOR),slurm)
 export SLURM_CONF ?= $(CURDIR)/var/slurm/slurm.conf
 endif
 
-.PHONY: install install-test migrate run worker api test test-unit test-integration lint sandbox servers slurm gpu-wheels compose-check
+.PHONY: install install-test migrate run worker api test test-unit test-integration lint sandbox servers slurm gpu-wheels compose-check soak
 
 # `make run` installs what running needs; `make test` adds the test extras (browser driver, linters, the
 # fuzzer, the S3 double, lightning), which a first run should not wait for. uv installs them: pip took over a
@@ -106,6 +106,15 @@ lint: install-test
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
+
+# The soak (bench/soak, docs/reliability.md "Soak"): the service under a mixed load from several users while
+# its processes are killed at random, then every invariant checked; SOAK_DB=postgres runs it on PostgreSQL +
+# Redis. The table goes to the terminal, report.json and summary.md to var/soak/<db>-<time>/; it exits 1 when
+# an invariant failed. `make test` runs 3 minutes of it (tests/integration/test_soak.py).
+SOAK_MINUTES ?= 30
+SOAK_DB ?= sqlite
+soak: install-test servers
+	$(PY) -m bench.soak --minutes $(SOAK_MINUTES) --db $(SOAK_DB)
 
 # docker-compose.yml run for real, with Docker and images made from Debian (no registry, no GPU needed): it
 # becomes healthy, a CPU job succeeds and survives `down` and `up`, nothing runs as root. As root; minutes,

@@ -97,6 +97,11 @@ class Redis:
         self.launch()
 
 
+def as_postgres() -> list[str]:
+    """The prefix that runs a PostgreSQL command as the postgres user, which the server needs under root."""
+    return ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
+
+
 @dataclass
 class Postgres:
     """A throwaway cluster; its server refuses to run as root, so it runs as the postgres user."""
@@ -114,7 +119,7 @@ class Postgres:
         if os.geteuid() == 0:
             shutil.chown(workdir, "postgres")
         datadir = workdir / "data"
-        as_pg = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
+        as_pg = as_postgres()
         subprocess.run(
             [*as_pg, str(PG_BIN / "initdb"), "-A", "trust", "-U", "postgres", "-D", str(datadir)],
             check=True,
@@ -149,8 +154,21 @@ class Postgres:
             conn.execute(f"CREATE DATABASE {name}")
         return f"postgresql+psycopg://postgres@127.0.0.1:{self.port}/{name}"
 
+    def restart(self) -> None:
+        """As after a crash: every connection cut at once (immediate mode), then the server recovers from its
+        log and takes connections again, with the options it was started with (postmaster.opts)."""
+        pg_ctl = [
+            *as_postgres(),
+            str(PG_BIN / "pg_ctl"),
+            "-D",
+            str(self.datadir),
+            "-l",
+            str(self.workdir / "log"),
+        ]
+        subprocess.run([*pg_ctl, "-m", "immediate", "-w", "restart"], check=True, capture_output=True)
+
     def stop(self) -> None:
-        as_pg = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
+        as_pg = as_postgres()
         subprocess.run(
             [*as_pg, str(PG_BIN / "pg_ctl"), "-D", str(self.datadir), "-m", "fast", "stop"],
             capture_output=True,

@@ -1,0 +1,69 @@
+"""What the innocent user saw (GET latency and the wait from submit to start, minute by minute), whether
+/healthz ever said the service was unavailable, and what was left running once the service stopped."""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+
+from sqlalchemy import select
+
+from bench.soak.checks import Check, Kind, named, quantile
+from bench.soak.innocent import Innocent
+from bench.soak.processes import Seen
+from bench.soak.stack import SoakStack
+from core.clock import as_utc
+from core.models import Job
+
+P99_TARGET_S = 1.0
+
+
+def innocent_gets(innocent: Innocent) -> Check:
+    """p99 of the innocent user's answered GETs over the whole soak, and per minute; requests that got no
+    answer (an API process killed under them) are counted apart."""
+    answered = [probe for probe in innocent.probes if probe.outcome == "200"]
+    minutes: dict[int, list[float]] = defaultdict(list)
+    for probe in answered:
+        minutes[int(probe.at_s // 60)].append(probe.seconds)
+    per_minute = {minute: round(quantile(values, 0.99), 3) for minute, values in sorted(minutes.items())}
+    p99 = quantile((probe.seconds for probe in answered), 0.99)
+    others = Counter(probe.outcome for probe in innocent.probes if probe.outcome != "200")
+    figure = (
+        f"p99 {p99:.3f} s, p50 {quantile([p.seconds for p in answered], 0.5):.3f} s, {len(answered)} GETs "
+        f"(worst minute {max(per_minute.values(), default=float('nan')):.3f} s); not 200: {dict(others)}"
+    )
+    return Check(
+        f"the innocent user's GET p99 <= {P99_TARGET_S:g} s",
+        p99 <= P99_TARGET_S,
+        figure,
+        kind=Kind.TARGET,
+        data={"p99_s": p99, "p99_by_minute_s": per_minute, "not_200": dict(others)},
+    )
+
+
+def innocent_starts(soak: SoakStack, innocent: Innocent, started_at: float) -> Check:
+    """From the innocent user's POST (the job's created_at) to its first step's report (running_at)."""
+    rows = soak.rows(select(Job.id, Job.created_at, Job.running_at).where(Job.id.in_(innocent.done.jobs)))
+    waits = {
+        round(as_utc(row.created_at).timestamp() - started_at, 1): as_utc(row.running_at).timestamp()
+        - as_utc(row.created_at).timestamp()
+        for row in rows
+        if row.running_at is not None
+    }
+    figure = (
+        f"p50 {quantile(waits.values(), 0.5):.1f} s, p99 {quantile(waits.values(), 0.99):.1f} s, "
+        f"max {max(waits.values(), default=float('nan')):.1f} s over {len(waits)} of {len(rows)} jobs"
+    )
+    series = {at: round(wait, 2) for at, wait in sorted(waits.items())}
+    return Check(
+        "the innocent user's submit-to-start", True, figure, kind=Kind.TARGET, data={"by_submit_s": series}
+    )
+
+
+def healthz(innocent: Innocent) -> Check:
+    unavailable = innocent.health["503"]
+    return Check("/healthz never 503", not unavailable, f"answers {dict(innocent.health)}")
+
+
+def processes_left(left: list[Seen]) -> Check:
+    offenders = [f"pid {seen.pid}: {seen.argv}" for seen in left]
+    return Check("no process left", not offenders, f"{len(left)} still running", named(offenders))

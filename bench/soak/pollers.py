@@ -1,0 +1,95 @@
+"""64 dashboard pages left open: asyncio tasks that each ask, every POLL_S as app/web/api.js does, for a view
+of the dashboard: the jobs list, the queue, or a job's page (the job, its events, checkpoints, new metric
+points and log bytes)."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import threading
+from collections import Counter
+from typing import Any
+
+import httpx
+
+from bench.soak.client import TIMEOUT_S, TRANSPORT_ERROR, User
+
+POLLERS = 64
+POLL_S = 2.0  # app/web/api.js's POLL_MS
+
+
+class Page:
+    """One open page: which view it shows, and how far it has read the job it shows."""
+
+    def __init__(self, rng: random.Random) -> None:
+        self.rng = rng
+        self.job_id: int | None = None
+        self.after_step = 0
+        self.log_offset = 0
+
+    def paths(self, listed: list[dict[str, Any]]) -> list[str]:
+        view = self.rng.choice(("list", "queue", "job"))
+        if view == "list" or (view == "job" and not listed):
+            return ["/v1/jobs?limit=100"]
+        if view == "queue":
+            return ["/v1/queue", "/v1/jobs?status=queued&limit=200"]
+        if self.job_id is None or self.rng.random() < 0.2:  # the user opens another job now and then
+            self.job_id, self.after_step, self.log_offset = self.rng.choice(listed)["id"], 0, 0
+        job = f"/v1/jobs/{self.job_id}"
+        return [
+            job,
+            f"{job}/events",
+            f"{job}/checkpoints",
+            f"{job}/metrics?after_step={self.after_step}&limit=5000",
+            f"{job}/logs?offset={self.log_offset}&rank=0",
+        ]
+
+
+class Pollers(threading.Thread):
+    def __init__(self, url: str, users: list[User], seed: int) -> None:
+        super().__init__(name="soak-pollers", daemon=True)
+        self.url, self.users, self.seed = url, users, seed
+        self.answers: Counter[str] = Counter()
+        self.stopping = threading.Event()
+
+    def run(self) -> None:
+        asyncio.run(self._all())
+
+    async def _all(self) -> None:
+        limits = httpx.Limits(max_connections=POLLERS)
+        async with httpx.AsyncClient(base_url=self.url, timeout=TIMEOUT_S, limits=limits) as client:
+            await asyncio.gather(*(self._page(client, number) for number in range(POLLERS)))
+
+    async def _page(self, client: httpx.AsyncClient, number: int) -> None:
+        user = self.users[number % len(self.users)]
+        page = Page(random.Random(self.seed * 1000 + number))
+        listed: list[dict[str, Any]] = []
+        await asyncio.sleep(page.rng.uniform(0, POLL_S))  # pages opened one after another, not in step
+        while not self.stopping.is_set():
+            for path in page.paths(listed):
+                body = await self._get(client, user, path)
+                if body is None:
+                    continue
+                if path.startswith("/v1/jobs?limit"):
+                    listed = body["data"]
+                elif "/metrics?" in path and body["data"]:
+                    page.after_step = max(row["step"] for row in body["data"])
+                elif "/logs?" in path:
+                    page.log_offset = body.get("next_offset", page.log_offset)
+            await asyncio.sleep(POLL_S)
+
+    async def _get(self, client: httpx.AsyncClient, user: User, path: str) -> dict[str, Any] | None:
+        try:
+            response = await client.get(path, headers=user.headers)
+        except httpx.TransportError:
+            self.answers[TRANSPORT_ERROR] += 1
+            return None
+        self.answers[str(response.status_code)] += 1
+        ok = response.status_code == 200 and response.headers.get("content-type", "").startswith(
+            "application/json"
+        )
+        return response.json() if ok else None
+
+    def stop(self) -> None:
+        self.stopping.set()
+        self.join()
