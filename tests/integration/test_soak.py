@@ -16,8 +16,6 @@ from bench.soak.stack import Db
 
 pytestmark = pytest.mark.own_services
 
-pytestmark = pytest.mark.own_services
-
 MINUTES = 3
 
 
