@@ -17,7 +17,7 @@ from pydantic import BaseModel, JsonValue
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
-from core.sweep_spec import (
+from core.sweeps.spec import (
     AshaOptions,
     CategoricalParam,
     FloatParam,

@@ -12,7 +12,7 @@ from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from core.code_unpack import MAX_DEPTH
-from core.sweep_spec import MAX_CHOICES
+from core.sweeps.spec import MAX_CHOICES
 
 VAR_DIR = Path("var")
 
@@ -228,6 +228,9 @@ class Settings(BaseSettings):
         "unjudged (each judgement reads all the trial's reports, as Optuna's pruners do)",
     )
     heartbeat_s: float = Field(2.0, gt=0, le=300)
+    reconcile_s: float = Field(
+        1.0, gt=0, le=300, description="how often each worker acts on recorded facts (a sweep's next trials)"
+    )
     lease_timeout_s: float = Field(30.0, gt=0, le=3600, description="older heartbeat: reaped")
     requeue_after_s: float = Field(10.0, gt=0, le=3600, description="re-ring the doorbell for queued jobs")
     cancel_grace_s: float = Field(10.0, ge=0, le=300, description="SIGTERM to SIGKILL")

@@ -78,7 +78,7 @@ class Job(Base):
     # The current attempt's start-up: {"attempt": n, "marks": {mark: epoch seconds}} (jobspec/startup.py);
     # null until a worker claims the job.
     timings: Mapped[dict[str, Any] | None] = mapped_column(JSON)
-    # A sweep's trial: its sweep and its number there (core/sweeps.py); null for any other job. Unique, so
+    # A sweep's trial: its sweep and its number there (core/sweeps/); null for any other job. Unique, so
     # asking for a sweep's next trial twice never makes two jobs of it.
     sweep_id: Mapped[int | None] = mapped_column(ForeignKey("sweeps.id", name="fk_jobs_sweep"), index=True)
     trial: Mapped[int | None] = mapped_column(Integer)
@@ -286,16 +286,19 @@ class WebhookDelivery(Base):
 
 
 class Sweep(Base):
-    """A hyperparameter search whose trials are jobs (core/sweeps.py). `config` is the request as given
-    (core/sweep_spec.SweepSpec); Optuna's study is rebuilt from these rows, never stored elsewhere."""
+    """A hyperparameter search whose trials are jobs (core/sweeps/). `config` is the request as given
+    (core.sweeps.spec.SweepSpec); Optuna's study is rebuilt from these rows, never stored elsewhere."""
 
     __tablename__ = "sweeps"
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     name: Mapped[str] = mapped_column(String(128))
     owner: Mapped[str] = mapped_column(String(128), index=True)
-    status: Mapped[str] = mapped_column(String(16), default="running")  # core.sweeps.SweepStatus
+    status: Mapped[str] = mapped_column(String(16), default="running")  # core.states.SweepStatus
     config: Mapped[dict[str, Any]] = mapped_column(JSON)
+    # A trial ended (or the sweep was made) and what follows is not asked for yet: set by the change, in its
+    # transaction; cleared by the sweeps' reconciler once it has asked (migration 0019).
+    trials_due: Mapped[bool] = mapped_column(Boolean, default=True, server_default="0", index=True)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
 
@@ -304,7 +307,8 @@ class Sweep(Base):
 
 class SweepTrial(Base):
     """One of a sweep's trials, made in the transaction that makes its job (jobs.sweep_id, jobs.trial) and
-    told its end in the transaction that ends the job. It outlives the job, should the job be deleted."""
+    told its end in the transaction that ends the job (core/sweeps/told.py). It outlives the job, should the
+    job be deleted."""
 
     __tablename__ = "sweep_trials"
 
@@ -314,7 +318,7 @@ class SweepTrial(Base):
     params: Mapped[dict[str, Any]] = mapped_column(JSON)
     # What the sampler and the pruner keep on an Optuna trial (the grid point, ASHA's rungs), for the rebuild.
     system_attrs: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
-    state: Mapped[str] = mapped_column(String(16), default="running")  # core.sweeps.TrialState
+    state: Mapped[str] = mapped_column(String(16), default="running")  # core.states.TrialState
     value: Mapped[float | None] = mapped_column(Float)  # the objective's last report, once completed
     # Why it ended, or, while it runs, the pruner's verdict that it stop (kept for a restarted attempt).
     message: Mapped[str | None] = mapped_column(Text)

@@ -1,6 +1,6 @@
 """What counts against a user's quotas: their unfinished jobs, however they were made (a submission, a retry,
 a sweep's trial), and the GPUs those ask for. The API refuses a job past them (app/services/quotas.py); a
-sweep's top-up makes only the trials they leave room for (core/sweeps.py), in the API or the worker."""
+sweep's top-up makes only the trials they leave room for (core/sweeps/asks.py), in the API or the worker."""
 
 from __future__ import annotations
 

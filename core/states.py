@@ -16,11 +16,26 @@ class JobStatus(StrEnum):
     CANCELLED = "cancelled"
     RESTARTING = "restarting"
     PREEMPTING = "preempting"  # asked to stop for a higher priority; requeued once it has
-    PRUNED = "pruned"  # a sweep's trial that its pruner stopped early (core/sweeps.py), after a checkpoint
+    PRUNED = "pruned"  # a sweep's trial that its pruner stopped early (worker/pruning.py), after a checkpoint
 
     @property
     def is_terminal(self) -> bool:
         return self in TERMINAL
+
+
+class TrialState(StrEnum):
+    """A sweep's trial: Optuna's trial states as the API shows them (RUNNING, COMPLETE, PRUNED, FAIL)."""
+
+    RUNNING = "running"
+    COMPLETED = "completed"
+    PRUNED = "pruned"
+    FAILED = "failed"
+
+
+class SweepStatus(StrEnum):
+    RUNNING = "running"
+    COMPLETED = "completed"
+    CANCELLED = "cancelled"
 
 
 TERMINAL = frozenset(

@@ -9,7 +9,7 @@ from sqlalchemy.orm import Session
 
 from core.models import Job, JobEvent, utcnow
 from core.states import ALLOWED, JobStatus
-from core.sweeps import trial_ended
+from core.sweeps.told import trial_ended
 from core.webhooks import record_deliveries
 
 

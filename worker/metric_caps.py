@@ -21,7 +21,7 @@ from sqlalchemy.orm import Session
 
 from core.config import get_settings
 from core.models import Job, Metric, Sweep
-from core.sweeps import config
+from core.sweeps.spec import config
 
 LOOKUP_CHUNK = 500  # steps per IN (...), under SQLite's limit on bound parameters
 

@@ -4,7 +4,7 @@ stops a trial the pruner gives up on as it stops a cancelled job (SIGTERM: the r
 keep a final checkpoint) and records it `pruned`.
 
 A judgement costs what is new since the last one: the sweep's study lives in this process's memory
-(core.sweep_study.LiveStudy), shared by the supervisors of its trials here, and takes in only the rows added
+(core.sweeps.study.LiveStudy), shared by the supervisors of its trials here, and takes in only the rows added
 since it last looked. Everything is read outside any write; the verdict is written by one short UPDATE, so
 SQLite's one writer is never held while Optuna works."""
 
@@ -22,11 +22,12 @@ from sqlalchemy.orm import Session
 from core.config import get_settings
 from core.db import session_scope
 from core.models import Job, Metric, Sweep, SweepTrial
-from core.sweep_spec import PrunerName, SweepSpec, TrialState
-from core.sweeps import config, trials_of
+from core.states import TrialState
+from core.sweeps.rows import trials_of
+from core.sweeps.spec import PrunerName, SweepSpec, config
 
 if TYPE_CHECKING:
-    from core.sweep_study import LiveStudy
+    from core.sweeps.study import LiveStudy
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +48,7 @@ _memories_lock = threading.Lock()
 
 
 def _memory_of(sweep_id: int, spec: SweepSpec) -> _SweepMemory:
-    from core.sweep_study import LiveStudy  # Optuna: imported by the trials' supervisors only
+    from core.sweeps.study import LiveStudy  # Optuna: imported by the trials' supervisors only
 
     with _memories_lock:
         memory = _memories.get(sweep_id)
@@ -126,7 +127,7 @@ class TrialPruning:
         """Bring the sweep's study up to the rows: new trials, other trials' new reports, their ends. Returns
         this trial's reports not judged yet, which _judge takes in (an earlier attempt's supervisor judged
         those up to `judged_step`)."""
-        from core.sweep_study import TrialRecord
+        from core.sweeps.study import TrialRecord
 
         memory = self.memory
         rows = trials_of(session, self.sweep_id)

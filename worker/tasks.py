@@ -1,4 +1,4 @@
-"""Celery glue: the one task, and the worker signals that start and stop the executor.
+"""Celery glue: the one task, and the worker signals that start and stop the executor and the reconcilers.
 
 Which executor runs the jobs is chosen once (worker/executors/__init__.py::executor_for); this module speaks
 to it through its Protocol alone (worker/executors/api.py)."""
@@ -15,6 +15,7 @@ from core.config import get_settings
 from core.doorbell import RUN_JOB_TASK, RUN_NODE_TASK
 from worker.executors import executor_for
 from worker.executors.api import Background, JobExecutor
+from worker.reconcilers import ReconcilerThread
 
 _background: list[Background] = []
 
@@ -41,6 +42,9 @@ def run_node(job_id: int, attempt: int, node_rank: int) -> None:
 
 @worker_ready.connect
 def start_reaper(**_: Any) -> None:
+    reconciler = ReconcilerThread()  # whatever the executor: a sweep's trials end under Slurm too
+    reconciler.start()
+    _background.append(reconciler)
     _background.extend(executor().start())
 
 

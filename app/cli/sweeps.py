@@ -21,9 +21,9 @@ from app.cli.render import console, local_time, number
 from app.cli.table import Column, Output, listing, print_table, table_wanted
 from app.client import TrainyardClient
 from app.schemas import SweepPublic, TrialPublic
-from core.sweep_spec import TrialState
+from core.states import TrialState
 
-# core.sweeps.SweepStatus's values, spelled out: that module brings the database layer with it.
+# core.states.SweepStatus's values, spelled out: that module brings the database layer with it.
 RUNNING, COMPLETED = "running", "completed"
 # Lines `--follow` keeps for the sweep's summary and the table's edges, above and below its trial rows.
 FOLLOW_CHROME_LINES = 12

@@ -1,5 +1,5 @@
 """Sweeps over the API: create one (its space checked through the submit path), list and show them with their
-trials, cancel one. Asking for trials and telling their ends is core/sweeps.py's, shared with the worker."""
+trials, cancel one. Asking for trials and telling their ends is core/sweeps/'s, shared with the worker."""
 
 from __future__ import annotations
 
@@ -18,9 +18,9 @@ from app.services.quotas import check_job_room, check_quota
 from app.services.submit import dry_run
 from core.config import Settings
 from core.models import Job, Sweep, SweepTrial, utcnow
-from core.states import JobStatus
-from core.sweep_spec import CategoricalParam, Goal, SamplerName, SweepSpec, TrialState, trial_spec
-from core.sweeps import SweepStatus, config, reports, top_up, trials_of
+from core.states import JobStatus, SweepStatus, TrialState
+from core.sweeps.rows import reported, trials_of
+from core.sweeps.spec import CategoricalParam, Goal, SamplerName, SweepSpec, config, trial_spec
 from jobspec.problems import Problem, SpecError
 from jobspec.spec import JobSpec
 
@@ -66,8 +66,8 @@ def _space_problems(settings: Settings, body: SweepSpec) -> Iterator[Problem]:
     checkpoint = body.spec.get("checkpoint")
     if isinstance(checkpoint, dict) and checkpoint.get("resume_from") is not None:
         yield Problem(f"spec.{_RESUME}", _NO_RESUME, f"leave {_RESUME} out of the sweep's spec")
-    # Every ask rebuilds the study, comparing and copying each trial's choices (core/sweep_study.py): its cost
-    # grows with the trials times the choices of all the parameters together, so their sum is what is capped.
+    # Every ask rebuilds the study, comparing and copying each trial's choices (core/sweeps/study.py): its
+    # cost grows with the trials times the choices of all the parameters together, so their sum is capped.
     listed = 0
     for path, param in body.parameters.items():
         listed += len(param.choices) if isinstance(param, CategoricalParam) else 0
@@ -119,15 +119,15 @@ def check_space(session: Session, settings: Settings, body: SweepSpec, caller: C
 
 
 def create_sweep(session: Session, settings: Settings, body: SweepSpec, caller: Caller) -> int:
-    """The sweep and its first trials, in one transaction, for a space check_space passed; their jobs are
-    rung once committed. Its trials count against the caller's job quota: there must be room for one, and
-    it starts as many of its `parallel` as there is room for (core/sweeps.py::top_up)."""
+    """The sweep's row, for a space check_space passed, marked `trials_due`: its first trials are asked for
+    once it has committed (core/sweeps/asks.py::top_up), outside this write. Its trials count against the
+    caller's job quota: there must be room for one, and it starts as many of its `parallel` as there is
+    room for."""
     sweep = Sweep(name=body.name, owner=caller.user, status=SweepStatus.RUNNING, config=body.model_dump())
     session.add(sweep)
     session.flush()
     # Counted after the flush, which on SQLite holds the one writer: no job is added meanwhile.
     check_job_room(session, settings, caller.user)
-    top_up(session, sweep.id)
     session.commit()
     return sweep.id
 
@@ -156,12 +156,12 @@ def trials(session: Session, sweep: Sweep) -> list[TrialPublic]:
     rows = trials_of(session, sweep.id)
     job_ids = [trial.job_id for trial in rows if trial.job_id is not None]
     jobs = {job.id: job for job in session.scalars(select(Job).where(Job.id.in_(job_ids)))}
-    reported = reports(session, spec.objective.metric, job_ids)
-    pick = min if spec.objective.goal is Goal.MINIMIZE else max
+    summed = reported(session, spec.objective.metric, job_ids)
+    minimize = spec.objective.goal is Goal.MINIMIZE
     shown = []
     for trial in rows:
         job = jobs.get(trial.job_id) if trial.job_id is not None else None
-        values = reported.get(trial.job_id, {}) if trial.job_id is not None else {}
+        found = summed.get(trial.job_id) if trial.job_id is not None else None
         running = trial.state == TrialState.RUNNING and job is not None
         shown.append(
             TrialPublic(
@@ -170,8 +170,8 @@ def trials(session: Session, sweep: Sweep) -> list[TrialPublic]:
                 job_status=JobStatus(job.status) if job is not None else None,
                 state=trial.state,
                 params=trial.params,
-                latest=values[max(values)] if values else None,
-                best=pick(values.values()) if values else None,
+                latest=found.latest if found else None,
+                best=(found.lowest if minimize else found.highest) if found else None,
                 value=trial.value,
                 message=trial.message,
                 steps=job.progress_step if running and job else trial.steps,

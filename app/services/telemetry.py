@@ -17,8 +17,7 @@ from app.timings import TO_FIRST_STEP, between, phases
 from core.db import new_session
 from core.gpu_series import GAUGES, GpuQuantity, split_series
 from core.models import GpuLease, Job, Metric, SweepTrial, Worker, utcnow
-from core.states import JobStatus
-from core.sweep_spec import TrialState
+from core.states import JobStatus, TrialState
 from jobspec.startup import Mark
 
 # Seconds: from a warm start's tenths to a cold compiled job's minutes.

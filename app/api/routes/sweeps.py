@@ -6,7 +6,6 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Path, Query, status
 from fastapi.concurrency import run_in_threadpool
-from sqlalchemy.orm import Session
 
 from app.api.deps import DB_INT_MAX, CallerDep, CanonicalInt, SessionDep, SettingsDep
 from app.api.openapi import BODY_PROBLEMS, problem, problems
@@ -16,7 +15,8 @@ from app.services.keys import Caller
 from core.config import Settings
 from core.db import new_session, run_in_session
 from core.models import Sweep
-from core.sweep_spec import SweepSpec
+from core.sweeps.asks import top_up
+from core.sweeps.spec import SweepSpec
 
 router = APIRouter(prefix="/sweeps", tags=["sweeps"])
 
@@ -36,9 +36,9 @@ def _check(settings: Settings, body: SweepSpec, caller: Caller) -> None:
         sweeps.check_space(session, settings, body, caller)
 
 
-def _create(session: Session, settings: Settings, body: SweepSpec, caller: Caller) -> SweepPublic:
-    sweep_id = sweeps.create_sweep(session, settings, body, caller)
-    return sweeps.public_sweep(session, session.get_one(Sweep, sweep_id))
+def _shown(sweep_id: int) -> SweepPublic:
+    with new_session() as session:
+        return sweeps.public_sweep(session, session.get_one(Sweep, sweep_id))
 
 
 @router.post(
@@ -49,10 +49,13 @@ def _create(session: Session, settings: Settings, body: SweepSpec, caller: Calle
 async def create_sweep(body: SweepSpec, settings: SettingsDep, caller: CallerDep) -> SweepPublic:
     # Planned first, a dry run per corner, in a pool thread of its own: planning only reads, so it neither
     # waits for nor holds one of the few units of work that write at once on SQLite (run_in_session), which
-    # every submission and dry run needs. Then, as POST /v1/jobs, the sweep and its trials' jobs are written
-    # in one such unit.
+    # every submission and dry run needs. Then the sweep's row is written in one such unit; its first trials
+    # are asked for after it commits, as a worker's reconciler asks for the next ones: Optuna and planning
+    # hold no write, and each trial is one short write of its own.
     await run_in_threadpool(_check, settings, body, caller)
-    return await run_in_session(_create, settings, body, caller)
+    sweep_id = await run_in_session(sweeps.create_sweep, settings, body, caller)
+    await run_in_threadpool(top_up, sweep_id)
+    return await run_in_threadpool(_shown, sweep_id)
 
 
 @router.get("")

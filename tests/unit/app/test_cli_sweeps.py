@@ -14,8 +14,9 @@ from fastapi.testclient import TestClient
 
 from app.cli.render import console
 from core.db import session_scope
-from core.models import Metric
+from core.models import Job, Metric
 from core.states import JobStatus
+from core.sweeps.asks import reconcile_sweeps
 from core.transitions import move
 from tests.unit.app.table_rows import table_rows
 from tests.unit.app.test_sweeps_api import sweep_body
@@ -109,9 +110,11 @@ def test_a_file_without_a_spec_is_refused_naming_the_field(run: CliRunnerCall, t
 
 
 def _complete_trials() -> None:
-    """Both trials of a two-trial sweep run, report the objective, and succeed."""
-    time.sleep(0.2)
+    """Both trials of a two-trial sweep run, report the objective, and succeed; after each end, the worker's
+    reconciler takes its pass, which settles the sweep."""
     for job_id, loss in ((1, 0.5), (2, 0.25)):
+        while not _exists(job_id):
+            time.sleep(0.05)
         with session_scope() as session:
             move(session, job_id, JobStatus.QUEUED, JobStatus.STARTING)
             move(session, job_id, JobStatus.STARTING, JobStatus.RUNNING, progress_step=10, progress_total=10)
@@ -119,6 +122,12 @@ def _complete_trials() -> None:
         time.sleep(0.1)
         with session_scope() as session:
             move(session, job_id, JobStatus.RUNNING, JobStatus.SUCCEEDED)
+        reconcile_sweeps()
+
+
+def _exists(job_id: int) -> bool:
+    with session_scope() as session:
+        return session.get(Job, job_id) is not None
 
 
 @pytest.fixture

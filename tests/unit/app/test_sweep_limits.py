@@ -20,7 +20,7 @@ from core import db
 from core.config import Settings, get_settings
 from core.models import Checkpoint, Job, Sweep
 from core.quotas import unfinished_jobs
-from core.sweeps import top_up
+from core.sweeps.asks import top_up
 from tests.unit.app.test_api_code import GZIP
 from tests.unit.app.test_sweeps_api import sweep_body
 from tests.unit.code_archives import bundle_archive
@@ -158,9 +158,7 @@ def test_a_sweep_s_trials_count_against_the_job_quota(
     # A trial that ends frees room: the next is made, and the owner stays within the quota.
     first = client.get(f"/v1/sweeps/{sweep['id']}/trials").json()["data"][0]
     assert client.post(f"/v1/jobs/{first['job_id']}/cancel").status_code == 200
-    with db.new_session() as worker_session:
-        top_up(worker_session, sweep["id"])
-        worker_session.commit()
+    top_up(sweep["id"])  # the worker's reconciler, after the trial's end
     trials = client.get(f"/v1/sweeps/{sweep['id']}/trials").json()["data"]
     assert len(trials) == 3
     assert unfinished_jobs(session, user) == 3

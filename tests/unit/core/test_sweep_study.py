@@ -12,8 +12,9 @@ import pytest
 from optuna.distributions import IntDistribution
 from pydantic import ValidationError
 
-from core.sweep_spec import FloatParam, SweepSpec, TrialState
-from core.sweep_study import TrialRecord, ask, distributions
+from core.states import TrialState
+from core.sweeps.spec import FloatParam, SweepSpec
+from core.sweeps.study import TrialRecord, ask, distributions
 
 
 def test_a_grid_s_trials_take_every_point_once() -> None:

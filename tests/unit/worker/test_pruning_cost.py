@@ -81,7 +81,9 @@ def test_judging_costs_what_is_new(database: WorkerDb, doorbell: Doorbell) -> No
     judged: list[int] = []
     original = optuna.pruners.MedianPruner.prune
 
-    def counting(self: optuna.pruners.MedianPruner, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> bool:
+    def counting(
+        self: optuna.pruners.MedianPruner, study: optuna.Study, trial: optuna.trial.FrozenTrial
+    ) -> bool:
         judged.append(trial.number)
         return original(self, study, trial)
 
@@ -98,12 +100,14 @@ def test_judging_costs_what_is_new(database: WorkerDb, doorbell: Doorbell) -> No
 def test_optuna_works_while_no_write_is_held(database: WorkerDb, doorbell: Doorbell) -> None:
     """Another writer (another user's submission, /healthz) gets SQLite's write lock at once while the
     pruner judges."""
-    sweep_id, trial = running_trial(database, 100)
+    _, trial = running_trial(database, 100)
     path = get_settings().database_url.removeprefix("sqlite:///")
     writable: list[bool] = []
     original = optuna.pruners.MedianPruner.prune
 
-    def probing(self: optuna.pruners.MedianPruner, study: optuna.Study, frozen: optuna.trial.FrozenTrial) -> bool:
+    def probing(
+        self: optuna.pruners.MedianPruner, study: optuna.Study, frozen: optuna.trial.FrozenTrial
+    ) -> bool:
         other = sqlite3.connect(path, timeout=0, isolation_level=None)
         try:
             other.execute("BEGIN IMMEDIATE")

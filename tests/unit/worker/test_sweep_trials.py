@@ -16,9 +16,9 @@ from sqlalchemy.exc import IntegrityError
 
 from core.db import session_scope
 from core.models import Checkpoint, Job, Metric, Sweep, SweepTrial
-from core.states import JobStatus
-from core.sweep_spec import SweepSpec
-from core.sweeps import SweepStatus, top_up
+from core.states import JobStatus, SweepStatus
+from core.sweeps.asks import reconcile_sweeps, top_up
+from core.sweeps.spec import SweepSpec
 from core.transitions import move
 from tests.unit.worker.test_kill import run_in_thread
 from tests.unit.worker_fixtures import Doorbell, WorkerDb
@@ -43,8 +43,9 @@ def make_sweep(database: WorkerDb, **changes: Any) -> int:
         )
         session.add(sweep)
         session.flush()
-        top_up(session, sweep.id)
-        return sweep.id
+        sweep_id = sweep.id
+    top_up(sweep_id)  # as the API does once the sweep's row has committed
+    return sweep_id
 
 
 def trials(sweep_id: int) -> list[tuple[int, str, int | None, str | None]]:
@@ -70,10 +71,12 @@ def run(job_id: int, reports: dict[int, float]) -> None:
 
 
 def end(job_id: int, status: JobStatus, reports: dict[int, float]) -> None:
-    """The job runs, reports the objective at these steps, and ends."""
+    """The job runs, reports the objective at these steps, and ends; then the worker's reconciler takes its
+    next pass."""
     run(job_id, reports)
     with session_scope() as session:
         move(session, job_id, JobStatus.RUNNING, status)
+    reconcile_sweeps()
 
 
 def test_asking_again_makes_no_second_trial(database: WorkerDb, doorbell: Doorbell) -> None:
@@ -81,14 +84,12 @@ def test_asking_again_makes_no_second_trial(database: WorkerDb, doorbell: Doorbe
     made = trials(sweep_id)
     assert [(n, state) for n, state, _, _ in made] == [(0, "running"), (1, "running")]
     assert sorted(doorbell.rung) == sorted(job_id for _, _, job_id, _ in made), "rung once committed"
-    with session_scope() as session:
-        assert top_up(session, sweep_id) == []  # `parallel` trials run already
+    assert top_up(sweep_id) == []  # `parallel` trials run already
     assert trials(sweep_id) == made
     end(job_of(sweep_id, 0), JobStatus.SUCCEEDED, {5: 0.3})
     after = trials(sweep_id)
     assert [(n, state) for n, state, _, _ in after] == [(0, "completed"), (1, "running"), (2, "running")]
-    with session_scope() as session:  # asked again: max_trials are made, and running ones fill `parallel`
-        assert top_up(session, sweep_id) == []
+    assert top_up(sweep_id) == []  # asked again: max_trials are made, and running ones fill `parallel`
     assert trials(sweep_id) == after
     with pytest.raises(IntegrityError), session_scope() as session:  # a second job for trial 2: refused
         job = session.get_one(Job, job_of(sweep_id, 2))
@@ -97,34 +98,37 @@ def test_asking_again_makes_no_second_trial(database: WorkerDb, doorbell: Doorbe
 
 
 def two_trials_end_at_once(database: WorkerDb) -> None:
-    """Trial 0's end is told and its successor asked for in a transaction still open when trial 1's job
-    ends in another: the second waits for the sweep's row, then sees trial 2 and asks for trial 3. Without
-    the wait both would ask for trial 2, and the second to commit would fail on the unique trial number."""
+    """Trials 0 and 1 end; two reconcilers (two workers, or a worker and a late API) then ask at once. Each
+    asks Optuna on what it read and records a trial only if no other recorded that number first: trials 2
+    and 3 are made once each, where both askers would otherwise record trial 2 and the second fail on the
+    unique trial number."""
     sweep_id = make_sweep(database, max_trials=4)
     first, second = job_of(sweep_id, 0), job_of(sweep_id, 1)
     run(first, {5: 0.3})
     run(second, {5: 0.2})
+    with session_scope() as session:
+        move(session, first, JobStatus.RUNNING, JobStatus.SUCCEEDED)
+        move(session, second, JobStatus.RUNNING, JobStatus.SUCCEEDED)
     failures: list[BaseException] = []
+    start = threading.Barrier(2)
 
-    def end_second() -> None:
+    def reconcile() -> None:
         try:
-            with session_scope() as session:
-                move(session, second, JobStatus.RUNNING, JobStatus.SUCCEEDED)
+            start.wait()
+            top_up(sweep_id)
         except BaseException as exc:  # kept for the test's thread, which asserts there was none
             failures.append(exc)
 
-    with session_scope() as session:
-        move(session, first, JobStatus.RUNNING, JobStatus.SUCCEEDED)  # asks for trial 2; not committed yet
-        other = threading.Thread(target=end_second)
-        other.start()
-        other.join(timeout=0.5)
-        assert other.is_alive(), "the second end waits for the first one's transaction"
-    other.join(timeout=30)
-    assert not other.is_alive() and not failures, failures
+    askers = [threading.Thread(target=reconcile) for _ in range(2)]
+    for asker in askers:
+        asker.start()
+    for asker in askers:
+        asker.join(timeout=60)
+    assert not any(asker.is_alive() for asker in askers) and not failures, failures
     states = [(n, state) for n, state, _, _ in trials(sweep_id)]
     assert states == [(0, "completed"), (1, "completed"), (2, "running"), (3, "running")]
+    assert top_up(sweep_id) == []
     with session_scope() as session:
-        assert top_up(session, sweep_id) == []
         assert session.scalar(select(func.count()).select_from(Job).where(Job.sweep_id == sweep_id)) == 4
 
 
@@ -168,6 +172,7 @@ def test_a_pruned_trial_stops_at_a_checkpoint_and_ends_pruned(
     thread = run_in_thread(pruned)
     thread.join(timeout=60)
     assert not thread.is_alive()
+    reconcile_sweeps()  # the worker's next pass settles the sweep
     job = database.job(pruned)
     assert (job.status, job.status_reason) == (JobStatus.PRUNED, "pruned"), job.message
     assert "pruned at step 5: loss=0.5" in (job.message or "")

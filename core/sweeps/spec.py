@@ -7,7 +7,7 @@ from __future__ import annotations
 import copy
 import math
 from enum import StrEnum
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -31,19 +31,13 @@ MAX_CHOICES = 1000
 MAX_EXACT = 2**53
 Path = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z0-9_\-]+)+$", max_length=200)]
 
+if TYPE_CHECKING:
+    from core.models import Sweep
+
 
 class Goal(StrEnum):
     MINIMIZE = "minimize"
     MAXIMIZE = "maximize"
-
-
-class TrialState(StrEnum):
-    """Optuna's trial states, as the API shows them: RUNNING, COMPLETE, PRUNED, FAIL."""
-
-    RUNNING = "running"
-    COMPLETED = "completed"
-    PRUNED = "pruned"
-    FAILED = "failed"
 
 
 class SamplerName(StrEnum):
@@ -176,9 +170,7 @@ class IntParam(_Strict):
 
 class CategoricalParam(_Strict):
     type: Literal["categorical"]
-    choices: list[StrictStr | StrictBool | StrictInt | Number] = Field(
-        min_length=1, max_length=MAX_CHOICES
-    )
+    choices: list[StrictStr | StrictBool | StrictInt | Number] = Field(min_length=1, max_length=MAX_CHOICES)
 
     def points(self) -> int:
         return len(self.choices)
@@ -319,3 +311,8 @@ def trial_spec(base: dict[str, Any], params: dict[str, Any]) -> dict[str, Any]:
             node = child
         node[leaf] = value
     return spec
+
+
+def config(sweep: Sweep) -> SweepSpec:
+    """A stored sweep's request, as it was accepted."""
+    return SweepSpec.model_validate(sweep.config)
