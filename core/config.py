@@ -41,8 +41,8 @@ class ArtifactStore(StrEnum):
 
 
 class Executor(StrEnum):
-    LOCAL = "local"  # Trainyard's workers place jobs on their own hosts (worker/leases.py)
-    SLURM = "slurm"  # a worker on a login node hands each job to Slurm (worker/slurm/, docs/slurm.md)
+    LOCAL = "local"  # Trainyard's workers place jobs on their own hosts (worker/executors/local/leases.py)
+    SLURM = "slurm"  # a worker on a login node hands each job to Slurm (worker/executors/slurm/, docs/slurm.md)
 
 
 def _own_address(hostname: str) -> str:

@@ -71,9 +71,9 @@ def ring_unless_pending(job_id: int) -> bool:
     """Ring for `job_id` unless a ring already waits in the shared queue; whether it rang.
 
     Any ring wakes a worker thread that claims the queue in start order and, once it holds a job, rings for
-    the rest (worker/runner.py): one waiting ring fills every free slot in turn. Callers that look at the
-    same moment may each find none waiting and each ring, so the rings waiting stay at most the number of
-    threads that ring at once, however long the queue."""
+    the rest (worker/executors/local/runner.py): one waiting ring fills every free slot in turn. Callers that
+    look at the same moment may each find none waiting and each ring, so the rings waiting stay at most the
+    number of threads that ring at once, however long the queue."""
     if pending_rings():
         return False
     enqueue_job(job_id)

@@ -1,5 +1,6 @@
-"""The GPU telemetry a worker samples for each job (worker/telemetry.py), as metric series of the job: one
-name per quantity and GPU, `gpu_util/1`, which the API charts, exports to Prometheus and compares."""
+"""The GPU telemetry a worker samples for each job (worker/executors/local/telemetry.py), as metric series of
+the job: one name per quantity and GPU, `gpu_util/1`, which the API charts, exports to Prometheus and
+compares."""
 
 from __future__ import annotations
 

@@ -1,9 +1,9 @@
 """The order queued jobs start in: the highest priority first; within a priority, the owner who used the
 cluster least lately (fair share, core/usage.py); then the oldest.
 
-One definition for the workers, which claim in this order (worker/leases.py), and the API, which shows it
-as queue positions (app/services/queue.py, app/services/queue_index.py): the position a user sees is the
-order jobs start.
+One definition for the workers, which claim in this order (worker/executors/local/leases.py), and the API,
+which shows it as queue positions (app/services/queue.py, app/services/queue_index.py): the position a user
+sees is the order jobs start.
 
 Every change to the queue (a job that enters or leaves it, or changes priority while in it) is a row of
 queue_changes, written by triggers on the jobs table whoever makes the change (API, worker, reaper): the API's

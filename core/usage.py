@@ -1,6 +1,6 @@
 """Fair share: each user's recent use of the cluster, charged by the workers' heartbeats
-(worker/telemetry.py) and halved every fair_share_half_life_s, which orders equal priorities in the queue
-(core/queue_order.py)."""
+(worker/executors/local/telemetry.py) and halved every fair_share_half_life_s, which orders equal priorities
+in the queue (core/queue_order.py)."""
 
 from __future__ import annotations
 

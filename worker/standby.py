@@ -40,7 +40,7 @@ from typing import Any
 
 from core.launch import JOB_TOKEN_ENV, RUN_DIR_ENV, Launch
 from core.sandbox import Sandbox, confine
-from worker.kill import JobMark, name_standby
+from worker.executors.local.kill import JobMark, name_standby
 from worker.rundir import append_no_follow
 from worker.standby_factory import ForkedStandby, JobProcess, StandbyFactory
 from worker.warm_sandbox import HeldSandbox, hold_sandbox, reap

@@ -95,7 +95,8 @@ def startup_histogram(stored: Iterable[Mapping[str, Any]]) -> HistogramMetricFam
 
 
 def latest_gpu_telemetry(session: Session) -> dict[GpuQuantity, list[tuple[int, str, float]]]:
-    """The newest sample of each running job's GPUs (worker/telemetry.py), by quantity: (job, GPU, value)."""
+    """The newest sample of each running job's GPUs (worker/executors/local/telemetry.py), by quantity: (job,
+    GPU, value)."""
     newest = (
         select(Metric.job_id, Metric.name, func.max(Metric.step).label("step"))
         .join(Job, Job.id == Metric.job_id)

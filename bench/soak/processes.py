@@ -12,7 +12,7 @@ from pathlib import Path
 import psutil
 
 from jobspec.startup import STANDBY_ID_ENV
-from worker.kill import STANDBY_FILES
+from worker.executors.local.kill import STANDBY_FILES
 
 TRACK_S = 2.0  # between looks at the process trees: a rank lives for seconds, a job for several
 LEFT_GRACE_S = 30.0

@@ -13,7 +13,7 @@ import psutil
 from jobspec.events import LOG_DIR, rank_log_name
 from jobspec.startup import STANDBY_ID_ENV
 from tests.integration.servers import ROOT
-from worker.kill import STANDBY_FILES
+from worker.executors.local.kill import STANDBY_FILES
 
 TERMINAL = {"succeeded", "failed", "timed_out", "cancelled", "pruned"}
 # A user's bundle whose steps take a set time, asleep: a job that a test needs running for a while, not

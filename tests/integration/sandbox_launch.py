@@ -1,6 +1,7 @@
-"""A worker's state on disk, with secrets in it, and a job launched into the sandbox the way worker/runner.py
-launches one (build_launch, sandbox_for, confine, prepare_run_dir), with a rank program of the test's own in
-place of `-m trainers.run`. No service runs: the tests look at what the sandbox lets the ranks reach."""
+"""A worker's state on disk, with secrets in it, and a job launched into the sandbox the way
+worker/executors/local/runner.py launches one (build_launch, sandbox_for, confine, prepare_run_dir), with a
+rank program of the test's own in place of `-m trainers.run`. No service runs: the tests look at what the
+sandbox lets the ranks reach."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from core.project import PROJECT_ROOT
 from core.sandbox import Sandbox, confine
 from jobspec.plan import RunConfig, resolve_plan
 from jobspec.spec import JobSpec
-from worker.kill import JobMark, mark_for
+from worker.executors.local.kill import JobMark, mark_for
 from worker.rundir import prepare_run_dir
 from worker.sandbox import sandbox_for
 

@@ -13,8 +13,8 @@ import pytest
 
 from tests.integration.jobs import example_spec, job_processes, metric_values, submit, wait_status
 from tests.integration.servers import Postgres, Redis, Stack, wait_for
-from worker.kill import job_processes as kill_processes
-from worker.kill import mark_for
+from worker.executors.local.kill import job_processes as kill_processes
+from worker.executors.local.kill import mark_for
 
 pytestmark = pytest.mark.own_services
 

@@ -24,7 +24,7 @@ import pytest
 
 from core.sandbox import SYSTEM_ETC, Sandbox, sandbox_argv
 from tests.integration.sandbox_launch import SECRET, Deployment, deploy, sandboxed_job, start
-from worker.kill import kill_job
+from worker.executors.local.kill import kill_job
 from worker.sandbox import RANK_PACKAGES
 
 HOSTILE = Path(__file__).with_name("sandbox_hostile_rank.py")

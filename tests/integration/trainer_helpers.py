@@ -30,7 +30,7 @@ from jobspec.events import (
 )
 from jobspec.plan import RunConfig, resolve_plan
 from jobspec.spec import JobSpec
-from worker.kill import JobMark, job_processes, kill_job
+from worker.executors.local.kill import JobMark, job_processes, kill_job
 from worker.standby import WarmLauncher
 from worker.standby_factory import JobProcess
 

@@ -24,11 +24,11 @@ from core.states import JobStatus
 from jobspec.plan import Plan, resolve_plan
 from jobspec.spec import JobSpec
 from tests.unit.conftest import _clear_caches
-from worker import runner
-from worker.reaper import beat
+from worker.executors.local import runner
+from worker.executors.local.reaper import beat
 
 if TYPE_CHECKING:
-    from worker.leases import ClaimOutcome
+    from worker.executors.local.leases import ClaimOutcome
 
 
 class WorkerDb:
@@ -186,7 +186,7 @@ def fake_trainer(monkeypatch: pytest.MonkeyPatch) -> Callable[[str], None]:
 
 def claim_at_once(jobs: list[int]) -> dict[int, ClaimOutcome]:
     """Every job claims from a thread of its own, all released by one barrier: the outcome of each."""
-    from worker.leases import claim_job
+    from worker.executors.local.leases import claim_job
 
     barrier = threading.Barrier(len(jobs))
     outcomes: dict[int, ClaimOutcome] = {}
@@ -208,7 +208,7 @@ def race_sixteen_jobs_for_four_gpus(database: WorkerDb) -> dict[int, int]:
 
     Exactly four win, and no GPU goes to two of them: the lease table's primary key decides, whatever the
     database."""
-    from worker.leases import ClaimOutcome
+    from worker.executors.local.leases import ClaimOutcome
 
     specs = [database.spec(num_gpus=1) if i % 2 else database.spec(gpus=[i % 4]) for i in range(16)]
     outcomes = claim_at_once([database.add_job(spec) for spec in specs])

@@ -12,7 +12,7 @@ from core.keys import create_key
 from core.models import utcnow
 from tests.unit.app.test_api_job_lookup import bearer
 from tests.unit.conftest import job_body
-from worker.telemetry import charge
+from worker.executors.local.telemetry import charge
 
 
 def test_usage_is_the_callers_own_unless_admin(auth_on: Settings, session: Session) -> None:

@@ -23,7 +23,7 @@ from jobspec.profile_summary import PROFILE_DIR, SUMMARY_FILE, TRACE_FILE
 from tests.unit.app.table_rows import table_rows
 from tests.unit.app.test_profile_api import SUMMARY
 from tests.unit.conftest import submit
-from worker.telemetry import charge
+from worker.executors.local.telemetry import charge
 
 if TYPE_CHECKING:
     from tests.unit.cli_fixtures import CliRunnerCall

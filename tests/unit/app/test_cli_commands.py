@@ -133,7 +133,8 @@ def test_metrics_table_stream_and_compare(run: CliRunnerCall, client: TestClient
                 .where(Job.id == job_id)
                 .values(status=JobStatus.SUCCEEDED, running_at=start, finished_at=finished_at)
             )
-        # The worker's GPU telemetry (worker/telemetry.py): the column is the mean over GPUs and samples.
+        # The worker's GPU telemetry (worker/executors/local/telemetry.py): the column is the mean over GPUs
+        # and samples.
         for name, step, percent in (
             ("gpu_util/0", 10, 80.0),
             ("gpu_util/0", 20, 40.0),

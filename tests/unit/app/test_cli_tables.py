@@ -24,7 +24,7 @@ from core.models import Checkpoint, Job, Metric, Worker, utcnow
 from core.states import JobStatus
 from tests.unit.app.table_rows import table_rows
 from tests.unit.conftest import submit
-from worker.telemetry import charge
+from worker.executors.local.telemetry import charge
 
 if TYPE_CHECKING:
     from tests.unit.cli_fixtures import CliRunnerCall

@@ -12,7 +12,7 @@ from core.config import Settings
 from core.db import get_engine, session_scope
 from core.models import utcnow
 from tests.unit.conftest import alembic_config, job_body
-from worker.telemetry import charge
+from worker.executors.local.telemetry import charge
 
 
 def test_upgrade_adds_user_usage_and_downgrade_removes_it(env: Settings) -> None:

@@ -13,7 +13,7 @@ from core.config import Settings, get_settings
 from core.db import get_engine
 from core.models import utcnow
 from tests.unit.conftest import alembic_config
-from worker.reaper import beat
+from worker.executors.local.reaper import beat
 
 
 def workers() -> Table:

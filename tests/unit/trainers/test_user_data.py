@@ -155,9 +155,9 @@ def test_batches_move_to_the_device_whatever_their_nesting() -> None:
 
 
 def test_loader_workers_outlive_a_stop_s_sigterm_from_outside() -> None:
-    """A cancel signals every process of the job (worker/kill.py), loader workers too: they must keep
-    serving batches until their rank reaches its final checkpoint. The SIGTERM comes from another process,
-    as the worker's does; torch's worker loop would die on it."""
+    """A cancel signals every process of the job (worker/executors/local/kill.py), loader workers too: they
+    must keep serving batches until their rank reaches its final checkpoint. The SIGTERM comes from another
+    process, as the worker's does; torch's worker loop would die on it."""
     batches = iter(data_loader(data(Numbered(64)), Numbered(64), 4, 2, CPU))
     first = [next(batches) for _ in range(2)]  # one from each worker: both past their start
     workers = [worker.pid for worker in batches._workers]  # type: ignore[attr-defined]

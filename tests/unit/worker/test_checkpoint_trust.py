@@ -21,9 +21,9 @@ from core.launch import Launch
 from core.models import Checkpoint, Job, JobEvent
 from core.states import JobStatus
 from jobspec.plan import Plan
-from worker import runner
-from worker.leases import claim_job
-from worker.runner import run_job
+from worker.executors.local import runner
+from worker.executors.local.leases import claim_job
+from worker.executors.local.runner import run_job
 from worker.tail import EventTail, apply_events
 from worker.uploads import Uploads
 

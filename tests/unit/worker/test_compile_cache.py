@@ -14,8 +14,8 @@ from core.config import get_settings
 from core.launch import Launch
 from core.states import JobStatus
 from jobspec.plan import Plan
-from worker import runner
-from worker.runner import run_job
+from worker.executors.local import runner
+from worker.executors.local.runner import run_job
 
 if TYPE_CHECKING:
     from tests.unit.worker_fixtures import Doorbell, WorkerDb

@@ -12,7 +12,7 @@ from core.db import session_scope
 from core.models import Job, Worker, utcnow
 from core.states import JobStatus
 from tests.unit.worker_fixtures import WorkerDb
-from worker.leases import WAITING_FOR_CORES, ClaimOutcome, claim_job, claim_next
+from worker.executors.local.leases import WAITING_FOR_CORES, ClaimOutcome, claim_job, claim_next
 
 pytest_plugins = ["tests.unit.worker_fixtures"]
 

@@ -13,7 +13,7 @@ from core.config import Settings
 from core.launch import build_launch
 from jobspec.plan import resolve_plan
 from jobspec.spec import JobSpec
-from worker.runner import cpu_share
+from worker.executors.local.runner import cpu_share
 
 
 def threads(overcommit: float, cores: int, nproc: int, monkeypatch: pytest.MonkeyPatch, gpus: int = 0) -> str:

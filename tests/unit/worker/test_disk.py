@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING
 from core.config import Settings
 from core.states import JobStatus
 from jobspec.spec import JobSpec
-from worker.disk import DiskLimit, DiskWatch, disk_bytes, disk_limit
-from worker.runner import run_job
+from worker.executors.local.disk import DiskLimit, DiskWatch, disk_bytes, disk_limit
+from worker.executors.local.runner import run_job
 
 if TYPE_CHECKING:
     from tests.unit.worker_fixtures import Doorbell, WorkerDb

@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from core.states import JobStatus
+from worker.executors.local.runner import run_job
 from worker.failure import ERROR_FILE, FailureKind, classify_failure, root_cause
-from worker.runner import run_job
 
 if TYPE_CHECKING:
     from tests.unit.worker_fixtures import Doorbell, WorkerDb

@@ -13,8 +13,8 @@ from core.config import get_settings
 from core.db import session_scope
 from core.models import UserUsage, utcnow
 from core.usage import Use, use_now
-from worker.leases import claim_next
-from worker.telemetry import charge
+from worker.executors.local.leases import claim_next
+from worker.executors.local.telemetry import charge
 
 if TYPE_CHECKING:
     from tests.unit.worker_fixtures import WorkerDb

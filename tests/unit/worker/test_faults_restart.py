@@ -14,8 +14,8 @@ from sqlalchemy import select
 from core.db import session_scope
 from core.models import JobEvent
 from core.states import JobStatus
+from worker.executors.local.runner import run_job
 from worker.failure import FailureKind, classify_failure
-from worker.runner import run_job
 
 if TYPE_CHECKING:
     from tests.unit.worker_fixtures import Doorbell, WorkerDb

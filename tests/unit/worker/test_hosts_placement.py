@@ -17,9 +17,9 @@ from core.states import JobStatus
 from jobspec.plan import resolve_plan
 from jobspec.spec import JobSpec
 from tests.unit.worker_fixtures import Doorbell, WorkerDb, claim_at_once
-from worker.leases import ClaimOutcome, claim_job
-from worker.reaper import Rings, reap
-from worker.runner import run_job
+from worker.executors.local.leases import ClaimOutcome, claim_job
+from worker.executors.local.reaper import Rings, reap
+from worker.executors.local.runner import run_job
 
 pytest_plugins = ["tests.unit.worker_fixtures"]
 

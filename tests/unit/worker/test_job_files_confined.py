@@ -16,8 +16,8 @@ from core.config import get_settings
 from core.storage import ObjectStore
 from jobspec.events import EVENTS_FILE, CheckpointEvent, PhaseEvent
 from jobspec.files import JobFileRefused
+from worker.executors.local.kill import JobMark
 from worker.failure import ERROR_FILE, FailureKind, classify_failure, root_cause
-from worker.kill import JobMark
 from worker.publish import LogParts, UnusableCheckpoint, resume_file, upload_checkpoint
 from worker.sandbox import resume_binding
 from worker.tail import EventTail

@@ -21,9 +21,9 @@ from core.launch import JOB_TOKEN_ENV
 from core.models import GpuLease
 from core.states import JobStatus
 from core.transitions import move
-from worker import runner
-from worker.kill import KILL_WAIT_S, JobMark, job_processes, kill_job, mark_for
-from worker.runner import run_job
+from worker.executors.local import runner
+from worker.executors.local.kill import KILL_WAIT_S, JobMark, job_processes, kill_job, mark_for
+from worker.executors.local.runner import run_job
 
 if TYPE_CHECKING:
     from tests.unit.worker_fixtures import Doorbell, WorkerDb

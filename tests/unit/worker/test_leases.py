@@ -9,7 +9,13 @@ from sqlalchemy import select
 from core.db import session_scope
 from core.models import GpuLease, Job, JobEvent
 from core.states import JobStatus
-from worker.leases import WAITING_FOR_GPUS, ClaimOutcome, claim_job, claim_next, ring_waiting_jobs
+from worker.executors.local.leases import (
+    WAITING_FOR_GPUS,
+    ClaimOutcome,
+    claim_job,
+    claim_next,
+    ring_waiting_jobs,
+)
 
 if TYPE_CHECKING:
     from tests.unit.worker_fixtures import Doorbell, WorkerDb

@@ -7,8 +7,8 @@ from datetime import UTC, datetime, timedelta
 
 from jobspec.plan import Plan, resolve_plan
 from jobspec.spec import JobSpec
-from worker.placement import HostView
-from worker.preempt import Choice, Holder, choose_victims
+from worker.executors.local.placement import HostView
+from worker.executors.local.preempt import Choice, Holder, choose_victims
 
 NOW = datetime(2026, 11, 26, 12, tzinfo=UTC)
 LONG_AGO = NOW - timedelta(hours=1)

@@ -20,8 +20,8 @@ from jobspec.events import SPEC_FILE
 from tests.unit.worker.test_cpu_accounting import report_cores
 from tests.unit.worker.test_kill import run_in_thread, wait_for_status
 from tests.unit.worker_fixtures import Doorbell, WorkerDb
-from worker.leases import ClaimOutcome, claim_job, claim_next
-from worker.preempt import PREEMPTED_REASON
+from worker.executors.local.leases import ClaimOutcome, claim_job, claim_next
+from worker.executors.local.preempt import PREEMPTED_REASON
 
 pytest_plugins = ["tests.unit.worker_fixtures"]
 

@@ -16,8 +16,8 @@ from jobspec.plan import resolve_plan
 from jobspec.spec import JobSpec
 from tests.unit.conftest import submit
 from tests.unit.worker_fixtures import WorkerDb
-from worker.leases import ClaimOutcome, claim_job
-from worker.runner import run_job
+from worker.executors.local.leases import ClaimOutcome, claim_job
+from worker.executors.local.runner import run_job
 
 if TYPE_CHECKING:
     from tests.unit.worker_fixtures import Doorbell

@@ -13,8 +13,8 @@ from core.models import GpuLease, Job, JobEvent, JobNode, Worker, utcnow
 from core.states import JobStatus
 from core.transitions import move
 from tests.unit.conftest import enqueued
-from worker.leases import claim_job, worker_id
-from worker.reaper import Rings, beat, reap
+from worker.executors.local.leases import claim_job, worker_id
+from worker.executors.local.reaper import Rings, beat, reap
 
 if TYPE_CHECKING:
     from tests.unit.worker_fixtures import Doorbell, WorkerDb

@@ -20,9 +20,9 @@ from core.states import JobStatus
 from jobspec.events import EVENTS_FILE
 from jobspec.plan import RunConfig, resolve_plan
 from jobspec.spec import JobSpec
+from worker.executors.local.runner import run_job
 from worker.failure import ERROR_FILE
 from worker.rundir import RunDirTampered, append_no_follow, prepare_run_dir
-from worker.runner import run_job
 
 if TYPE_CHECKING:
     from tests.unit.worker_fixtures import Doorbell, WorkerDb

@@ -14,8 +14,8 @@ from core.models import utcnow
 from core.states import JobStatus
 from jobspec.startup import Mark
 from worker.attempts.deadline import look, runtime_deadline
-from worker.kill import mark_for
-from worker.supervise import RunningJob
+from worker.executors.local.kill import mark_for
+from worker.executors.local.supervise import RunningJob
 
 if TYPE_CHECKING:
     from tests.unit.worker_fixtures import WorkerDb

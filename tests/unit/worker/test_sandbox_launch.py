@@ -14,7 +14,7 @@ import pytest
 from core.config import get_settings
 from core.states import JobStatus
 from jobspec.plan import RunConfig
-from worker.runner import run_job
+from worker.executors.local.runner import run_job
 
 if TYPE_CHECKING:
     from tests.unit.worker_fixtures import Doorbell, WorkerDb

@@ -14,8 +14,8 @@ from core.models import GpuLease, JobEvent
 from core.states import JobStatus
 from core.transitions import move
 from worker.attempts.ends import CANCELLED, Outcome, finish
+from worker.executors.local.leases import claim_job
 from worker.executors.slurm.outcomes import SLURM_CANCELLED
-from worker.leases import claim_job
 
 if TYPE_CHECKING:
     from tests.unit.worker_fixtures import WorkerDb

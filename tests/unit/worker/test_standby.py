@@ -23,8 +23,8 @@ from jobspec.startup import STANDBY_ID_ENV
 from tests.integration.trainer_helpers import write_config
 from tests.unit.conftest import job_body
 from trainers.standby import forked_ranks
+from worker.executors.local.kill import job_processes, kill_job, mark_for
 from worker.failure import FailureKind, classify_failure, root_cause
-from worker.kill import job_processes, kill_job, mark_for
 from worker.standby import WarmLauncher
 from worker.standby_factory import LOST_EXIT_CODE, ForkedStandby
 

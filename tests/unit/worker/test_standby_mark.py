@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 
 from jobspec.startup import STANDBY_ID_ENV
-from worker.kill import mark_for, name_standby
+from worker.executors.local.kill import mark_for, name_standby
 
 
 def test_the_mark_matches_the_standbys_named_for_its_attempt(tmp_path: Path) -> None:

@@ -12,7 +12,7 @@ from core.models import JobEvent
 from core.states import JobStatus
 from jobspec.events import StartupEvent
 from jobspec.startup import Mark
-from worker.runner import run_job
+from worker.executors.local.runner import run_job
 from worker.tail import apply_events
 from worker.uploads import Uploads
 

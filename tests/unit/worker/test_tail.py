@@ -21,8 +21,8 @@ from jobspec.events import (
 )
 from jobspec.plan import RunConfig
 from worker.event_lines import BadLine
-from worker.leases import WAITING_FOR_GPUS, claim_job
-from worker.runner import run_job
+from worker.executors.local.leases import WAITING_FOR_GPUS, claim_job
+from worker.executors.local.runner import run_job
 from worker.tail import EventTail, apply_events
 from worker.uploads import Uploads
 

@@ -24,9 +24,9 @@ from tests.unit.worker.event_bounds import (
     skips_bad_lines_and_stores_the_rest,
     stores_a_checkpoint_past_2_gib,
 )
-from worker import runner
 from worker.event_lines import BadLine
-from worker.runner import run_job
+from worker.executors.local import runner
+from worker.executors.local.runner import run_job
 from worker.tail import BAD_EVENT, MAX_READ_BYTES, EventTail
 
 if TYPE_CHECKING:

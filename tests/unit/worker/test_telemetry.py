@@ -20,10 +20,10 @@ from core.config import get_settings
 from core.db import session_scope
 from core.models import Job, JobEvent, Metric, UserUsage, utcnow
 from core.states import JobStatus
-from worker.heartbeat import Heartbeat
-from worker.leases import ClaimOutcome, claim_job
-from worker.nodes import NodeTask
-from worker.telemetry import GPU_IDLE, JobMeter
+from worker.executors.local.heartbeat import Heartbeat
+from worker.executors.local.leases import ClaimOutcome, claim_job
+from worker.executors.local.nodes import NodeTask
+from worker.executors.local.telemetry import GPU_IDLE, JobMeter
 
 if TYPE_CHECKING:
     from tests.unit.worker_fixtures import WorkerDb

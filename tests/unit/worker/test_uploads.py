@@ -23,8 +23,8 @@ from core.models import Checkpoint, utcnow
 from core.states import JobStatus
 from core.storage import ObjectStore
 from worker import uploads
-from worker.reaper import Rings, reap
-from worker.runner import run_job
+from worker.executors.local.reaper import Rings, reap
+from worker.executors.local.runner import run_job
 
 if TYPE_CHECKING:
     from tests.unit.worker_fixtures import Doorbell, WorkerDb

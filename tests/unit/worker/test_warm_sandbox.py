@@ -27,7 +27,7 @@ from tests.integration.test_sandbox_escape import (
     sentinel,
     worker_env,
 )
-from worker.kill import job_processes, kill_job
+from worker.executors.local.kill import job_processes, kill_job
 from worker.standby import WarmLauncher
 
 __all__ = ["listeners", "worker_env"]  # the escape test's fixtures, used here too

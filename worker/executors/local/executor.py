@@ -1,12 +1,13 @@
 """The local executor behind the Protocol (worker/executors/api.py): the doorbell claims and runs jobs here
-(worker/runner.py), a node placed here by another worker runs here, and the reaper runs beside them."""
+(worker/executors/local/runner.py), a node placed here by another worker runs here, and the reaper runs beside
+them."""
 
 from __future__ import annotations
 
 from core.executors import LOCAL, ExecutorTraits
-from worker import runner
 from worker.executors.api import Background
-from worker.reaper import ReaperThread
+from worker.executors.local import runner
+from worker.executors.local.reaper import ReaperThread
 
 
 class LocalExecutor:

@@ -22,9 +22,9 @@ from core.transitions import move, move_from_any
 from worker.attempts.ends import OWNED, release_leases
 from worker.attempts.pending import fail_pending_timeouts
 from worker.attempts.starting import worker_id
+from worker.executors.local.kill import kill_job, mark_for
+from worker.executors.local.leases import ring_waiting_jobs
 from worker.gpus import host_gpus
-from worker.kill import kill_job, mark_for
-from worker.leases import ring_waiting_jobs
 
 log = logging.getLogger(__name__)
 

@@ -21,7 +21,7 @@ from core.transitions import move
 from jobspec.plan import Plan
 from jobspec.startup import Mark
 from worker.attempts.starting import begin_attempt, worker_id
-from worker.placement import (
+from worker.executors.local.placement import (
     HostView,
     NodeChoice,
     choose_nodes,
@@ -30,7 +30,7 @@ from worker.placement import (
     reserve,
     wants_gpus,
 )
-from worker.preempt import PreemptRaced, preempt_for
+from worker.executors.local.preempt import PreemptRaced, preempt_for
 
 WAITING_FOR_GPUS = "waiting_for_gpus"
 WAITING_FOR_CORES = "waiting_for_cores"

@@ -1,7 +1,8 @@
 """Supervising one launched job: tail its events, obey cancel and limits, record how it ended.
 
-Its heartbeat (worker/heartbeat.py) and its uploads (worker/uploads.py) run on threads of their own, so this
-loop's work per tick is bounded: one batch of events, a few reads of the job's row, a poll of the process."""
+Its heartbeat (worker/executors/local/heartbeat.py) and its uploads (worker/uploads.py) run on threads of
+their own, so this loop's work per tick is bounded: one batch of events, a few reads of the job's row, a poll
+of the process."""
 
 from __future__ import annotations
 
@@ -22,11 +23,11 @@ from jobspec.startup import Mark
 from worker.attempts.deadline import look, past_deadline
 from worker.attempts.ends import CANCELLED, Outcome, exit_outcome, finish, own, restarts_used
 from worker.attempts.events import AttemptEvents
-from worker.disk import DiskLimit, DiskWatch
-from worker.kill import JobMark, kill_job
-from worker.leases import ring_waiting_jobs
-from worker.nodes import NodeTask, next_attempt_of_nodes, unfinished_after
-from worker.preempt import PREEMPTED_REASON
+from worker.executors.local.disk import DiskLimit, DiskWatch
+from worker.executors.local.kill import JobMark, kill_job
+from worker.executors.local.leases import ring_waiting_jobs
+from worker.executors.local.nodes import NodeTask, next_attempt_of_nodes, unfinished_after
+from worker.executors.local.preempt import PREEMPTED_REASON
 from worker.standby_factory import JobProcess
 from worker.tail import EventTail, add_marks
 from worker.uploads import Uploads

@@ -1,5 +1,5 @@
 """The lease of one node of one attempt, renewed on a thread that does nothing else but meter the job after
-each renewal (worker/telemetry.py: its owner's fair-share use and its GPUs' telemetry).
+each renewal (worker/executors/local/telemetry.py: its owner's fair-share use and its GPUs' telemetry).
 
 The reaper requeues a job whose heartbeat is older than lease_timeout_s. The supervisor's loop tails events
 into SQL and waits for uploads at a job's end, either of which may take longer than that; the heartbeat runs
@@ -16,8 +16,8 @@ from core.config import get_settings
 from core.db import session_scope
 from core.models import utcnow
 from worker.attempts.ends import own
-from worker.nodes import NodeTask, beat_node
-from worker.telemetry import JobMeter
+from worker.executors.local.nodes import NodeTask, beat_node
+from worker.executors.local.telemetry import JobMeter
 
 log = logging.getLogger(__name__)
 

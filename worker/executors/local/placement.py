@@ -1,7 +1,8 @@
 """Where a job runs: a host and its GPUs for each of the job's nodes, chosen over every registered host.
 
-Plain functions over plain data; worker/leases.py reads the hosts from SQL and leases the choice in one
-transaction. A multi-node job gets all of its hosts at once or none: no host holds GPUs while it waits.
+Plain functions over plain data; worker/executors/local/leases.py reads the hosts from SQL and leases the
+choice in one transaction. A multi-node job gets all of its hosts at once or none: no host holds GPUs while it
+waits.
 """
 
 from __future__ import annotations

@@ -32,17 +32,17 @@ from jobspec.startup import Mark
 from worker.attempts.ends import CANCELLED, Outcome, finish
 from worker.attempts.events import catch_up
 from worker.attempts.starting import worker_id
-from worker.disk import disk_limit
-from worker.heartbeat import Heartbeat
-from worker.kill import JobMark, kill_job, mark_for
-from worker.leases import claim_next
-from worker.nodes import NodeTask, claim_launch, dispatch_other_nodes, meet
+from worker.executors.local.disk import disk_limit
+from worker.executors.local.heartbeat import Heartbeat
+from worker.executors.local.kill import JobMark, kill_job, mark_for
+from worker.executors.local.leases import claim_next
+from worker.executors.local.nodes import NodeTask, claim_launch, dispatch_other_nodes, meet
+from worker.executors.local.supervise import RunningJob, Supervisor, ring_others
 from worker.resume import leased_plan
 from worker.rundir import append_no_follow, prepare_run_dir, set_aside_stale
 from worker.sandbox import check_starts, close_sandbox, is_sandboxed, job_bundle, sandbox_for
 from worker.standby import WarmLauncher
 from worker.standby_factory import JobProcess
-from worker.supervise import RunningJob, Supervisor, ring_others
 from worker.tail import add_marks
 from worker.uploads import Uploads
 
