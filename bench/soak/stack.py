@@ -4,6 +4,7 @@ MLflow tracking server; and the means to SIGKILL each kind of process it runs an
 
 from __future__ import annotations
 
+import contextlib
 import random
 import signal
 from dataclasses import dataclass, field
@@ -68,13 +69,23 @@ class SoakStack:
 
     @classmethod
     def start(cls, db: Db, workdir: Path) -> SoakStack:
-        mlflow = MlflowServer.at_free_port(workdir / "mlflow").start()
-        settings = {**SETTINGS, "TRAINYARD_MLFLOW_URI": mlflow.uri}
-        if db is Db.SQLITE:
-            return cls(Stack.embedded(workdir / "stack", None, **settings), db, mlflow)
-        redis, postgres = Redis.start(workdir), Postgres.start()
-        stack = Stack.start(workdir / "stack", postgres.new_database(), redis.new_url(), None, **settings)
-        return cls(stack, db, mlflow, redis, postgres)
+        (workdir / "stack").mkdir(parents=True)
+        with contextlib.ExitStack() as undo:  # the servers started so far, stopped if a later one fails
+            mlflow = MlflowServer.at_free_port(workdir / "mlflow").start()
+            undo.callback(mlflow.stop)
+            settings = {**SETTINGS, "TRAINYARD_MLFLOW_URI": mlflow.uri}
+            if db is Db.SQLITE:
+                soak = cls(Stack.embedded(workdir / "stack", None, **settings), db, mlflow)
+            else:
+                redis = Redis.start(workdir)
+                undo.callback(redis.stop)
+                postgres = Postgres.start()
+                undo.callback(postgres.stop)
+                database = postgres.new_database()
+                stack = Stack.start(workdir / "stack", database, redis.new_url(), None, **settings)
+                soak = cls(stack, db, mlflow, redis, postgres)
+            undo.pop_all()
+        return soak
 
     @property
     def runs_dir(self) -> Path:
