@@ -24,7 +24,8 @@ class AuthMode(StrEnum):
 
 class SandboxMode(StrEnum):
     # auto: built-in jobs run only the service's own code, on data the API checked, so the sandbox would cost
-    # them the warm launcher's head start (worker/standby.py) and guard against nothing their spec can name.
+    # them the warm launcher's head start (worker/executors/local/warm/launcher.py) and guard against nothing
+    # their spec can name.
     AUTO = "auto"
     ON = "on"
     OFF = "off"
@@ -42,7 +43,7 @@ class ArtifactStore(StrEnum):
 
 class Executor(StrEnum):
     LOCAL = "local"  # Trainyard's workers place jobs on their own hosts (worker/executors/local/leases.py)
-    SLURM = "slurm"  # a worker on a login node hands each job to Slurm (worker/executors/slurm/, docs/slurm.md)
+    SLURM = "slurm"  # a login node's worker hands each job to Slurm (worker/executors/slurm/, docs/slurm.md)
 
 
 def _own_address(hostname: str) -> str:
@@ -330,11 +331,12 @@ class Settings(BaseSettings):
     webhook_max_in_flight: int = Field(
         16, ge=2, le=256, description="webhook attempts one API process sends at once"
     )
-    webhook_max_in_flight_per_host: int = Field(
+    webhook_max_in_flight_per_destination: int = Field(
         4,
         ge=1,
         le=255,
-        description="of those, to one destination host: a slow receiver holds no more than this many",
+        description="of those, to one destination (scheme, host and port): a slow receiver holds no more "
+        "than this many",
     )
     webhook_max_per_user: int = Field(
         20, ge=1, le=10_000, description="webhooks one user may have; each adds a delivery per state change"
@@ -405,12 +407,13 @@ class Settings(BaseSettings):
         return self
 
     @model_validator(mode="after")
-    def webhook_hosts_leave_room(self) -> Settings:
+    def webhook_destinations_leave_room(self) -> Settings:
         # One slow receiver must leave slots for everyone else's deliveries.
-        if self.webhook_max_in_flight_per_host >= self.webhook_max_in_flight:
+        if self.webhook_max_in_flight_per_destination >= self.webhook_max_in_flight:
             raise ValueError(
-                f"TRAINYARD_WEBHOOK_MAX_IN_FLIGHT_PER_HOST ({self.webhook_max_in_flight_per_host}) must be "
-                f"below TRAINYARD_WEBHOOK_MAX_IN_FLIGHT ({self.webhook_max_in_flight}), so one slow receiver "
+                "TRAINYARD_WEBHOOK_MAX_IN_FLIGHT_PER_DESTINATION "
+                f"({self.webhook_max_in_flight_per_destination}) must be below "
+                f"TRAINYARD_WEBHOOK_MAX_IN_FLIGHT ({self.webhook_max_in_flight}), so one slow receiver "
                 "cannot hold every slot; lower the first or raise the second"
             )
         return self

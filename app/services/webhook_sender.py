@@ -3,7 +3,7 @@ so `make run` and the compose deployment send with no process of their own. It r
 body carries the job as GET /v1/jobs/{id} shows it, which only app/ can render.
 
 The thread runs an event loop with up to TRAINYARD_WEBHOOK_MAX_IN_FLIGHT attempts at once, at most
-TRAINYARD_WEBHOOK_MAX_IN_FLIGHT_PER_HOST of them to one destination host, so a slow receiver delays only its
+TRAINYARD_WEBHOOK_MAX_IN_FLIGHT_PER_DESTINATION of them to one destination, so a slow receiver delays only its
 own deliveries; each attempt ends at its deadline (app/services/webhook_attempt.py). Every attempt claims its
 row first (core.webhooks.claim), so two API processes never send one row at once, and a row answered 2xx is
 never sent again; a sender killed mid-attempt leaves the row to be claimed again once its hold lapses, with
@@ -37,23 +37,31 @@ BATCH = 32  # due deliveries read per look at the outbox
 class Claimed:
     delivery_id: int
     attempt: int
-    host: str
+    target: str  # its destination (scheme, host, port)
     claimed_at: float  # time.monotonic(), taken before the claim: the deadline counts from it
 
 
 @dataclass(frozen=True)
 class Look:
-    """One look at the outbox: what was claimed, the webhooks passed over because their host was full, and
-    whether the page was full (more may be due)."""
+    """One look at the outbox: what was claimed, the webhooks passed over because their destination was full,
+    and whether the page was full (more may be due)."""
 
     claimed: list[Claimed]
     passed_over: dict[str, set[int]]
     full_page: bool
 
 
+def destination(url: str) -> str:
+    """What one slow receiver may hold slots of: its origin (scheme, host, port), so two receivers on one
+    host (two users' services behind one address, on different ports) do not share a bound."""
+    parts = urlsplit(url)
+    port = parts.port or {"http": 80, "https": 443}.get(parts.scheme, 0)
+    return f"{parts.scheme}://{(parts.hostname or '').lower()}:{port}"
+
+
 def look(settings: Settings, busy: Counter[str], free: int, skip_webhooks: set[int]) -> Look:
-    """Claim up to `free` due deliveries, oldest first, leaving a host that `busy` already sends
-    webhook_max_in_flight_per_host attempts to. Blocking (the database): runs in a worker thread."""
+    """Claim up to `free` due deliveries, oldest first, leaving a destination that `busy` already sends
+    webhook_max_in_flight_per_destination attempts to. Blocking (the database): runs in a worker thread."""
     claimed: list[Claimed] = []
     passed_over: dict[str, set[int]] = {}
     with new_session() as session:
@@ -62,26 +70,27 @@ def look(settings: Settings, busy: Counter[str], free: int, skip_webhooks: set[i
         for row in due:
             if len(claimed) == free:
                 break
-            host = (urlsplit(row.url).hostname or "").lower()
-            if busy[host] >= settings.webhook_max_in_flight_per_host:
-                passed_over.setdefault(host, set()).add(row.webhook_id)
+            target = destination(row.url)
+            if busy[target] >= settings.webhook_max_in_flight_per_destination:
+                passed_over.setdefault(target, set()).add(row.webhook_id)
                 continue
             claimed_at = time.monotonic()
             attempt = claim(session, row.id, utcnow(), claim_hold(settings))
             if attempt is not None:  # else another sender took it first
-                busy[host] += 1
-                claimed.append(Claimed(row.id, attempt, host, claimed_at))
+                busy[target] += 1
+                claimed.append(Claimed(row.id, attempt, target, claimed_at))
     return Look(claimed, passed_over, len(due) == BATCH)
 
 
 class InFlight:
-    """The attempts this process is sending, counted per destination host. Runs on the sender's loop."""
+    """The attempts this process is sending, counted per destination. Runs on the sender's loop."""
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self.tasks: set[asyncio.Task[None]] = set()
         self.busy: Counter[str] = Counter()
-        # Webhooks found due while their host was full: left out of the next looks until a slot there frees.
+        # Webhooks found due while their destination was full: left out of the next looks until a slot there
+        # frees.
         self.waiting: dict[str, set[int]] = {}
         self.freed = asyncio.Event()
 
@@ -93,26 +102,26 @@ class InFlight:
         skip = set().union(*self.waiting.values())
         # A copy: attempts that end while the look runs change the count on this thread.
         found = await asyncio.to_thread(look, self.settings, Counter(self.busy), free, skip)
-        for host, webhooks in found.passed_over.items():
-            self.waiting.setdefault(host, set()).update(webhooks)
+        for target, webhooks in found.passed_over.items():
+            self.waiting.setdefault(target, set()).update(webhooks)
         for claimed in found.claimed:
             self._start(claimed)
         return found.full_page and len(found.claimed) < free
 
     def _start(self, claimed: Claimed) -> None:
-        self.busy[claimed.host] += 1
+        self.busy[claimed.target] += 1
         task = asyncio.create_task(
             send(claimed.delivery_id, claimed.attempt, claimed.claimed_at, self.settings)
         )
         self.tasks.add(task)
-        task.add_done_callback(lambda done: self._ended(done, claimed.host))
+        task.add_done_callback(lambda done: self._ended(done, claimed.target))
 
-    def _ended(self, task: asyncio.Task[None], host: str) -> None:
+    def _ended(self, task: asyncio.Task[None], target: str) -> None:
         self.tasks.discard(task)
-        self.busy[host] -= 1
-        if self.busy[host] <= 0:
-            del self.busy[host]
-        self.waiting.pop(host, None)  # a slot there is free: its waiting webhooks may be looked at again
+        self.busy[target] -= 1
+        if self.busy[target] <= 0:
+            del self.busy[target]
+        self.waiting.pop(target, None)  # a slot there is free: its waiting webhooks may be looked at again
         self.freed.set()
         if not task.cancelled() and task.exception() is not None:
             # Its outcome was not stored: the row is claimed again once its hold lapses.

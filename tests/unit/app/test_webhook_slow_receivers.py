@@ -37,8 +37,9 @@ S = JobStatus
 
 @dataclass
 class Drip:
-    """A loopback server on 127.0.0.2 (another host than the healthy receiver's 127.0.0.1) that reads each
-    request whole, then sends its answer a byte every DRIP_EVERY_S, noting when each connection closed."""
+    """A loopback server on the healthy receiver's host, 127.0.0.1, on a port of its own (another destination:
+    two users' services behind one address), that reads each request whole, then sends its answer a byte every
+    DRIP_EVERY_S, noting when each connection closed."""
 
     # (delivery id, when the request was read, when the client went), monotonic seconds
     attempts: list[tuple[str, float, float]] = field(default_factory=list)
@@ -46,13 +47,13 @@ class Drip:
     most_open: int = 0
 
     def __post_init__(self) -> None:
-        self.listener = socket.create_server(("127.0.0.2", 0))
+        self.listener = socket.create_server(("127.0.0.1", 0))
         self.lock = threading.Lock()
         threading.Thread(target=self._accept, daemon=True).start()
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.2:{self.listener.getsockname()[1]}/hook"
+        return f"http://127.0.0.1:{self.listener.getsockname()[1]}/hook"
 
     def _accept(self) -> None:
         while True:
@@ -114,7 +115,7 @@ def test_a_drip_receiver_holds_only_its_own_deliveries(
         "ALLOW": "127.0.0.*",
         "TIMEOUT_S": str(DEADLINE_S),
         "MAX_IN_FLIGHT": "2",
-        "MAX_IN_FLIGHT_PER_HOST": "1",
+        "MAX_IN_FLIGHT_PER_DESTINATION": "1",
         "BACKOFF_S": "0.1",
         "POLL_S": "0.05",
     }.items():
@@ -147,7 +148,7 @@ def test_a_drip_receiver_holds_only_its_own_deliveries(
     assert len(drip.attempts) >= 4
     for _, began, ended in drip.attempts:  # the deadline counts from the claim, before the request
         assert ended - began < DEADLINE_S + 0.6, drip.attempts
-    assert drip.most_open <= len(senders)  # each sender sends one at a time to the drip host
+    assert drip.most_open <= len(senders)  # each sender sends one at a time to the drip receiver
     by_delivery = sorted(drip.attempts)
     for (first, _, ended), (second, began, _) in itertools.pairwise(by_delivery):
         assert first != second or began >= ended, f"delivery {first} was sent twice at once"
@@ -157,6 +158,6 @@ def test_a_drip_receiver_holds_only_its_own_deliveries(
     assert any("TRAINYARD_WEBHOOK_TIMEOUT_S" in (d["error"] or "") for d in deliveries["data"])
 
 
-def test_one_host_cannot_be_given_every_slot(settings: Settings) -> None:
-    with pytest.raises(ValidationError, match="TRAINYARD_WEBHOOK_MAX_IN_FLIGHT_PER_HOST"):
-        Settings(webhook_max_in_flight=4, webhook_max_in_flight_per_host=4)
+def test_one_destination_cannot_be_given_every_slot(settings: Settings) -> None:
+    with pytest.raises(ValidationError, match="TRAINYARD_WEBHOOK_MAX_IN_FLIGHT_PER_DESTINATION"):
+        Settings(webhook_max_in_flight=4, webhook_max_in_flight_per_destination=4)
