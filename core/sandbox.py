@@ -186,7 +186,7 @@ def _mounts(box: Sandbox) -> list[str]:
 
 def sandbox_argv(box: Sandbox, info_fd: int | None = None) -> list[str]:
     """What goes before the torchrun command; with `info_fd`, bwrap writes there, as JSON, the host's pid of
-    the sandbox's first process (worker/warm_sandbox.py enters its namespaces)."""
+    the sandbox's first process (worker/executors/local/warm/held_sandbox.py enters its namespaces)."""
     _check(box)
     if box.run_as is None:
         # The worker's own uid, mapped in a user namespace of the job's: bwrap needs one to sandbox at all.

@@ -31,7 +31,7 @@ WORKER_MARKS = frozenset({Mark.QUEUED, Mark.PLACED, Mark.LAUNCHED})
 
 # In a warm standby's /proc environ, and so in its forked ranks': its id, by which the worker finds them
 # (worker/executors/local/kill.py); each standby forked by the factory writes its own there
-# (trainers/standby_factory.py).
+# (trainers/warm/factory.py).
 STANDBY_ID_ENV = "TRAINYARD_STANDBY_ID"
 
 # What the time up to each mark covers, from the mark before it.

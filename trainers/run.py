@@ -14,7 +14,7 @@ from jobspec import startup
 from jobspec.events import LOG_DIR, SPEC_FILE, rank_log_name
 from jobspec.plan import RunConfig
 from jobspec.spec import Strategy
-from trainers import forked
+from trainers.warm import forked
 
 # The exit status of a rank that stopped early on request (SIGTERM) after its final checkpoint: not a success,
 # so a run stopped from outside is never mistaken for a finished one.
@@ -77,7 +77,7 @@ def main(argv: list[str] | None = None) -> None:
     from torch.distributed.elastic.multiprocessing.errors import record
 
     # libgomp read OMP_NUM_THREADS when torch was loaded, which for a rank forked from the warm standby
-    # (worker/standby.py) was with the worker's environment rather than this job's.
+    # (worker/executors/local/warm/launcher.py) was with the worker's environment rather than this job's.
     if "OMP_NUM_THREADS" in os.environ:
         torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
     # record writes any exception to TORCHELASTIC_ERROR_FILE, where torchrun and the worker find it.

@@ -18,7 +18,7 @@ from core.project import PROJECT_ROOT
 from jobspec.events import LAUNCHER_LOG, LOG_DIR, DoneEvent
 from tests.integration.trainer_helpers import TrainerRun, spec_with
 from tests.unit.worker.test_standby import TIMEOUT_S, trainer_launch
-from worker.standby import WarmLauncher
+from worker.executors.local.warm.launcher import WarmLauncher
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 

@@ -118,7 +118,8 @@ def sandboxed_job(
 
 
 def start(command: Launch) -> subprocess.Popen[bytes]:
-    """As worker/standby.py starts a sandboxed job: cold, in a session of its own, from the project root."""
+    """As worker/executors/local/warm/launcher.py starts a sandboxed job: cold, in a session of its own, from
+    the project root."""
     return subprocess.Popen(
         command.argv,
         env=command.env,

@@ -31,8 +31,8 @@ from jobspec.events import (
 from jobspec.plan import RunConfig, resolve_plan
 from jobspec.spec import JobSpec
 from worker.executors.local.kill import JobMark, job_processes, kill_job
-from worker.standby import WarmLauncher
-from worker.standby_factory import JobProcess
+from worker.executors.local.warm.factory_handle import JobProcess
+from worker.executors.local.warm.launcher import WarmLauncher
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -65,9 +65,10 @@ STANDBYS = 3
 
 @functools.cache
 def _session_launcher() -> WarmLauncher:
-    """Warm standbys for the session, as the worker keeps them (worker/standby.py): a CPU run's ranks are
-    forked from a torchrun forked from the factory that imported torch and the trainer once, rather than each
-    importing them anew. A standby whose test session ends reads end-of-file and exits."""
+    """Warm standbys for the session, as the worker keeps them (worker/executors/local/warm/launcher.py): a
+    CPU run's ranks are forked from a torchrun forked from the factory that imported torch and the trainer
+    once, rather than each importing them anew. A standby whose test session ends reads end-of-file and
+    exits."""
     launcher = WarmLauncher(sys.executable, ROOT, count=STANDBYS)
     launcher.prepare()
     return launcher

@@ -1,7 +1,7 @@
 """scikit-learn's 8x8 handwritten digits: 1797 images that ship with the library, so nothing downloads.
 
 scikit-learn is imported on use: it adds a second to a cold rank's startup, and only this dataset needs it (a
-warm standby has imported it ahead, trainers/standby.py).
+warm standby has imported it ahead, trainers/warm/standby.py).
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ from fastapi.testclient import TestClient
 from core.config import Settings, get_settings
 from core.launch import Launch
 from tests.unit.conftest import assert_problem, job_body
-from worker.standby import WarmLauncher
+from worker.executors.local.warm.launcher import WarmLauncher
 
 
 @pytest.fixture

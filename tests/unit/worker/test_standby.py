@@ -22,11 +22,11 @@ from jobspec.events import EVENTS_FILE, LAUNCHER_LOG, LOG_DIR, DoneEvent, parse_
 from jobspec.startup import STANDBY_ID_ENV
 from tests.integration.trainer_helpers import write_config
 from tests.unit.conftest import job_body
-from trainers.standby import forked_ranks
+from trainers.warm.standby import forked_ranks
 from worker.executors.local.kill import job_processes, kill_job, mark_for
+from worker.executors.local.warm.factory_handle import LOST_EXIT_CODE, ForkedStandby
+from worker.executors.local.warm.launcher import WarmLauncher
 from worker.failure import FailureKind, classify_failure, root_cause
-from worker.standby import WarmLauncher
-from worker.standby_factory import LOST_EXIT_CODE, ForkedStandby
 
 # Both ranks share the log, so each writes its line in one call: print's separate writes interleave.
 RANK_SCRIPT = """

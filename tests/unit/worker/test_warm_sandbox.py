@@ -1,6 +1,7 @@
-"""A sandboxed job started warm (worker/warm_sandbox.py, trainers/enter.py) is held to what a cold one is: the
-hostile rank of tests/integration/test_sandbox_escape.py, run by the standby's child that entered the job's
-sandbox, reaches nothing that it could not reach cold, and a cancel leaves no process of the sandbox."""
+"""A sandboxed job started warm (worker/executors/local/warm/held_sandbox.py, trainers/warm/enter.py) is held
+to what a cold one is: the hostile rank of tests/integration/test_sandbox_escape.py, run by the standby's
+child that entered the job's sandbox, reaches nothing that it could not reach cold, and a cancel leaves no
+process of the sandbox."""
 
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ from tests.integration.test_sandbox_escape import (
     worker_env,
 )
 from worker.executors.local.kill import job_processes, kill_job
-from worker.standby import WarmLauncher
+from worker.executors.local.warm.launcher import WarmLauncher
 
 __all__ = ["listeners", "worker_env"]  # the escape test's fixtures, used here too
 TIMEOUT_S = 120

@@ -2,8 +2,9 @@
 
 torchrun starts each rank in a session of its own, so a process-group kill misses the ranks and their
 data-loader workers. What they all share is what the launch put in their environment, which they inherit.
-A rank forked from the warm standby (worker/standby.py) shows in /proc the environment the standby was started
-with, not the job's: there it carries the standby's id, which the launcher wrote into the run directory.
+A rank forked from the warm standby (worker/executors/local/warm/launcher.py) shows in /proc the environment
+the standby was started with, not the job's: there it carries the standby's id, which the launcher wrote into
+the run directory.
 """
 
 from __future__ import annotations

@@ -38,11 +38,11 @@ from worker.executors.local.kill import JobMark, kill_job, mark_for
 from worker.executors.local.leases import claim_next
 from worker.executors.local.nodes import NodeTask, claim_launch, dispatch_other_nodes, meet
 from worker.executors.local.supervise import RunningJob, Supervisor, ring_others
+from worker.executors.local.warm.factory_handle import JobProcess
+from worker.executors.local.warm.launcher import WarmLauncher
 from worker.resume import leased_plan
 from worker.rundir import append_no_follow, prepare_run_dir, set_aside_stale
 from worker.sandbox import check_starts, close_sandbox, is_sandboxed, job_bundle, sandbox_for
-from worker.standby import WarmLauncher
-from worker.standby_factory import JobProcess
 from worker.tail import add_marks
 from worker.uploads import Uploads
 
@@ -144,7 +144,8 @@ def _start_if_starting(
 
 @functools.cache
 def warm_launcher() -> WarmLauncher:
-    """The worker's one launcher (see worker/standby.py), shared by its supervising threads."""
+    """The worker's one launcher (see worker/executors/local/warm/launcher.py), shared by its supervising
+    threads."""
     settings = get_settings()
     return WarmLauncher(
         sys.executable, PROJECT_ROOT, enabled=settings.warm_launcher, count=settings.warm_standbys
@@ -226,13 +227,8 @@ def launch(mark: JobMark, task: NodeTask, settings: Settings, uploads: Uploads) 
         close_sandbox(box)
     if process is None:
         return None
-    log.info(
-        "job %s attempt %s node %s: started torchrun pid %s",
-        job.id,
-        task.attempt,
-        task.node_rank,
-        process.pid,
-    )
+    # Not its pid: a standby may not be forked yet (the factory still imports), and nothing here may wait for it.
+    log.info("job %s attempt %s node %s: started torchrun", job.id, task.attempt, task.node_rank)
     return RunningJob(
         job_id=job.id,
         attempt=task.attempt,

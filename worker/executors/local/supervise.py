@@ -28,7 +28,7 @@ from worker.executors.local.kill import JobMark, kill_job
 from worker.executors.local.leases import ring_waiting_jobs
 from worker.executors.local.nodes import NodeTask, next_attempt_of_nodes, unfinished_after
 from worker.executors.local.preempt import PREEMPTED_REASON
-from worker.standby_factory import JobProcess
+from worker.executors.local.warm.factory_handle import JobProcess, never_ran
 from worker.tail import EventTail, add_marks
 from worker.uploads import Uploads
 
@@ -40,6 +40,11 @@ TICK_S = 0.5
 PRUNED_TICK_S = 0.1
 
 REQUEUED = Outcome(JobStatus.QUEUED, "worker_shutdown", "its worker shut down; requeued to resume elsewhere")
+STANDBY_LOST = Outcome(
+    JobStatus.QUEUED,
+    "standby_lost",
+    "the warm standby it was handed to was lost before it started it; requeued to start again",
+)
 PREEMPTED = Outcome(
     JobStatus.QUEUED,
     PREEMPTED_REASON,
@@ -167,14 +172,17 @@ class Supervisor:
                 return self._end(Outcome(JobStatus.FAILED, "disk_limit", full))
             code = job.process.poll()
             if code is not None:
-                return self._end(exit_outcome(job.mark.run_dir, code))
+                return self._end(
+                    STANDBY_LOST if never_ran(job.process) else exit_outcome(job.mark.run_dir, code)
+                )
         except SQLAlchemyError:
             # A locked or unreachable database: keep the job running and try again next tick.
             log.exception("job %s: database error while supervising", job.job_id)
         return False
 
     def _stop_processes(self, grace_s: float) -> None:
-        kill_job(self.job.mark, grace_s, group=self.job.process.pid)
+        process = self.job.process
+        kill_job(self.job.mark, grace_s, group=None if never_ran(process) else process.pid)
         self.job.process.wait()
 
     def _end(self, outcome: Outcome) -> bool:

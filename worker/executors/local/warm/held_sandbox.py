@@ -1,4 +1,4 @@
-"""A job's sandbox, started empty for a warm standby to enter (trainers/enter.py).
+"""A job's sandbox, started empty for a warm standby to enter (trainers/warm/enter.py).
 
 bwrap cannot add a mount to a sandbox it has started, and a standby started before its job cannot have been
 started inside that job's sandbox. So the worker starts the job's own sandbox, the very command a cold start

@@ -1,9 +1,9 @@
-"""The standby factory's process (`python -m trainers.standby_factory`): it imports torch and the trainer
-once, then forks every warm standby of its worker (worker/standby_factory.py) from itself, so a standby is
-ready at once instead of after seconds of imports, and a worker's standbys share those pages.
+"""The standby factory's process (`python -m trainers.warm.factory`): it imports torch and the trainer
+once, then forks every warm standby of its worker (worker/executors/local/warm/factory_handle.py) from itself,
+so a standby is ready at once instead of after seconds of imports, and a worker's standbys share those pages.
 
 Its stdin is a socket of datagrams from the worker. Each request is `fork <id>` with one descriptor, the
-standby's own stdin; the factory forks a child that becomes that standby (trainers/standby.py::serve) and
+standby's own stdin; the factory forks a child that becomes that standby (trainers/warm/standby.py::serve) and
 answers `forked <id> <pid>`. It waits for its children and answers `exited <pid> <code>` (Popen's code: minus
 the signal for a kill). It exits when the worker goes away; standbys already forked live on.
 
@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from jobspec.startup import STANDBY_ID_ENV
-from trainers.standby import import_rank_modules, serve
+from trainers.warm.standby import import_rank_modules, serve
 
 REQUEST_BYTES = 256
 # In /proc/<pid>/stat, after the command name's closing parenthesis: the 3rd field is the first, and

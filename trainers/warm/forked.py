@@ -1,5 +1,6 @@
-"""A rank that torchrun forked from the worker's warm standby (worker/standby.py; torchrun's fork start
-method) rather than started as an interpreter of its own: the job's ranks are then children of one agent."""
+"""A rank that torchrun forked from the worker's warm standby (worker/executors/local/warm/launcher.py;
+torchrun's fork start method) rather than started as an interpreter of its own: the job's ranks are then
+children of one agent."""
 
 from __future__ import annotations
 

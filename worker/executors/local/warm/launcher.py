@@ -2,17 +2,17 @@
 
 `python -m torch.distributed.run` spends ~3 s importing torch (on an H200 box) before it starts a rank, and
 each rank as much again importing torch, torchvision and the trainer. The worker keeps standbys waiting: each
-is forked by the standby factory (worker/standby_factory.py), a process that imported torchrun's module and
-what every rank of a built-in job imports once, at the worker's start, so the next standby is ready at once
-after a launch. A standby blocks on its stdin. Launching a job hands it the torchrun arguments, environment
-and log file as one JSON line; it takes them on and runs torchrun's own main() with those arguments, as
-`python -m torch.distributed.run` would, except that the ranks of `-m trainers.run` are forked from it
-(torchrun's fork start method) rather than started as fresh interpreters (trainers/standby.py; that code
-lives beside the runtime it imports, so this package never imports torch). The worker supervises the standby
-as it supervised a torchrun it had just started (pid-as-group, exit status and signals), and the next standby
-is forked at once; a job launched while the factory still imports waits for it in the standby's channel. With
-none ready (the factory died), the launch is a plain torchrun process as before. A standby whose worker goes
-away reads end-of-file and exits.
+is forked by the standby factory (worker/executors/local/warm/factory_handle.py), a process that imported
+torchrun's module and what every rank of a built-in job imports once, at the worker's start, so the next
+standby is ready at once after a launch. A standby blocks on its stdin. Launching a job hands it the torchrun
+arguments, environment and log file as one JSON line; it takes them on and runs torchrun's own main() with
+those arguments, as `python -m torch.distributed.run` would, except that the ranks of `-m trainers.run` are
+forked from it (torchrun's fork start method) rather than started as fresh interpreters
+(trainers/warm/standby.py; that code lives beside the runtime it imports, so this package never imports
+torch). The worker supervises the standby as it supervised a torchrun it had just started (pid-as-group, exit
+status and signals), and the next standby is forked at once; a job launched while the factory still imports
+waits for it in the standby's channel. With none ready (the factory died), the launch is a plain torchrun
+process as before. A standby whose worker goes away reads end-of-file and exits.
 
 A forked process's /proc environ is the one its process was started with, not the job's: the factory starts
 with the worker's environment through the ranks' allow-list (so no database or object-store secret shows
@@ -20,11 +20,11 @@ there either), and each standby writes an id of its own into it, which the launc
 directory before the hand-over; kill.py finds the standby and its ranks by that id.
 
 A sandboxed job (core/sandbox.py) starts warm too: bwrap cannot add mounts to a sandbox it has started, so the
-launcher starts the job's own sandbox with a holder in it (worker/warm_sandbox.py) and hands the standby the
-descriptors of its namespaces; the standby's child joins them, takes the job's uid and limits, and runs the
-job's torchrun there (trainers/enter.py), while the standby outside waits for it and for the sandbox's end.
-Its stdin is a socket for that: descriptors pass beside the JSON line, the job's log among them, which the
-worker opens without following a link the job may have left in its run directory.
+launcher starts the job's own sandbox with a holder in it (worker/executors/local/warm/held_sandbox.py) and
+hands the standby the descriptors of its namespaces; the standby's child joins them, takes the job's uid and
+limits, and runs the job's torchrun there (trainers/warm/enter.py), while the standby outside waits for it and
+for the sandbox's end. Its stdin is a socket for that: descriptors pass beside the JSON line, the job's log
+among them, which the worker opens without following a link the job may have left in its run directory.
 """
 
 from __future__ import annotations
@@ -41,9 +41,9 @@ from typing import Any
 from core.launch import JOB_TOKEN_ENV, RUN_DIR_ENV, Launch
 from core.sandbox import Sandbox, confine
 from worker.executors.local.kill import JobMark, name_standby
+from worker.executors.local.warm.factory_handle import ForkedStandby, JobProcess, StandbyFactory
+from worker.executors.local.warm.held_sandbox import HeldSandbox, hold_sandbox, reap
 from worker.rundir import append_no_follow
-from worker.standby_factory import ForkedStandby, JobProcess, StandbyFactory
-from worker.warm_sandbox import HeldSandbox, hold_sandbox, reap
 
 TORCHRUN_MODULE = "torch.distributed.run"
 
@@ -63,7 +63,8 @@ class _Standby:
 
 
 def _confinement(box: Sandbox) -> dict[str, Any]:
-    """What the sandbox's command does inside bwrap, for the standby's child to do (trainers/enter.py)."""
+    """What the sandbox's command does inside bwrap, for the standby's child to do
+    (trainers/warm/enter.py)."""
     limits = box.limits
     return {
         "cwd": str(box.cwd),

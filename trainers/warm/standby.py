@@ -1,12 +1,13 @@
-"""The warm standby's own process (`python -m trainers.standby`): worker/standby.py's WarmLauncher starts it
-ahead of its job and hands it the job as one JSON line on its stdin, a socket, with descriptors beside it.
+"""The warm standby's own process (`python -m trainers.warm.standby`):
+worker/executors/local/warm/launcher.py's WarmLauncher starts it ahead of its job and hands it the job as one
+JSON line on its stdin, a socket, with descriptors beside it.
 
 It imports torchrun's module and what every rank of a built-in job imports, blocks on its stdin, then takes
 on the job's environment and log and runs torchrun's main() with the job's arguments, the ranks of
 `-m trainers.run` forked from it (torchrun's fork start method). A sandboxed job's torchrun runs in a child
-that entered the job's sandbox (trainers/enter.py), and this process waits for it. It lives beside the runtime
-it imports, so that the worker's own package never imports torch (pyproject.toml's import contracts); nothing
-here may initialise CUDA, which a forked rank could not use.
+that entered the job's sandbox (trainers/warm/enter.py), and this process waits for it. It lives beside the
+runtime it imports, so that the worker's own package never imports torch (pyproject.toml's import contracts);
+nothing here may initialise CUDA, which a forked rank could not use.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import trainers.run
-from trainers.enter import Confinement, run_inside
+from trainers.warm.enter import Confinement, run_inside
 
 RANK_ENTRY = ["-m", "trainers.run"]
 TORCHRUN_MODULE = "torch.distributed.run"

@@ -2,9 +2,10 @@
 there: the sandbox's namespaces, its root and working directory, the job's uid, no capability, no new
 privileges and the job's resource limits, in the order that keeps each step allowed.
 
-worker/warm_sandbox.py starts the job's very bubblewrap command (core/sandbox.py) with a holder in place of
-torchrun, and hands the standby descriptors of that holder's namespaces. The view is bwrap's own; only the way
-in differs: setns(2) and the credential changes that `setpriv` and `prlimit` make in the cold command.
+worker/executors/local/warm/held_sandbox.py starts the job's very bubblewrap command (core/sandbox.py) with a
+holder in place of torchrun, and hands the standby descriptors of that holder's namespaces. The view is
+bwrap's own; only the way in differs: setns(2) and the credential changes that `setpriv` and `prlimit` make in
+the cold command.
 """
 
 from __future__ import annotations

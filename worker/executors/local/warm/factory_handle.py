@@ -1,4 +1,4 @@
-"""The worker's side of the standby factory (trainers/standby_factory.py): one process, started once, that has
+"""The worker's side of the standby factory (trainers/warm/factory.py): one process, started once, that has
 imported torch and the trainer and forks each warm standby from itself, and the handle by which the worker
 supervises a forked standby as it supervises a process it started (pid, poll, wait, kill).
 
@@ -24,7 +24,7 @@ from typing import Protocol
 from core.launch import inherited
 from jobspec.startup import STANDBY_ID_ENV
 
-FACTORY_MODULE = "trainers.standby_factory"
+FACTORY_MODULE = "trainers.warm.factory"
 MESSAGE_BYTES = 256
 # How long a standby's pid may take to come: the factory forks after its imports, seconds on a loaded host.
 FORK_WAIT_S = 60.0
@@ -62,6 +62,11 @@ class ForkedStandby:
     def forked(self, timeout: float) -> bool:
         """Whether the factory forked it (waiting up to `timeout` for that); False if it never will."""
         return self._forked.wait(timeout) and self._pid is not None
+
+    @property
+    def lost(self) -> bool:
+        """The factory died before it forked this standby: no process ever took the job."""
+        return self._forked.is_set() and self._pid is None
 
     @property
     def pid(self) -> int:
@@ -113,6 +118,11 @@ class ForkedStandby:
             if self._pidfd is not None:
                 os.close(self._pidfd)
                 self._pidfd = None
+
+
+def never_ran(process: JobProcess) -> bool:
+    """A job handed to a standby the factory never forked: the job never started, through no fault of its own."""
+    return isinstance(process, ForkedStandby) and process.lost
 
 
 class StandbyFactory:
