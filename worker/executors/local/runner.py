@@ -227,7 +227,7 @@ def launch(mark: JobMark, task: NodeTask, settings: Settings, uploads: Uploads) 
         close_sandbox(box)
     if process is None:
         return None
-    # Not its pid: a standby may not be forked yet (the factory still imports), and nothing here may wait for it.
+    # Not its pid: a standby may not be forked yet (the factory still imports), and nothing here may wait.
     log.info("job %s attempt %s node %s: started torchrun", job.id, task.attempt, task.node_rank)
     return RunningJob(
         job_id=job.id,

@@ -121,7 +121,7 @@ class ForkedStandby:
 
 
 def never_ran(process: JobProcess) -> bool:
-    """A job handed to a standby the factory never forked: the job never started, through no fault of its own."""
+    """A job handed to a standby the factory never forked: it never started, through no fault of its own."""
     return isinstance(process, ForkedStandby) and process.lost
 
 
