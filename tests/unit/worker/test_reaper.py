@@ -9,10 +9,12 @@ from sqlalchemy import select
 
 from core.config import get_settings
 from core.db import session_scope
-from core.models import GpuLease, Job, JobEvent, JobNode, Worker, utcnow
+from core.models import GpuLease, Job, JobEvent, JobNode, Metric, Worker, utcnow
 from core.states import JobStatus
 from core.transitions import move
+from jobspec.events import EVENTS_FILE, MetricsEvent, append_event
 from tests.unit.conftest import enqueued
+from worker.executors.local.kill import mark_for
 from worker.executors.local.leases import claim_job, worker_id
 from worker.executors.local.reaper import Rings, beat, reap
 
@@ -75,6 +77,29 @@ def test_expired_cancelling_job_is_cancelled(database: WorkerDb, doorbell: Doorb
     assert events(job_id)[-1] == ("cancelling", "cancelled", "worker_lost")
     assert leased_jobs() == []
     assert doorbell.rung == []
+
+
+def test_what_a_dead_worker_s_ranks_wrote_is_recorded_when_the_job_is_reaped(
+    database: WorkerDb, doorbell: Doorbell
+) -> None:
+    """Its ranks trained on after their worker died; cancelled meanwhile, the job has no next attempt to
+    catch their events up, so the reaper records them once it has stopped the ranks (the soak, issue 42)."""
+    job_id = database.add_job(database.spec(gpus=[2]))
+    claim_job(job_id)
+    with session_scope() as session:
+        move(session, job_id, JobStatus.STARTING, JobStatus.CANCELLING, reason="user")
+    run_dir = mark_for(job_id, 1, get_settings().hostname, get_settings().runs_dir).run_dir
+    run_dir.mkdir(parents=True, exist_ok=True)
+    for step in (10, 20, 30):
+        append_event(
+            run_dir / EVENTS_FILE, MetricsEvent(step=step, total_steps=30, epoch=1, values={"loss": 1.0})
+        )
+
+    reap(Rings(), now=later(get_settings().lease_timeout_s + 1))
+
+    assert database.job(job_id).status == JobStatus.CANCELLED
+    with session_scope() as session:
+        assert session.scalars(select(Metric.step).where(Metric.job_id == job_id)).all() == [10, 20, 30]
 
 
 def test_pending_timeout_fails_counting_from_the_last_requeue(database: WorkerDb, doorbell: Doorbell) -> None:

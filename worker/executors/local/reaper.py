@@ -20,11 +20,13 @@ from core.models import Job, JobEvent, JobNode, Worker, utcnow
 from core.states import JobStatus
 from core.transitions import move, move_from_any
 from worker.attempts.ends import OWNED, release_leases
+from worker.attempts.events import catch_up
 from worker.attempts.pending import fail_pending_timeouts
 from worker.attempts.starting import worker_id
 from worker.executors.local.kill import kill_job, mark_for
 from worker.executors.local.leases import ring_waiting_jobs
 from worker.gpus import host_gpus
+from worker.uploads import Uploads
 
 log = logging.getLogger(__name__)
 
@@ -123,7 +125,12 @@ def _recover(job_id: int, cutoff: datetime) -> JobStatus | None:
         hosts, attempt = {host for host, _ in nodes} | {job.host}, job.attempt
     settings = get_settings()
     if settings.hostname in hosts:  # its processes may have outlived their worker
-        kill_job(mark_for(job_id, attempt, settings.hostname, settings.runs_dir), settings.cancel_grace_s)
+        mark = mark_for(job_id, attempt, settings.hostname, settings.runs_dir)
+        kill_job(mark, settings.cancel_grace_s)
+        # What they wrote after their worker died (metrics, checkpoints), recorded now that they are stopped:
+        # a job cancelled meanwhile, or cancelled while it waits requeued, has no next attempt to catch it up.
+        with Uploads(job_id, mark.run_dir, launcher_log=True) as uploads:
+            catch_up(job_id, mark.run_dir, uploads, settings)
     return outcome
 
 
