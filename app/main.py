@@ -32,7 +32,7 @@ from app.api.routes import (
 )
 from app.api.routes.prometheus import install_prometheus
 from app.api.storable import RefuseUnstorableText
-from app.services.mlflow_exporter import exporting
+from app.services.integrations.mlflow_exporter import exporting
 from core.config import get_settings
 
 API_PREFIX = "/v1"

@@ -10,9 +10,9 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from app.timings import JobTimings
 from core.clock import as_utc
+from core.integrations.webhook_events import EVENT_NAMES, unknown_events
 from core.states import JobStatus
 from core.users import USER_PATTERN, check_user
-from core.webhook_events import EVENT_NAMES, unknown_events
 from jobspec.plan import Plan
 
 UtcDatetime = Annotated[datetime, AfterValidator(as_utc)]

@@ -258,9 +258,9 @@ class Webhook(Base):
 
 
 class WebhookDelivery(Base):
-    """One event for one webhook: the outbox row written in the transition's transaction (core/webhooks.py),
-    then claimed and sent until a 2xx or the deadline. No foreign key to the job: a deleted job's history
-    of deliveries stays."""
+    """One event for one webhook: the outbox row written in the transition's transaction
+    (core/integrations/webhook_outbox.py), then claimed and sent until a 2xx or the deadline. No foreign key
+    to the job: a deleted job's history of deliveries stays."""
 
     __tablename__ = "webhook_deliveries"
 
@@ -269,7 +269,7 @@ class WebhookDelivery(Base):
     job_id: Mapped[int] = mapped_column(Integer)
     event: Mapped[str] = mapped_column(String(32))
     at: Mapped[datetime] = mapped_column(DateTime(timezone=True))  # when the job moved
-    status: Mapped[str] = mapped_column(String(16))  # core.webhooks.DeliveryStatus
+    status: Mapped[str] = mapped_column(String(16))  # core.integrations.webhook_outbox.DeliveryStatus
     attempts: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     # Due time while pending; while a sender holds the row, the end of its claim.
     next_attempt_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
@@ -330,9 +330,9 @@ class SweepTrial(Base):
 
 
 class MlflowExport(Base):
-    """A job exported to MLflow as a run (core/mlflow_export.py): made when the exporter first sees a job
-    that asks for it, then claimed pass after pass until the run holds every metric row and the job's end.
-    `exported_through` is the watermark that keeps a point from being sent twice."""
+    """A job exported to MLflow as a run (core/integrations/mlflow_outbox.py): made when the exporter first
+    sees a job that asks for it, then claimed pass after pass until the run holds every metric row and the
+    job's end. `exported_through` is the watermark that keeps a point from being sent twice."""
 
     __tablename__ = "mlflow_exports"
 

@@ -7,10 +7,10 @@ from typing import Any
 from sqlalchemy import update
 from sqlalchemy.orm import Session
 
+from core.integrations.webhook_outbox import record_deliveries
 from core.models import Job, JobEvent, utcnow
 from core.states import ALLOWED, JobStatus
 from core.sweeps.told import trial_ended
-from core.webhooks import record_deliveries
 
 
 class InvalidTransition(Exception):

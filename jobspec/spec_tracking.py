@@ -1,6 +1,6 @@
 """Where a job is recorded besides Trainyard's own rows. MLflow runs are exported by the API from the rows
-the service already keeps (app/services/mlflow_exporter.py), never by the ranks: a slow or absent tracking
-server cannot slow or fail training."""
+the service already keeps (app/services/integrations/mlflow_exporter.py), never by the ranks: a slow or absent
+tracking server cannot slow or fail training."""
 
 from __future__ import annotations
 

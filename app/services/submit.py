@@ -18,9 +18,9 @@ from app.services.confine import check_checkpoint_path, check_data_root
 from app.services.errors import CheckpointNotFound, IdempotencyConflict, InvalidSpec, JobStateConflict
 from app.services.factories import check_factories
 from app.services.gpus import read_inventory
+from app.services.integrations.mlflow_exporter import check_tracking
 from app.services.jobs import check_priority, get_owned_job
 from app.services.keys import Caller
-from app.services.mlflow_exporter import check_tracking
 from app.services.quotas import check_quota
 from app.services.shown import shown_plan
 from app.services.stored_spec import revalidated, same_spec, stored_form

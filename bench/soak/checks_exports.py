@@ -8,7 +8,7 @@ from typing import Any
 
 from sqlalchemy import select
 
-from app.services.mlflow_runs import tracking_client
+from app.services.integrations.mlflow_runs import tracking_client
 from bench.soak.checks import Check, named, quantile
 from bench.soak.receivers import Receiver
 from bench.soak.specs import MLFLOW_EXPERIMENT

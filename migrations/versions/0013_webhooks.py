@@ -1,5 +1,5 @@
 """Webhooks: a user's subscriptions to job state changes, and the outbox of their deliveries, written in the
-transition's own transaction (core/webhooks.py) and sent by the worker's sender (worker/webhook_sender.py).
+transition's own transaction (core/integrations/webhook_outbox.py) and sent by the worker's sender (worker/webhook_sender.py).
 
 Revision ID: 0013
 Revises: 0012

@@ -1,5 +1,5 @@
 """MLflow export: a row per job exported as an MLflow run (its run, the watermark of the metric rows sent,
-its claim), and the cursor over job ids by which the exporter finds new jobs (core/mlflow_export.py).
+its claim), and the cursor over job ids by which the exporter finds new jobs (core/integrations/mlflow_outbox.py).
 
 Revision ID: 0015
 Revises: 0014

@@ -9,8 +9,8 @@ import time
 from collections import defaultdict
 from typing import Any
 
-from app.services.mlflow_params import spec_params
-from app.services.mlflow_runs import tracking_client
+from app.services.integrations.mlflow_params import spec_params
+from app.services.integrations.mlflow_runs import tracking_client
 from tests.integration.jobs import submit, wait_status
 from tests.integration.servers import Stack
 from tests.unit.mlflow_fixtures import MlflowServer

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from core.config import Settings
-from core.webhook_events import EVENT_NAMES
+from core.integrations.webhook_events import EVENT_NAMES
 from tests.doc_blocks import README, ROOT, anchors, doc_files, fenced_blocks, relative_links, section
 
 FIRST_JOBS = ["A first job with curl", "A first job with the CLI", "A first job with your own model"]

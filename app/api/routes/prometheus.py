@@ -10,8 +10,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.api.deps import get_caller
 from app.api.openapi import problems
+from app.services.integrations.webhook_attempt import ATTEMPTS as WEBHOOK_ATTEMPTS
 from app.services.telemetry import ClusterCollector
-from app.services.webhook_attempt import ATTEMPTS as WEBHOOK_ATTEMPTS
 
 router = APIRouter(tags=["metrics"])
 
@@ -69,7 +69,8 @@ def install_prometheus(app: FastAPI) -> None:
     """A registry per app, so apps built in tests never share (or double-register) a series."""
     registry = CollectorRegistry()
     registry.register(ClusterCollector())
-    registry.register(WEBHOOK_ATTEMPTS)  # counted by this process's sender (app/services/webhook_attempt.py)
+    # Counted by this process's sender (app/services/integrations/webhook_attempt.py).
+    registry.register(WEBHOOK_ATTEMPTS)
     latency = Histogram(
         "trainyard_http_request_duration_seconds",
         "API request latency to the first response byte",

@@ -19,8 +19,8 @@ from app.schemas import (
     WebhookPublic,
     WebhooksPublic,
 )
-from app.services import webhooks as service
-from app.services.webhook_sender import WebhookSender
+from app.services.integrations import webhooks as service
+from app.services.integrations.webhook_sender import WebhookSender
 from core.models import Webhook
 
 router = APIRouter(prefix="/webhooks", tags=["webhooks"])

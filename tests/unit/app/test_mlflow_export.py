@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from sqlalchemy import select
 
-from app.services.mlflow_params import spec_params
-from app.services.mlflow_runs import export_due, tracking_client
+from app.services.integrations.mlflow_params import spec_params
+from app.services.integrations.mlflow_runs import export_due, tracking_client
 from core.clock import as_utc
 from core.config import Settings, get_settings
 from core.db import session_scope

@@ -8,10 +8,10 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-import app.services.mlflow_runs  # noqa: F401  before MLflow loads: its settings (no telemetry) go first
+import app.services.integrations.mlflow_runs  # noqa: F401  before MLflow loads: its settings (no telemetry) go first
 from app.services.errors import InvalidSpec
-from app.services.mlflow_exporter import check_tracking
-from app.services.mlflow_params import (
+from app.services.integrations.mlflow_exporter import check_tracking
+from app.services.integrations.mlflow_params import (
     MAX_KEY,
     MAX_PARAM_VALUE,
     RUN_STATUS,

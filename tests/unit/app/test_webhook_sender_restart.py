@@ -20,7 +20,10 @@ from core.states import JobStatus
 from core.transitions import move
 from tests.unit.core.test_webhook_outbox import Receiver, hook, verified
 
-SENDER = "from app.services.webhook_sender import WebhookSender; s = WebhookSender(); s.start(); s.join()"
+SENDER = (
+    "from app.services.integrations.webhook_sender import WebhookSender; "
+    "s = WebhookSender(); s.start(); s.join()"
+)
 
 
 @pytest.fixture

@@ -20,7 +20,7 @@ from pydantic import ValidationError
 from sqlalchemy.orm import Session
 
 from app.main import create_app
-from app.services.webhook_sender import WebhookSender
+from app.services.integrations.webhook_sender import WebhookSender
 from core.config import Settings, get_settings
 from core.keys import create_key
 from core.states import JobStatus

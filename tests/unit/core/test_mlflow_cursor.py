@@ -1,6 +1,6 @@
-"""Which jobs become MLflow runs, found in SQL alone (core/mlflow_export.py): those that ask, or all when the
-server says so; not the history from before the export first ran; a job that commits after one with a higher
-id is still found; and the metric rows past the watermark, name by name."""
+"""Which jobs become MLflow runs, found in SQL alone (core/integrations/mlflow_outbox.py): those that ask, or
+all when the server says so; not the history from before the export first ran; a job that commits after one
+with a higher id is still found; and the metric rows past the watermark, name by name."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import select
 
 from core.db import session_scope
-from core.mlflow_export import SETTLE, discover, due_exports, through, unsent_metrics
+from core.integrations.mlflow_outbox import SETTLE, discover, due_exports, through, unsent_metrics
 from core.models import Job, Metric, MlflowCursor, MlflowExport, utcnow
 
 if TYPE_CHECKING:

@@ -19,13 +19,13 @@ from fastapi.testclient import TestClient
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from app.services.webhook_sender import claim_hold, send_due
+from app.services.integrations.webhook_sender import claim_hold, send_due
 from core.config import Settings, get_settings
+from core.integrations.webhook_events import EVENT_NAMES
+from core.integrations.webhook_outbox import DeliveryStatus, claim
 from core.models import WebhookDelivery, utcnow
 from core.states import JobStatus
 from core.transitions import move
-from core.webhook_events import EVENT_NAMES
-from core.webhooks import DeliveryStatus, claim
 from tests.unit.conftest import submit
 
 SECRET = "a-secret-of-16-chars-or-more"

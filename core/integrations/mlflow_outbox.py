@@ -1,6 +1,6 @@
 """The MLflow export's rows, in SQL alone: which jobs become MLflow runs, which one an exporter works on now,
 and which metric rows it has not sent yet. The exporter that talks to MLflow is
-app/services/mlflow_exporter.py.
+app/services/integrations/mlflow_exporter.py.
 
 Jobs are found by a cursor over their ids, which leaves the submission path alone: each pass reads the jobs
 submitted since the cursor, gives each one that asks for an export its row, and moves the cursor over those

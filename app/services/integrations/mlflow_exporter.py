@@ -5,7 +5,8 @@ It runs in the API, outside the ranks and the worker: it sends the rows the serv
 metrics the worker tailed, the job's states), so a slow or absent tracking server never touches training,
 and the worker's loops stay free of calls to a server they do not need. The API already reads a job's
 checkpoints for downloads, from a shared runs directory or the object store, and reads them here the same
-way. Several API processes share the work: each export is claimed before a pass (core/mlflow_export.py).
+way. Several API processes share the work: each export is claimed before a pass
+(core/integrations/mlflow_outbox.py).
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ class MlflowExporter(threading.Thread):
 
     def run(self) -> None:
         # Here, not at the top: MLflow loads (a second, and its settings) only where an export is configured.
-        from app.services.mlflow_runs import BATCH, export_due, tracking_client
+        from app.services.integrations.mlflow_runs import BATCH, export_due, tracking_client
 
         client = tracking_client(self.uri)
         wait = 0.0

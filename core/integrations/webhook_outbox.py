@@ -1,7 +1,7 @@
 """The webhook outbox: a delivery row per matching webhook, written by core.transitions.move in the
 transition's own transaction (so a state change and its deliveries commit or vanish together), then claimed
 by a sender for one attempt at a time, until a 2xx or the deadline. The sender is
-app/services/webhook_sender.py: only the API can render the job as GET /v1/jobs/{id} shows it."""
+app/services/integrations/webhook_sender.py: only the API can render the job as GET /v1/jobs/{id} shows it."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ from typing import NamedTuple
 from sqlalchemy import or_, select, update
 from sqlalchemy.orm import Session
 
+from core.integrations.webhook_events import ALL_EVENTS, event_name
 from core.models import Job, Webhook, WebhookDelivery, utcnow
 from core.states import JobStatus
-from core.webhook_events import ALL_EVENTS, event_name
 
 
 class DeliveryStatus(StrEnum):

@@ -1,7 +1,7 @@
-"""One pass of a job's MLflow export (its row: core/mlflow_export.py), through MLflow's own client: make the
-job's run once, send the metric rows past the watermark in batches, and once the job has ended, its last
-checkpoint (when asked) and its end status. Rows are read, then the transaction ends before MLflow is asked
-anything, so a slow tracking server holds no lock of the database.
+"""One pass of a job's MLflow export (its row: core/integrations/mlflow_outbox.py), through MLflow's own
+client: make the job's run once, send the metric rows past the watermark in batches, and once the job has
+ended, its last checkpoint (when asked) and its end status. Rows are read, then the transaction ends before
+MLflow is asked anything, so a slow tracking server holds no lock of the database.
 
 A pass that fails (the server down, an answer lost) records why and is tried again after a backoff, from the
 watermark: what it sent before it failed is sent again with the same step, value and timestamp, which
@@ -22,12 +22,12 @@ from sqlalchemy.orm import Session
 
 from app.services.artifacts import checkpoint_content
 from app.services.errors import CheckpointCorrupt, CheckpointNotFound
+from app.services.integrations.mlflow_params import RUN_STATUS, mlflow_key, run_tags, spec_params
 from app.services.keys import Caller
-from app.services.mlflow_params import RUN_STATUS, mlflow_key, run_tags, spec_params
 from core.clock import as_utc
 from core.config import Settings
 from core.db import new_session
-from core.mlflow_export import (
+from core.integrations.mlflow_outbox import (
     Point,
     asked_options,
     claim,

@@ -8,8 +8,8 @@ from sqlalchemy.orm import Session
 
 from app.schemas import WebhookCreate
 from app.services.errors import WebhookLimitReached, WebhookNotFound
+from app.services.integrations.webhook_destinations import check_destination
 from app.services.keys import Caller
-from app.services.webhook_destinations import check_destination
 from core.config import Settings
 from core.models import Webhook, WebhookDelivery
 

@@ -1,13 +1,13 @@
-"""Sends the webhook outbox (core/webhooks.py): a thread in each API process, started by the app's lifespan,
-so `make run` and the compose deployment send with no process of their own. It runs in the API because the
-body carries the job as GET /v1/jobs/{id} shows it, which only app/ can render.
+"""Sends the webhook outbox (core/integrations/webhook_outbox.py): a thread in each API process, started by
+the app's lifespan, so `make run` and the compose deployment send with no process of their own. It runs in the
+API because the body carries the job as GET /v1/jobs/{id} shows it, which only app/ can render.
 
 The thread runs an event loop with up to TRAINYARD_WEBHOOK_MAX_IN_FLIGHT attempts at once, at most
 TRAINYARD_WEBHOOK_MAX_IN_FLIGHT_PER_DESTINATION of them to one destination, so a slow receiver delays only its
-own deliveries; each attempt ends at its deadline (app/services/webhook_attempt.py). Every attempt claims its
-row first (core.webhooks.claim), so two API processes never send one row at once, and a row answered 2xx is
-never sent again; a sender killed mid-attempt leaves the row to be claimed again once its hold lapses, with
-the same delivery id: at least once on the wire.
+own deliveries; each attempt ends at its deadline (app/services/integrations/webhook_attempt.py). Every
+attempt claims its row first (core.integrations.webhook_outbox.claim), so two API processes never send one row
+at once, and a row answered 2xx is never sent again; a sender killed mid-attempt leaves the row to be claimed
+again once its hold lapses, with the same delivery id: at least once on the wire.
 """
 
 from __future__ import annotations
@@ -22,11 +22,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from app.services.webhook_attempt import claim_hold, send
+from app.services.integrations.webhook_attempt import claim_hold, send
 from core.config import Settings, get_settings
 from core.db import new_session
+from core.integrations.webhook_outbox import claim, due_deliveries
 from core.models import utcnow
-from core.webhooks import claim, due_deliveries
 
 log = logging.getLogger(__name__)
 

@@ -1,5 +1,5 @@
 """What an MLflow run shows of a job: its spec as params, its metric names as MLflow keys, its tags and the
-status it ends with. Pure functions of the job's rows; app/services/mlflow_runs.py sends them."""
+status it ends with. Pure functions of the job's rows; app/services/integrations/mlflow_runs.py sends them."""
 
 from __future__ import annotations
 

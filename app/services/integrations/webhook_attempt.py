@@ -25,13 +25,13 @@ from prometheus_client import Counter
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from app.services.integrations.webhook_destinations import DestinationRefused, check_destination
 from app.services.jobs import public_job
-from app.services.webhook_destinations import DestinationRefused, check_destination
 from core.clock import as_utc
 from core.config import Settings
 from core.db import new_session
+from core.integrations.webhook_outbox import DeliveryStatus, settle
 from core.models import Job, Webhook, WebhookDelivery, utcnow
-from core.webhooks import DeliveryStatus, settle
 
 MAX_RESPONSE_BYTES = 64 * 1024  # of a receiver's answer, kept only to explain a failure
 ERROR_EXCERPT_CHARS = 200
