@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 from jobspec.plan import Plan, resolve_plan
 from jobspec.spec import JobSpec
-from worker.executors.local.placement import HostView
+from worker.executors.local.host_choice import HostView
 from worker.executors.local.preempt import Choice, Holder, choose_victims
 
 NOW = datetime(2026, 11, 26, 12, tzinfo=UTC)

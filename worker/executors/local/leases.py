@@ -21,7 +21,7 @@ from core.transitions import move
 from jobspec.plan import Plan
 from jobspec.startup import Mark
 from worker.attempts.starting import begin_attempt, worker_id
-from worker.executors.local.placement import (
+from worker.executors.local.host_choice import (
     HostView,
     NodeChoice,
     choose_nodes,

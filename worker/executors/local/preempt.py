@@ -1,8 +1,8 @@
 """Priority preemption: which running jobs of lower priority stop so that a queued job fits, and asking them.
 
-The choice is plain functions over plain data, as worker/executors/local/placement.py's, and the same for what
-a job takes of a host, GPUs or CPU cores; `preempt_for` reads the jobs holding them and moves the chosen ones
-running -> preempting, each a compare-and-set. Their supervisors see that, stop them (SIGTERM: a final
+The choice is plain functions over plain data, as worker/executors/local/host_choice.py's, and the same for
+what a job takes of a host, GPUs or CPU cores; `preempt_for` reads the jobs holding them and moves the chosen
+ones running -> preempting, each a compare-and-set. Their supervisors see that, stop them (SIGTERM: a final
 checkpoint at the next report step) and requeue them; the queued job's claim then finds their GPUs or cores
 free, and START_ORDER with _reserved_ahead (worker/executors/local/leases.py) keeps any lower priority from
 taking them first.
@@ -23,7 +23,7 @@ from core.states import JobStatus
 from core.transitions import move
 from jobspec.plan import Plan
 from jobspec.spec import JobSpec
-from worker.executors.local.placement import (
+from worker.executors.local.host_choice import (
     HostView,
     candidates,
     infeasibility,
