@@ -77,23 +77,26 @@ servers: sandbox
 slurm: install
 	$(PY) -m deploy.slurm_cluster --dir var/slurm
 
-# The suite as three pytest processes at once (tests/parts.py), with the linters beside them: the tests on the
+# The suite as four pytest processes at once (tests/parts.py), with the linters beside them: the tests on the
 # shared running services (then the benchmarks' smoke runs) in the foreground; those with services of their
-# own (then the API's and the core's unit tests), the linters and everything else in the background, their output shown once the foreground part ends. Each part prints its 15 slowest
-# tests, so that what makes the suite long shows.
+# own (then the API's and the core's unit tests), the soak, the linters and everything else in the
+# background, their output shown once the foreground part ends. Each part prints its 15 slowest tests, so
+# that what makes the suite long shows.
 PYTEST := $(VENV)/bin/pytest -q -p no:cacheprovider --durations=15
 test: install-test servers
 	@mkdir -p var; \
+	$(PYTEST) --part soak > var/test-soak.log 2>&1 & soak=$$!; \
 	$(MAKE) --no-print-directory lint > var/test-lint.log 2>&1 & lint=$$!; \
 	$(PYTEST) --part rest > var/test-rest.log 2>&1 & rest=$$!; \
 	$(PYTEST) --part services > var/test-services.log 2>&1 & services=$$!; \
-	trap 'kill $$lint $$rest $$services 2>/dev/null' INT TERM; \
+	trap 'kill $$soak $$lint $$rest $$services 2>/dev/null' INT TERM; \
 	$(PYTEST) --part stacks; stacks=$$?; \
-	wait $$rest; others=$$?; wait $$services; own=$$?; wait $$lint; linters=$$?; \
+	wait $$rest; others=$$?; wait $$services; own=$$?; wait $$soak; soaked=$$?; wait $$lint; linters=$$?; \
 	echo "--- the rest (var/test-rest.log) ---"; cat var/test-rest.log; \
 	echo "--- the tests with services of their own (var/test-services.log) ---"; cat var/test-services.log; \
+	echo "--- the soak (var/test-soak.log) ---"; cat var/test-soak.log; \
 	echo "--- the linters (var/test-lint.log) ---"; cat var/test-lint.log; \
-	exit $$(( stacks || others || own || linters ))
+	exit $$(( stacks || others || own || soaked || linters ))
 
 test-unit: install-test
 	$(VENV)/bin/pytest -q tests/unit

@@ -1,4 +1,4 @@
-"""`--part stacks|rest|services`: one of the three parts `make test` runs at once, each a pytest process.
+"""`--part stacks|rest|services|soak`: one of the four parts `make test` runs at once, each a pytest process.
 
 The parts overlap on a machine of two cores: much of a test's time is spent waiting (for a job on a running
 service, for Slurm to start, signal or requeue one, for a killed worker's lease to run out), which the
@@ -7,8 +7,10 @@ other parts' work fills. `stacks` is every test on one of the shared running ser
 modules that start services of their own (the Slurm cluster, hosts, workers and object stores of their own),
 which wait the most and say so with `pytestmark = pytest.mark.own_services`, then the unit tests of the API
 and the core. `rest` is everything else: the worker's and the trainer's unit tests, the trainer's runs under
-torchrun; the linters run beside it. The work that needs nothing running is split so that the three end
-together: a part left alone at the end waits on one core. Without `--part`, pytest runs everything, as before.
+torchrun; the linters run beside it. `soak` is the modules marked `soak` (the 3-minute soak of bench/soak),
+which run minutes on their own service from the start, beside the others, so that their length is not added
+to any part's. The work that needs nothing running is split so that the parts end together: a part left
+alone at the end waits on one core. Without `--part`, pytest runs everything, as before.
 """
 
 from __future__ import annotations
@@ -19,17 +21,25 @@ from pathlib import Path
 
 import pytest
 
-PARTS = ("stacks", "rest", "services")
+PARTS = ("stacks", "rest", "services", "soak")
 TESTS = Path(__file__).parent
 # Test files that never use a shared running service (its fixtures are tests/integration's).
 OFF_THE_STACKS = (TESTS / "unit", TESTS / "gpu")
 SHARED_STACKS = frozenset({"embedded_stack", "redis_postgres_stack", "stack", "auth_stack"})
 UNIT_TESTS = (TESTS / "unit" / "app", TESTS / "unit" / "core")
 BENCH_SMOKE = (TESTS.parent / "bench" / "tests",)
-OWN_SERVICES = "own_services"  # the marker, declared in pyproject.toml
-# The marker as a module sets it, alone or in a list, read from the file's text: a part that does not run the
+OWN_SERVICES = "own_services"  # the markers, declared in pyproject.toml
+SOAK = "soak"
+# A marker as a module sets it, alone or in a list, read from the file's text: a part that does not run the
 # module never imports it. A mark the text does not show this way is refused at collection (part_of).
-MARKED = re.compile(rf"^pytestmark\s*=[^=]*?\bpytest\.mark\.{OWN_SERVICES}\b", re.MULTILINE | re.DOTALL)
+MODULE_MARKERS = (OWN_SERVICES, SOAK)
+
+
+def _marker_pattern(name: str) -> re.Pattern[str]:
+    return re.compile(rf"^pytestmark\s*=[^=]*?\bpytest\.mark\.{name}\b", re.MULTILINE | re.DOTALL)
+
+
+MARKED = {name: _marker_pattern(name) for name in MODULE_MARKERS}
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -45,15 +55,17 @@ def _test_module_text(path: Path) -> str:
     return path.read_text() if path.name.startswith("test_") else ""
 
 
-def _marked(path: Path) -> bool:
-    return MARKED.search(_test_module_text(path)) is not None
+def _marked(path: Path, name: str) -> bool:
+    return MARKED[name].search(_test_module_text(path)) is not None
 
 
 @functools.cache
 def _part_of_file(path: Path) -> str | None:
     """The part every test of this file is in, where the file alone tells: a test module that never names a
     shared stack's fixture cannot ask for one (no other fixture of tests/integration's conftest does)."""
-    if _marked(path) or _within(path, UNIT_TESTS):
+    if _marked(path, SOAK):
+        return "soak"
+    if _marked(path, OWN_SERVICES) or _within(path, UNIT_TESTS):
         return "services"
     if _within(path, BENCH_SMOKE):
         return "stacks"
@@ -66,12 +78,13 @@ def _part_of_file(path: Path) -> str | None:
 
 
 def _check_marked_as_read(item: pytest.Item) -> None:
-    if (item.get_closest_marker(OWN_SERVICES) is not None) != _marked(item.path):
-        raise pytest.UsageError(
-            f"{item.nodeid}: the {OWN_SERVICES} marker belongs to a whole module, set at its top level as "
-            f"`pytestmark = pytest.mark.{OWN_SERVICES}` (or in a list of marks), which tests/parts.py reads "
-            "before importing it; move the mark there"
-        )
+    for name in MODULE_MARKERS:
+        if (item.get_closest_marker(name) is not None) != _marked(item.path, name):
+            raise pytest.UsageError(
+                f"{item.nodeid}: the {name} marker belongs to a whole module, set at its top level as "
+                f"`pytestmark = pytest.mark.{name}` (or in a list of marks), which tests/parts.py reads "
+                "before importing it; move the mark there"
+            )
 
 
 def part_of(item: pytest.Item) -> str:
@@ -86,8 +99,8 @@ def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool 
     if part is None or not collection_path.is_file():
         return None
     owner = _part_of_file(collection_path)
-    if owner is None:  # decided test by test; `services` is known by its files alone
-        return True if part == "services" else None  # None: pytest's own rules still apply
+    if owner is None:  # decided test by test; `services` and `soak` are known by their files alone
+        return True if part in ("services", "soak") else None  # None: pytest's own rules still apply
     return True if owner != part else None
 
 

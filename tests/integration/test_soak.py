@@ -14,7 +14,7 @@ from bench.soak.report import markdown, write
 from bench.soak.run import soak
 from bench.soak.stack import Db
 
-pytestmark = pytest.mark.own_services
+pytestmark = pytest.mark.soak
 
 MINUTES = 3
 

@@ -1,4 +1,4 @@
-"""tests/parts.py places a module by its `own_services` marker, read from the module's text so that the other
+"""tests/parts.py places a module by its `own_services` or `soak` marker, read from the module's text so that the other
 parts never import it, and refuses a mark it could not have read that way."""
 
 from __future__ import annotations
@@ -34,6 +34,15 @@ def test_a_marked_module_is_in_services_and_no_other_part_imports_it(pytester: p
     assert collected(pytester, "stacks") == []
     pytester.path.joinpath("test_guarded.py").unlink()
     assert sorted(collected(pytester, "services")) == ["test_listed", "test_own"]
+
+
+def test_the_soak_is_a_part_of_its_own_that_imports_nothing_else(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        test_soak="import pytest\n\npytestmark = pytest.mark.soak\n\n\ndef test_soaked():\n    pass\n",
+        test_guarded=f"import pytest\n\npytestmark = pytest.mark.own_services\n{NOT_TO_IMPORT}",
+        test_plain=NOT_TO_IMPORT,
+    )
+    assert collected(pytester, "soak") == ["test_soaked"]
 
 
 def test_a_mark_on_a_test_alone_is_refused_naming_where_it_belongs(pytester: pytest.Pytester) -> None:
