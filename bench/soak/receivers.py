@@ -45,7 +45,11 @@ class Receiver:
 
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:
-                body = self.rfile.read(int(self.headers["Content-Length"]))
+                length = int(self.headers["Content-Length"])
+                body = self.rfile.read(length)
+                if len(body) < length:  # the sender gave up mid-body at its deadline: nothing was delivered
+                    self.close_connection = True
+                    return
                 receiver.keep(dict(self.headers), body)
                 if receiver.behaviour is Behaviour.DRIP:
                     return self._drip()
