@@ -1,5 +1,5 @@
-"""tests/parts.py places a module by its `own_services` or `soak` marker, read from the module's text so that the other
-parts never import it, and refuses a mark it could not have read that way."""
+"""tests/parts.py places a module by its `own_services` or `soak` marker, read from the module's text so that
+the other parts never import it, and refuses a mark it could not have read that way."""
 
 from __future__ import annotations
 
