@@ -175,6 +175,19 @@ class JobNode(Base):
     finished: Mapped[bool] = mapped_column(Boolean, default=False)  # its torchrun exited 0
 
 
+class LostAttempt(Base):
+    """An attempt whose worker was lost, on one of its hosts: what its processes still run there is to be
+    stopped, and what they wrote recorded. The row is written with the job's requeue (or cancel) and deleted
+    by that host's reaper once both are done, so a reaper that dies halfway leaves the work to the next one:
+    a job cancelled while it waits requeued has no next attempt that would catch its events up."""
+
+    __tablename__ = "lost_attempts"
+
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True)
+    attempt: Mapped[int] = mapped_column(Integer, primary_key=True)
+    host: Mapped[str] = mapped_column(String(255), primary_key=True)
+
+
 class Worker(Base):
     __tablename__ = "workers"
 

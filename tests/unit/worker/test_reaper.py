@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
+import pytest
 from sqlalchemy import select
 
 from core.config import get_settings
@@ -100,6 +101,40 @@ def test_what_a_dead_worker_s_ranks_wrote_is_recorded_when_the_job_is_reaped(
     assert database.job(job_id).status == JobStatus.CANCELLED
     with session_scope() as session:
         assert session.scalars(select(Metric.step).where(Metric.job_id == job_id)).all() == [10, 20, 30]
+
+
+def test_a_reaper_killed_before_it_caught_up_leaves_that_to_the_next(
+    database: WorkerDb, doorbell: Doorbell, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A reaper that requeued a job and died before it recorded what the lost attempt wrote: the job,
+    cancelled while it waits requeued, has no next attempt, so the next reaper records it (the 60-minute
+    soak on PostgreSQL lost two cancelled jobs' metrics this way, issue 42)."""
+    job_id = database.add_job(database.spec(gpus=[2]))
+    claim_job(job_id)
+    run_dir = mark_for(job_id, 1, get_settings().hostname, get_settings().runs_dir).run_dir
+    run_dir.mkdir(parents=True, exist_ok=True)
+    for step in (10, 20):
+        append_event(
+            run_dir / EVENTS_FILE, MetricsEvent(step=step, total_steps=20, epoch=1, values={"loss": 1.0})
+        )
+
+    def killed(*_: object) -> None:
+        raise SystemExit("the worker was killed here")
+
+    monkeypatch.setattr("worker.executors.local.reaper.catch_up", killed)
+    with pytest.raises(SystemExit):
+        reap(Rings(), now=later(get_settings().lease_timeout_s + 1))
+    monkeypatch.undo()
+    assert database.job(job_id).status == JobStatus.QUEUED
+    with session_scope() as session:  # the user cancels it while it waits
+        move(session, job_id, JobStatus.QUEUED, JobStatus.CANCELLED, reason="cancelled")
+
+    report = reap(Rings())
+
+    assert report.cleared == [job_id]
+    with session_scope() as session:
+        assert session.scalars(select(Metric.step).where(Metric.job_id == job_id)).all() == [10, 20]
+    assert reap(Rings()).cleared == []  # done once
 
 
 def test_pending_timeout_fails_counting_from_the_last_requeue(database: WorkerDb, doorbell: Doorbell) -> None:

@@ -11,12 +11,12 @@ import threading
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from sqlalchemy import ColumnElement, and_, or_, select, update
+from sqlalchemy import ColumnElement, and_, delete, or_, select, update
 
 from core.clock import as_utc
 from core.config import get_settings
 from core.db import session_scope
-from core.models import Job, JobEvent, JobNode, Worker, utcnow
+from core.models import Job, JobEvent, JobNode, LostAttempt, Worker, utcnow
 from core.states import JobStatus
 from core.transitions import move, move_from_any
 from worker.attempts.ends import OWNED, release_leases
@@ -37,6 +37,7 @@ class ReapReport:
     cancelled: list[int] = field(default_factory=list)
     pending_timeouts: list[int] = field(default_factory=list)
     rung: int | None = None  # the job the pass rang for
+    cleared: list[int] = field(default_factory=list)  # lost attempts stopped and caught up here
 
 
 @dataclass
@@ -122,16 +123,37 @@ def _recover(job_id: int, cutoff: datetime) -> JobStatus | None:
             )
             outcome = JobStatus.QUEUED
         release_leases(session, job_id)
-        hosts, attempt = {host for host, _ in nodes} | {job.host}, job.attempt
+        hosts = {host for host, _ in nodes} | {job.host}
+        # Its processes may have outlived their worker on each host: that host's reaper stops them and records
+        # what they wrote (clear_lost_attempts), after this commit and never inside it.
+        session.add_all(LostAttempt(job_id=job_id, attempt=job.attempt, host=host) for host in hosts if host)
+    return outcome
+
+
+def clear_lost_attempts(report: ReapReport) -> None:
+    """Stop what lost attempts still run on this host and record what they wrote (metrics, checkpoints): a job
+    cancelled meanwhile, or cancelled while it waits requeued, has no next attempt to catch it up. Each row
+    goes once both are done; a reaper that dies halfway leaves it to the next pass, and re-reading is
+    idempotent."""
     settings = get_settings()
-    if settings.hostname in hosts:  # its processes may have outlived their worker
+    with session_scope() as session:
+        lost = session.execute(
+            select(LostAttempt.job_id, LostAttempt.attempt).where(LostAttempt.host == settings.hostname)
+        ).all()
+    for job_id, attempt in lost:
         mark = mark_for(job_id, attempt, settings.hostname, settings.runs_dir)
         kill_job(mark, settings.cancel_grace_s)
-        # What they wrote after their worker died (metrics, checkpoints), recorded now that they are stopped:
-        # a job cancelled meanwhile, or cancelled while it waits requeued, has no next attempt to catch it up.
         with Uploads(job_id, mark.run_dir, launcher_log=True) as uploads:
             catch_up(job_id, mark.run_dir, uploads, settings)
-    return outcome
+        with session_scope() as session:
+            session.execute(
+                delete(LostAttempt).where(
+                    LostAttempt.job_id == job_id,
+                    LostAttempt.attempt == attempt,
+                    LostAttempt.host == settings.hostname,
+                )
+            )
+        report.cleared.append(job_id)
 
 
 def recover_lost_jobs(now: datetime, report: ReapReport) -> None:
@@ -177,9 +199,10 @@ def reap(rings: Rings, now: datetime | None = None) -> ReapReport:
     now = now or utcnow()
     report = ReapReport()
     recover_lost_jobs(now, report)
+    clear_lost_attempts(report)
     report.pending_timeouts = fail_pending_timeouts(now)
     ring_if_it_helps(now, rings, report)
-    if report.requeued or report.cancelled or report.pending_timeouts:
+    if report.requeued or report.cancelled or report.pending_timeouts or report.cleared:
         log.info("reaped: %s", report)
     return report
 
