@@ -48,9 +48,20 @@ function compareView(root, signal, ids) {
   })().catch(showError);
 }
 
+// A code bundle's id ("sha256:" and 64 hex digits) is a word no line breaks: three side by side pushed the
+// third job off a 1280-pixel window. Its first 12 digits tell bundles apart.
+const LONGEST_WORD = 24;
+const CUT_TO = 19;
+
+/** A value as its cell shows it: a long unbroken one cut, every one in full on hover. */
+function diffValue(value) {
+  const cut = value.length > LONGEST_WORD && !/\s/.test(value) ? `${value.slice(0, CUT_TO)}…` : value;
+  return h("td", { class: "mono", title: value }, cut);
+}
+
 function diffCard(diff) {
   const rows = diff.differences.map((d) => h("tr", {}, h("td", { title: d.field }, d.label),
-    ...d.values.map((v) => h("td", { class: "mono" }, v))));
+    ...d.values.map(diffValue)));
   return h("section", { class: "card", "data-diff": "" },
     h("h3", {}, "How they differ"),
     h("p", { class: "diff-summary" }, diff.summary),

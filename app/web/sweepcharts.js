@@ -1,9 +1,16 @@
 "use strict";
-// A sweep's charts: the best objective so far over its trials, every trial's objective curve over steps (pruned
-// trials dimmed), and parallel coordinates of the parameters against the objective (one polyline per trial).
+// A sweep's charts: the best objective so far over its trials, every trial's objective curve over steps, and
+// parallel coordinates of the parameters against the objective (one polyline per trial). A trial is drawn in
+// its look's colour in every chart, and the page's legend (lookLegend) shows the same colours.
 
-const DIMMED = "rgba(156, 163, 175, 0.5)";
-const FAILED = "rgba(220, 38, 38, 0.35)";
+// PALETTE[0] is the best-so-far line's colour too; no two looks share a colour.
+const LOOKS = {
+  best: { colour: PALETTE[0], width: 3, said: "best" },
+  completed: { colour: PALETTE[2], width: 1.5, said: "completed" },
+  running: { colour: PALETTE[3], width: 1.5, said: "running" },
+  pruned: { colour: "#6b7280", width: 1.5, dash: [6, 4], said: "pruned (dashed, a dot where it stopped)" },
+  failed: { colour: PALETTE[1], width: 1.5, said: "failed" },
+};
 // Past this many trials a legend would outgrow its chart; each curve's trial shows in the table instead.
 const MAX_LEGEND = 12;
 const SVG_NS = "http://www.w3.org/2000/svg";
@@ -24,6 +31,23 @@ function svg(tag, attrs = {}, ...children) {
 
 /** How a trial is drawn: its state, or "best" for the best completed one. */
 const lookOf = (trial, best) => (trial.number === best ? "best" : trial.state);
+/** A state the page does not know yet is drawn as running, not left without a colour. */
+const lookStyle = (look) => LOOKS[look] ?? LOOKS.running;
+
+/** The looks' colours, named: the one legend of the sweep's charts. */
+function lookLegend() {
+  return h("ul", { class: "looks" }, Object.entries(LOOKS).map(([look, { colour, dash, said }]) => {
+    const swatch = h("span", { class: dash ? "swatch dashed" : "swatch" });
+    swatch.style.borderColor = colour;
+    return h("li", { "data-look": look }, swatch, said);
+  }));
+}
+
+/** The index of a series' last point: where a pruned trial stopped. */
+function lastPoint(values) {
+  for (let i = values.length - 1; i >= 0; i--) if (values[i] !== null) return [i];
+  return null;
+}
 /** A trial's place on the objective axis: a completed or pruned trial's value, else its latest report. */
 const objectiveOf = (trial) => trial.value ?? trial.latest;
 
@@ -36,7 +60,9 @@ class TrialChart extends StepChart {
     options.series[0].label = "trial";
     // It changes only when a trial beats it: a staircase, with each completed trial's own value as a dot.
     options.series[1].paths = uPlot.paths.stepped({ align: 1 });
-    Object.assign(options.series[2], { paths: () => null, points: { show: true, size: 6, fill: PALETTE[1] } });
+    const completed = LOOKS.completed.colour;
+    Object.assign(options.series[2], { stroke: completed, paths: () => null,
+      points: { show: true, size: 6, stroke: completed, fill: completed } });
     return options;
   }
 
@@ -57,16 +83,18 @@ class TrialChart extends StepChart {
   }
 }
 
-/** One series per trial over steps; pruned trials grey, failed ones faint red, the best one thicker. */
+/** One series per trial over steps, in its look's colour; a pruned trial's dashed line ends in a dot. */
 class TrialCurves extends StepChart {
   options() {
     const options = super.options();
     options.legend.show = this.labels.length <= MAX_LEGEND;
     options.series.slice(1).forEach((series, i) => {
-      const look = this.looks?.[i];
-      const faded = look === "pruned" ? DIMMED : look === "failed" ? FAILED : null;
-      if (faded) Object.assign(series, { stroke: faded, points: { ...series.points, fill: faded } });
-      if (look === "best") series.width = 3;
+      const look = this.looks?.[i] ?? "running";
+      const { colour, width, dash } = lookStyle(look);
+      Object.assign(series, { label: `${series.label} (${look})`, stroke: colour, width,
+        points: { ...series.points, stroke: colour, fill: colour } });
+      if (dash) series.dash = dash;
+      if (look === "pruned") series.points.filter = (plot, index) => lastPoint(plot.data[index]);
     });
     return options;
   }
@@ -91,7 +119,7 @@ function sweepCharts(holder, sweep, signal) {
   const bestEl = h("div", { class: "chart", "data-metric": "best-so-far" });
   const curvesEl = h("div", { class: "chart", "data-metric": "curves" });
   const parallel = parallelCoordinates(sweep);
-  holder.append(grid, parallel.element);
+  holder.append(lookLegend(), grid, parallel.element);
   // The log scale and smoothing are the curves' own: a smoothed best-so-far would no longer be the best.
   grid.append(bestEl, h("div", {}, curvesStyle.controls(), curvesEl));
   const best = new TrialChart(bestEl, `best ${metric} so far (${sweep.objective.goal})`, ["best so far", "trial's value"],
@@ -149,12 +177,6 @@ function objectiveAxis(sweep, trials) {
   return numericAxis(`${metric} (${goal === "minimize" ? "min" : "max"})`, metric, low, high, false);
 }
 
-/** From blue (the best completed trial) to orange (the worst); `rank` is 0 for the best, 1 for the worst. */
-function rankColour(rank) {
-  const [good, bad] = [[37, 99, 235], [234, 88, 12]];
-  return `rgb(${good.map((g, i) => Math.round(g + (bad[i] - g) * rank)).join(", ")})`;
-}
-
 /** The parameters and the objective on vertical axes, a polyline per trial through its values; a click on one
  *  opens its trial's job. */
 function parallelCoordinates(sweep) {
@@ -186,11 +208,13 @@ function parallelCoordinates(sweep) {
       const points = values.map((v, i) => [i, axes[i].fraction(v)]).filter(([, f]) => f !== null)
         .map(([i, f]) => `${x(i).toFixed(1)},${y(f).toFixed(1)}`);
       const look = lookOf(trial, bestTrial);
-      const stroke = look === "pruned" ? DIMMED : look === "failed" ? FAILED
-        : rank.has(trial.number) ? rankColour(rank.get(trial.number)) : PALETTE[0];
+      const { colour, width, dash } = lookStyle(look);
+      // Completed trials fade from the best to the worst: the colour says the state, the strength the rank.
+      const strength = look === "completed" ? 1 - 0.65 * (rank.get(trial.number) ?? 1) : 1;
       const said = paths.map((p) => `${names[p]} ${formatParam(trial.params[p])}`).join(" · ");
-      const el = svg("polyline", { points: points.join(" "), stroke, "stroke-width": look === "best" ? 3.5 : 1.6,
-        "stroke-dasharray": look === "running" ? "4 3" : null, class: `pc-trial pc-${look}`, "data-trial": trial.number },
+      const el = svg("polyline", { points: points.join(" "), stroke: colour, "stroke-opacity": strength,
+        "stroke-width": width + 0.5, "stroke-dasharray": dash?.join(" "), class: `pc-trial pc-${look}`,
+        "data-trial": trial.number },
       svg("title", {}, `trial ${trial.number} (${trial.state}): ${said} → ${formatNumber(objectiveOf(trial))}`));
       if (trial.job_id) el.addEventListener("click", () => { location.hash = `#/jobs/${trial.job_id}`; });
       return el;
@@ -202,8 +226,8 @@ function parallelCoordinates(sweep) {
       h("h4", {}, "Parameters against the objective"),
       svg("svg", { viewBox: `0 0 ${PC.width} ${PC.height}`, role: "img", "aria-label": "parallel coordinates" },
         lines, axisEls),
-      h("p", { class: "row-note" }, "Blue: the best completed trials, orange: the worst; grey: pruned; red: failed; " +
-        "dashed: still running. Click a line for its trial's job."));
+      h("p", { class: "row-note" }, "Completed trials fade from the best to the worst. Click a line for its " +
+        "trial's job."));
   };
   return { element, draw };
 }

@@ -17,7 +17,8 @@ from app.services.keys import LOCAL_USER
 from tests.integration.jobs import TERMINAL, example_spec, metric_values, submit, wait_status
 from tests.integration.servers import ROOT, Stack
 from tests.integration.test_program_e2e import push
-from tests.integration.test_sweeps import wait_done
+from tests.integration.test_sweeps import BUNDLES, PROGRAM_SPEC, wait_done
+from tests.integration.test_sweeps import push as push_bundle
 
 CHROMIUM = Path("/usr/bin/chromium")
 # Without the background-networking flags Chromium keeps dialling Google, which this closed network refuses.
@@ -362,3 +363,95 @@ def test_a_program_job_s_spec_card_shows_its_argv_and_hyperparameters(
     expect(page.locator('.chart[data-metric="eval_acc"]')).to_have_attribute("data-points", "1")
     expect(page.locator('.chart[data-metric="eval_accuracy"]')).to_be_hidden()
     expect(page.locator('.chart[data-metric="loss"]')).to_be_visible()
+
+
+# Each trial's look's colour, as the page's legend, the curves' legend and the parallel coordinates show it.
+# A legend that is not live has no row for the x series.
+LOOK_COLOURS = """() => {
+    const colour = (el) => getComputedStyle(el).borderTopColor;
+    const legend = Object.fromEntries([...document.querySelectorAll(".looks li")]
+        .map((li) => [li.dataset.look, colour(li.querySelector(".swatch"))]));
+    const markers = (metric) => Object.fromEntries([...document.querySelectorAll(
+        `.chart[data-metric="${metric}"] .u-legend .u-series`)]
+        .map((row) => [row.querySelector(".u-label").textContent, colour(row.querySelector(".u-marker"))]));
+    const lines = Object.fromEntries([...document.querySelectorAll(".pc-trial")]
+        .map((line) => [line.dataset.trial, getComputedStyle(line).stroke]));
+    return { legend, curves: markers("curves"), best: markers("best-so-far"), lines };
+}"""
+
+
+def test_a_sweep_s_trials_are_drawn_in_the_colours_its_legend_names(
+    embedded_stack: Stack, page: Page, shots: Path
+) -> None:
+    # Grid seed 5 runs the rates in this order: 0.05 completes, 0.1 completes better (the best), the median
+    # pruner stops 0.001 at its first report, and "boom" is no float (float() raises: the trial fails).
+    with embedded_stack.client() as client:
+        body = {
+            "name": "dashboard-looks",
+            "spec": {
+                **PROGRAM_SPEC,
+                "code": push_bundle(client, BUNDLES / "sweep_program"),
+                "train": {"max_steps": 100},
+            },
+            "parameters": {
+                "program.hyperparameters.lr": {"type": "categorical", "choices": [0.05, 0.1, 0.001, "boom"]}
+            },
+            "objective": {"metric": "eval_loss"},
+            "max_trials": 4,
+            "sampler": "grid",
+            "pruner": "median",
+            "pruner_options": {"n_startup_trials": 1, "n_min_trials": 1},
+            "seed": 5,
+        }
+        created = client.post("/v1/sweeps", json=body)
+        assert created.status_code == 201, created.text
+        sweep = wait_done(client, created.json()["id"], timeout=240)
+        trials = client.get(f"/v1/sweeps/{sweep['id']}/trials").json()["data"]
+    states = [(t["params"]["program.hyperparameters.lr"], t["state"]) for t in trials]
+    assert states == [(0.05, "completed"), (0.1, "completed"), (0.001, "pruned"), ("boom", "failed")], trials
+    assert sweep["best"]["trial"] == 1, sweep["best"]
+    looks = ["completed", "best", "pruned", "failed"]
+
+    page.goto(f"{embedded_stack.url}/#/sweeps/{sweep['id']}")
+    expect(page.locator(".pc-trial")).to_have_count(4)
+    shown = page.evaluate(LOOK_COLOURS)
+    legend = shown["legend"]
+    assert sorted(legend) == sorted(["best", "completed", "running", "pruned", "failed"])
+    assert len(set(legend.values())) == len(legend), f"two looks share a colour: {legend}"
+    assert shown["curves"] == {f"trial {n} ({look})": legend[look] for n, look in enumerate(looks)}
+    assert shown["lines"] == {str(n): legend[look] for n, look in enumerate(looks)}
+    assert shown["best"] == {"best so far": legend["best"], "trial's value": legend["completed"]}
+    assert drawn_pixels(page, "curves") > 0
+    page.screenshot(path=shots / "sweep-looks.png", full_page=True)
+
+
+def test_the_compare_page_fits_three_jobs_of_long_bundle_ids(
+    embedded_stack: Stack, page: Page, tmp_path: Path, shots: Path
+) -> None:
+    jobs = []
+    with embedded_stack.client() as client:
+        for n in range(3):
+            folder = tmp_path / f"bundle{n}"
+            folder.mkdir()
+            (folder / "hello.py").write_text(f"print({n})\n")
+            spec = {
+                "name": f"dashboard-bundle-{n}",
+                "code": push_bundle(client, folder),
+                "program": {"entrypoint": ["python", "hello.py"]},
+            }
+            jobs.append(submit(client, spec))
+        for job in jobs:
+            wait_status(client, job["id"], TERMINAL)
+    page.goto(f"{embedded_stack.url}/#/compare?ids={','.join(str(job['id']) for job in jobs)}")
+    expect(page.locator(".diff-summary")).to_contain_text("code sha256:")
+    cells = page.locator("[data-diff] td.mono")
+    expect(cells).to_have_count(3)
+    for job, cell in zip(jobs, cells.all(), strict=True):
+        assert cell.get_attribute("title") == job["spec"]["code"], "the whole id on hover"
+        assert (cell.text_content() or "").endswith("…")
+    headers = page.locator("[data-diff] th")
+    expect(headers.last).to_contain_text("dashboard-bundle-2")
+    right = max(box["x"] + box["width"] for box in (h.bounding_box() for h in headers.all()) if box)
+    assert right <= 1280, f"the third job's column ends at {right:.0f}px, past the window's 1280"
+    assert page.evaluate("document.documentElement.scrollWidth") <= 1280
+    page.screenshot(path=shots / "compare-bundles.png", full_page=True)
