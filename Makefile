@@ -16,7 +16,7 @@ ifeq ($(EXECUTOR),slurm)
 export SLURM_CONF ?= $(CURDIR)/var/slurm/slurm.conf
 endif
 
-.PHONY: install install-test migrate run worker api test test-unit test-integration lint sandbox servers slurm gpu-wheels compose-check soak
+.PHONY: install install-test migrate run worker api test test-unit test-integration lint sandbox servers slurm slurm-packages gpu-wheels compose-check soak
 
 # `make run` installs what running needs; `make test` adds the test extras (browser driver, linters, the
 # fuzzer, the S3 double, lightning), which a first run should not wait for. uv installs them: pip took over a
@@ -61,20 +61,24 @@ run: migrate sandbox
 	$(PY) -m app.serve & api=$$!; \
 	wait -n; exit 0
 
+# Where apt-get cannot install them (not root, no apt), one line says what to run rather than a traceback later.
+slurm-packages:
+	@command -v slurmd >/dev/null && command -v munged >/dev/null || (apt-get update -qq && apt-get install -y -qq slurm-wlm munge >/dev/null) \
+		|| { echo "slurm-wlm and munge are missing and apt-get could not install them: as root, run apt-get install slurm-wlm munge" >&2; exit 1; }
+
 # Servers the integration tests start on loopback: redis-server from apt when missing; PostgreSQL's
 # binaries are used from /usr/lib/postgresql/15/bin. Debian's chromium is the browser of the dashboard test
 # (Playwright drives it and never downloads its own). slurm-wlm and munge make the Slurm cluster of the
 # Slurm executor's tests and of `make slurm` (deploy/slurm_cluster.py).
-servers: sandbox
+servers: sandbox slurm-packages
 	@command -v redis-server >/dev/null || (apt-get update -qq && apt-get install -y -qq redis-server >/dev/null)
-	@command -v slurmd >/dev/null && command -v munged >/dev/null || (apt-get update -qq && apt-get install -y -qq slurm-wlm munge >/dev/null)
 	@test -x /usr/lib/postgresql/15/bin/initdb || (apt-get update -qq && apt-get install -y -qq postgresql-15 >/dev/null)
 	@test -x /usr/bin/chromium || (apt-get update -qq && apt-get install -y -qq chromium >/dev/null)
 
 # A Slurm cluster of two nodes on this machine, in the foreground until Ctrl-C: munged, slurmctld and a slurmd
 # per node in a network namespace of its own, everything under var/slurm; it prints the SLURM_CONF to export.
-# As root, with slurm-wlm and munge installed (`make servers`).
-slurm: install
+# As root: slurm-wlm and munge are installed first when missing.
+slurm: install slurm-packages
 	$(PY) -m deploy.slurm_cluster --dir var/slurm
 
 # The suite as four pytest processes at once (tests/parts.py), with the linters beside them: the tests on the

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -27,6 +28,8 @@ from deploy.slurm_net import Network, signal_pid
 
 START_TIMEOUT_S = 15.0
 STATE_FILE = "cluster.json"  # which network a run made, so that the next start in its directory can clear it
+# The commands of slurm-wlm and munge that the cluster runs: without one it would die in a traceback.
+DAEMONS = ("munged", "slurmctld", "slurmd", "srun", "sinfo", "scontrol")
 
 
 def free_port() -> int:
@@ -218,11 +221,24 @@ def clear_previous_run(workdir: Path) -> None:
     state.unlink()
 
 
+def missing_daemons() -> str | None:
+    """Why the cluster cannot start on this PATH, in a line that says what to install; None when it can."""
+    missing = [name for name in DAEMONS if shutil.which(name) is None]
+    if not missing:
+        return None
+    return (
+        f"{', '.join(missing)} not found on PATH: install slurm-wlm and munge (`make slurm` does, as root; "
+        "or `apt-get install slurm-wlm munge`)"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     parser.add_argument("--dir", type=Path, required=True, help="where config, state and logs go")
     parser.add_argument("--nodes", type=int, default=2)
     args = parser.parse_args()
+    if (why := missing_daemons()) is not None:
+        raise SystemExit(f"deploy.slurm_cluster: {why}")
 
     def interrupt(signum: int, frame: FrameType | None) -> None:
         raise KeyboardInterrupt
