@@ -264,6 +264,13 @@ class Settings(BaseSettings):
         description="a host runs CPU jobs up to this many processes per core it has; a CPU job takes a core "
         "per training process (hogwild: per worker)",
     )
+    rank_nice: int = Field(
+        10,
+        ge=0,
+        le=19,
+        description="every process of a local job starts this many nice steps below the worker's CPU "
+        "priority, so that its ranks and loader workers yield the cores to the API and the worker; 0: off",
+    )
     auth: AuthMode = Field(
         AuthMode.OFF, description="on: every route but /healthz needs a bearer API key (docker-compose)"
     )

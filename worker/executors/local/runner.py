@@ -148,7 +148,11 @@ def warm_launcher() -> WarmLauncher:
     threads."""
     settings = get_settings()
     return WarmLauncher(
-        sys.executable, PROJECT_ROOT, enabled=settings.warm_launcher, count=settings.warm_standbys
+        sys.executable,
+        PROJECT_ROOT,
+        enabled=settings.warm_launcher,
+        count=settings.warm_standbys,
+        nice=settings.rank_nice,
     )
 
 

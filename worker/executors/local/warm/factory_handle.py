@@ -23,6 +23,7 @@ from typing import Protocol
 
 from core.launch import inherited
 from jobspec.startup import STANDBY_ID_ENV
+from worker.executors.local.warm.priority import niced
 
 FACTORY_MODULE = "trainers.warm.factory"
 MESSAGE_BYTES = 256
@@ -128,11 +129,12 @@ def never_ran(process: JobProcess) -> bool:
 class StandbyFactory:
     """The factory's process and its channel; forks standbys on request. Thread-safe."""
 
-    def __init__(self, python: str, cwd: Path) -> None:
+    def __init__(self, python: str, cwd: Path, nice: int) -> None:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         with theirs:
             self.process = subprocess.Popen(
-                [python, "-m", FACTORY_MODULE],
+                # Niced itself, so each standby it forks and whatever that runs is (priority.py).
+                niced([python, "-m", FACTORY_MODULE], nice),
                 cwd=cwd,
                 # A placeholder id, never handed out, which each forked standby overwrites with its own.
                 env={**inherited(os.environ), STANDBY_ID_ENV: secrets.token_hex(16)},

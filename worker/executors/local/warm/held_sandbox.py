@@ -20,6 +20,7 @@ from pathlib import Path
 
 from core.launch import Launch
 from core.sandbox import Sandbox, sandbox_argv
+from worker.executors.local.warm.priority import niced
 from worker.sandbox import PROBE_TIMEOUT_S
 
 NAMESPACES = ("user", "ipc", "net", "mnt", "pid")
@@ -48,14 +49,15 @@ def _ready(bwrap: subprocess.Popen[bytes]) -> bool:
     return os.read(bwrap.stdout.fileno(), 1) == b"\n"
 
 
-def hold_sandbox(box: Sandbox, confined: Launch, python: str, cwd: Path) -> HeldSandbox | None:
+def hold_sandbox(box: Sandbox, confined: Launch, python: str, cwd: Path, nice: int) -> HeldSandbox | None:
     """Start `box` with the holder in it, as `confined` (the job's command in `box`) would start: its
-    environment (the job's mark, so a kill finds bwrap as it would find a cold job's) and descriptors. None
-    when it does not come up; the job then starts cold, and says why in its own launch."""
+    environment (the job's mark, so a kill finds bwrap as it would find a cold job's), descriptors and
+    priority (`nice`, priority.py). None when it does not come up; the job then starts cold, and says why in
+    its own launch."""
     info_read, info_write = os.pipe()
     try:
         bwrap = subprocess.Popen(
-            [*sandbox_argv(box, info_fd=info_write), python, "-I", "-S", "-c", HOLDER],
+            niced([*sandbox_argv(box, info_fd=info_write), python, "-I", "-S", "-c", HOLDER], nice),
             env=confined.env,
             cwd=cwd,
             pass_fds=(*confined.pass_fds, info_write),

@@ -43,6 +43,7 @@ from core.sandbox import Sandbox, confine
 from worker.executors.local.kill import JobMark, name_standby
 from worker.executors.local.warm.factory_handle import ForkedStandby, JobProcess, StandbyFactory
 from worker.executors.local.warm.held_sandbox import HeldSandbox, hold_sandbox, reap
+from worker.executors.local.warm.priority import niced
 from worker.rundir import append_no_follow
 
 TORCHRUN_MODULE = "torch.distributed.run"
@@ -79,11 +80,12 @@ class WarmLauncher:
     """Starts torchrun for a job, through the standby when one is ready. Thread-safe: supervising threads
     of one worker launch through the same instance."""
 
-    def __init__(self, python: str, cwd: Path, enabled: bool = True, count: int = 1) -> None:
+    def __init__(self, python: str, cwd: Path, enabled: bool = True, count: int = 1, nice: int = 0) -> None:
         self.python = python
         self.cwd = cwd
         self.enabled = enabled
         self.count = count  # standbys kept waiting: jobs launched together start warm up to this many
+        self.nice = nice  # every process of a job starts this far below the worker's priority (priority.py)
         self._lock = threading.Lock()
         self._factory: StandbyFactory | None = None
         self._ready: list[_Standby] = []
@@ -105,7 +107,7 @@ class WarmLauncher:
             if missing <= 0:
                 return
             if self._factory is None or not self._factory.alive:
-                self._factory = StandbyFactory(self.python, self.cwd)
+                self._factory = StandbyFactory(self.python, self.cwd, self.nice)
             self._ready += [_Standby(*self._factory.fork()) for _ in range(missing)]
 
     def close(self) -> None:
@@ -148,7 +150,7 @@ class WarmLauncher:
             if standby.process.poll() is not None:
                 return None
             if box is not None:
-                held = hold_sandbox(box, confined, self.python, self.cwd)
+                held = hold_sandbox(box, confined, self.python, self.cwd, self.nice)
                 if held is None:
                     standby.process.kill()  # it would wait for a job that never comes
                     standby.process.wait()
@@ -171,7 +173,7 @@ class WarmLauncher:
     def _cold_start(self, command: Launch, log: Path) -> subprocess.Popen[bytes]:
         with os.fdopen(append_no_follow(log), "ab") as output:
             return subprocess.Popen(
-                command.argv,
+                niced(command.argv, self.nice),
                 env=command.env,
                 cwd=self.cwd,
                 pass_fds=command.pass_fds,
