@@ -10,7 +10,7 @@ import click
 import httpx
 
 from app.cli import artifacts, cluster, code, compare, jobs, observe, sweeps
-from app.cli.api_url import ApiUrl, find_api_url
+from app.cli.api_url import ENV_VAR, ApiUrl, find_api_url
 from app.client import ApiError, TrainyardClient
 
 # Where the URL in use is kept for the error that says it cannot be reached (click's meta is shared by every
@@ -19,19 +19,26 @@ API_URL_KEY = "trainyard.api_url"
 
 
 class ApiGroup(click.Group):
-    """Refusals from the API print their detail (which names the fix), never a traceback."""
+    """Refusals from the API print their detail (which names the fix), never a traceback; every error from
+    talking to the API names the URL that answered, or did not, and where that URL came from."""
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
         except ApiError as exc:
-            raise click.ClickException(f"{exc.detail} (HTTP {exc.status})") from exc
-        except httpx.TransportError as exc:
             api: ApiUrl = ctx.meta[API_URL_KEY]
             raise click.ClickException(
-                f"cannot reach the API at {api.url} (from {api.source}): {exc}; start it with `make run`, or "
+                f"{exc.detail} (HTTP {exc.status} at {api.url}, {api.origin})"
+            ) from exc
+        except httpx.ConnectError as exc:
+            api = ctx.meta[API_URL_KEY]
+            raise click.ClickException(
+                f"nothing listening at {api.url} ({api.origin}): {exc}; start the API with `make run`, or "
                 "point --url or TRAINYARD_URL at it"
             ) from exc
+        except httpx.TransportError as exc:
+            api = ctx.meta[API_URL_KEY]
+            raise click.ClickException(f"the API at {api.url} ({api.origin}) did not answer: {exc}") from exc
 
 
 @click.group(cls=ApiGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -44,6 +51,9 @@ class ApiGroup(click.Group):
 @click.pass_context
 def cli(ctx: click.Context, url: str | None, token: str | None) -> None:
     api = find_api_url(url, os.environ, Path.cwd())
+    if not api.configured:
+        # Said once, on stderr: stdout may be a script's JSON.
+        click.echo(f"no {ENV_VAR} set; using {api.url}", err=True)
     ctx.meta[API_URL_KEY] = api
     ctx.obj = ctx.with_resource(TrainyardClient(api.url, token))
 

@@ -12,12 +12,23 @@ from app.client import DEFAULT_URL
 
 URL_FILE = Path("var", "api-url")
 ENV_VAR = "TRAINYARD_URL"
+DEFAULT_SOURCE = "the default"
 
 
 @dataclass(frozen=True)
 class ApiUrl:
     url: str
     source: str  # where it came from, as an error message names it
+
+    @property
+    def configured(self) -> bool:
+        """False for the fallback nobody chose: outside a checkout, that port may be another service's."""
+        return self.source != DEFAULT_SOURCE
+
+    @property
+    def origin(self) -> str:
+        """Where the URL came from, as errors put it after the URL: "from TRAINYARD_URL"."""
+        return f"from {self.source}" if self.configured else f"{DEFAULT_SOURCE}; set {ENV_VAR}"
 
 
 def _written_url(folder: Path) -> ApiUrl | None:
@@ -38,4 +49,4 @@ def find_api_url(flag: str | None, environ: Mapping[str, str], folder: Path) -> 
         return ApiUrl(flag, "--url")
     if environ.get(ENV_VAR):
         return ApiUrl(environ[ENV_VAR], ENV_VAR)
-    return _written_url(folder) or ApiUrl(DEFAULT_URL, "the default")
+    return _written_url(folder) or ApiUrl(DEFAULT_URL, DEFAULT_SOURCE)

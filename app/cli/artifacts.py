@@ -7,9 +7,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import click
+from rich.console import Console
 
-from app.cli.render import console, local_time, size
-from app.cli.table import Column, Output, listing, print_table, table_wanted
+from app.cli.render import console, local_time, size, warnings_console
+from app.cli.table import Column, Output, listing, output_option, print_table, table_wanted
 from app.client import TrainyardClient
 
 
@@ -31,8 +32,8 @@ output_file = click.option(
 )
 
 
-def saved(path: Path) -> None:
-    console.print(f"saved {path} ({size(path.stat().st_size)})")
+def saved(path: Path, to: Console = console) -> None:
+    to.print(f"saved {path} ({size(path.stat().st_size)})")
 
 
 @click.group()
@@ -105,11 +106,17 @@ def tensorboard(client: TrainyardClient, job_id: int, target: Path) -> None:
 @click.command()
 @click.argument("job_id", type=int)
 @output_file
+@output_option
 @click.pass_obj
-def profile(client: TrainyardClient, job_id: int, target: Path) -> None:
+def profile(client: TrainyardClient, job_id: int, target: Path, output: Output) -> None:
     """Download a profiled job's Chrome trace (open it in ui.perfetto.dev) and print its summary."""
     summary = client.profile(job_id)
-    saved(client.download_profile_trace(job_id, target))
+    # With --output json, stdout is the summary's alone: where the trace went is said on stderr.
+    saved(
+        client.download_profile_trace(job_id, target), console if output is Output.TABLE else warnings_console
+    )
+    if not table_wanted(summary, output):
+        return
     console.print(
         f"{summary.steps} steps from step {summary.first_step} on {summary.device}: "
         f"{summary.step_wall_us / 1000:.1f} ms a step; host-device copies "

@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 import click
 
 from app.cli.render import console, duration, local_time
-from app.cli.table import Column, Output, listing, print_table, table_wanted
+from app.cli.table import Column, Output, listing, output_option, print_table, table_wanted
 from app.client import TrainyardClient
 from app.schemas import HostGpus
 
@@ -49,15 +49,17 @@ def gpus(client: TrainyardClient, wide: bool, output: Output) -> None:
     print_table(GPU_COLUMNS, [row for host in hosts.data for row in gpu_rows(host)], wide)
 
 
+# Why a job waits is what this listing is for: its reason is never dropped nor cut, and a long name gives
+# way to it first.
 QUEUE_COLUMNS = (
     Column("#", rank=1, justify="right"),
     Column("job"),
-    Column("name"),
+    Column("name", free_text=True),
     Column("owner", rank=6),
     Column("priority", rank=5, justify="right"),
     Column("wants", rank=3),
     Column("waited", rank=4, justify="right"),
-    Column("reason", rank=2, free_text=True),
+    Column("reason", wraps=True),
 )
 
 
@@ -65,8 +67,8 @@ QUEUE_COLUMNS = (
 @listing
 @click.pass_obj
 def queue(client: TrainyardClient, wide: bool, output: Output) -> None:
-    """Jobs waiting to start, in the order they will start, and why each waits: one line each, the reason
-    shortened to fit (whole with --wide)."""
+    """Jobs waiting to start, in the order they will start, and why each waits: the reason wrapped onto
+    further lines to fit, never cut (on one line with --wide)."""
     entries = client.queue()
     if not table_wanted(entries, output, "the queue is empty"):
         return
@@ -115,10 +117,13 @@ def keys() -> None:
 @keys.command("create")
 @click.option("--user", required=True, help="who the key acts as; their jobs are theirs alone")
 @click.option("--admin", is_flag=True, help="an admin sees and manages every user's jobs, and makes keys")
+@output_option
 @click.pass_obj
-def create(client: TrainyardClient, user: str, admin: bool) -> None:
+def create(client: TrainyardClient, user: str, admin: bool, output: Output) -> None:
     """Create a key and print it once; the API stores only its hash."""
-    click.echo(client.create_key(user, admin).token)
+    made = client.create_key(user, admin)
+    if table_wanted(made, output):
+        click.echo(made.token)
 
 
 KEY_COLUMNS = (Column("id"), Column("user"), Column("admin", rank=1), Column("created", rank=2))

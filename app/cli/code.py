@@ -11,7 +11,7 @@ import click
 from app.cli.code_ids import resolve_code_id
 from app.cli.pack import PackError, pack
 from app.cli.render import console, local_time, size
-from app.cli.table import Column, Output, listing, print_table, table_wanted
+from app.cli.table import Column, Output, listing, output_option, print_table, table_wanted
 from app.client import TrainyardClient
 from app.schemas import CodeBundleDetail
 
@@ -48,10 +48,13 @@ def code() -> None:
 
 @code.command()
 @click.argument("folder", metavar="DIR", type=FolderArgument)
+@output_option
 @click.pass_obj
-def push(client: TrainyardClient, folder: Path) -> None:
+def push(client: TrainyardClient, folder: Path, output: Output) -> None:
     """Pack DIR (minus .trainyardignore's paths) and upload it; prints the bundle's id."""
-    console.print(push_folder(client, folder).id)
+    bundle = push_folder(client, folder)
+    if table_wanted(bundle, output):
+        console.print(bundle.id)
 
 
 BUNDLE_COLUMNS = (
@@ -88,10 +91,13 @@ def list_code(client: TrainyardClient, wide: bool, output: Output) -> None:
 
 @code.command()
 @click.argument("code_id", metavar="ID")
+@output_option
 @click.pass_obj
-def show(client: TrainyardClient, code_id: str) -> None:
+def show(client: TrainyardClient, code_id: str, output: Output) -> None:
     """One bundle: who pushed it and when, its files, the jobs that name it."""
     bundle = client.get_code(resolve_code_id(client, code_id))
+    if not table_wanted(bundle, output):
+        return
     console.print(f"{bundle.id}: {bundle.owner}, {local_time(bundle.created_at)}")
     unpacked, archive = size(bundle.unpacked_bytes), size(bundle.size_bytes)
     console.print(f"  {bundle.file_count} files, {unpacked} unpacked, {archive} archive")

@@ -1,5 +1,6 @@
-"""`trainyard compare`: jobs side by side, the table one builds by hand to weigh strategies and precisions;
-with --diff, how their specs differ, as the API works it out for the dashboard too, a row per field."""
+"""`trainyard compare`: jobs side by side, a column each, the table one builds by hand to weigh strategies and
+precisions; with --diff, how their specs differ, as the API works it out for the dashboard too, a row per
+field."""
 
 from __future__ import annotations
 
@@ -8,9 +9,10 @@ from dataclasses import dataclass
 
 import click
 from pydantic import BaseModel
+from rich.cells import cell_len
 
 from app.cli.render import between, console, devices, duration, number
-from app.cli.table import Column, Output, listing, print_table, table_wanted
+from app.cli.table import FREE_TEXT_MIN, Column, Output, listing, print_table, table_wanted
 from app.client import TrainyardClient
 from app.schemas import JobPublic, MetricPublic, SpecDiff
 from core.gpu_series import GpuQuantity, split_series
@@ -76,53 +78,57 @@ def summarize(job: JobPublic, rows: list[MetricPublic]) -> Summary:
     )
 
 
-SUMMARY_COLUMNS = (
-    Column("job"),
-    Column("name"),
-    Column("status"),
-    Column("strategy", rank=4),
-    Column("precision", rank=5),
-    Column("devices", rank=6),
-    Column("wall", rank=7, justify="right"),
-    Column("samples/s", rank=2, justify="right"),
-    Column("final loss", rank=1, justify="right"),
-    Column("eval acc", rank=3, justify="right"),
-    Column("peak MB", rank=8, justify="right"),
-    Column("GPU util %", rank=9, justify="right"),
+# A row per quantity, a column per job, as the dashboard's Compare page lays them out: an 80-column terminal
+# holds every number of two or three jobs, and a long name is what gives way.
+QUANTITIES = (
+    "name",
+    "status",
+    "strategy",
+    "precision",
+    "devices",
+    "wall",
+    "samples/s",
+    "final loss",
+    "eval acc",
+    "peak MB",
+    "GPU util %",
 )
-LANGUAGE_COLUMNS = (
-    Column("tokens/s", rank=2, justify="right"),
-    Column("MFU", rank=3, justify="right"),
-    Column("eval ppl", rank=1, justify="right"),
-)
+LANGUAGE_QUANTITIES = ("tokens/s", "MFU", "eval ppl")
 
 
-def summary_rows(summaries: list[Summary], language: bool) -> list[tuple[str, ...]]:
-    return [
-        (
-            str(s.job_id),
-            s.name,
-            s.status,
-            s.strategy,
-            s.precision,
-            s.devices,
-            duration(s.wall_s),
-            number(s.samples_per_s),
-            number(s.final_loss),
-            number(s.final_eval_accuracy),
-            number(s.peak_mem_mb),
-            number(s.gpu_util_pct),
-            *((number(s.tokens_per_s), number(s.mfu), number(s.final_eval_perplexity)) if language else ()),
-        )
-        for s in summaries
-    ]
+def summary_cells(s: Summary, language: bool) -> tuple[str, ...]:
+    """One job's column, in QUANTITIES' order (then LANGUAGE_QUANTITIES' when `language`)."""
+    return (
+        s.name,
+        s.status,
+        s.strategy,
+        s.precision,
+        s.devices,
+        duration(s.wall_s),
+        number(s.samples_per_s),
+        number(s.final_loss),
+        number(s.final_eval_accuracy),
+        number(s.peak_mem_mb),
+        number(s.gpu_util_pct),
+        *((number(s.tokens_per_s), number(s.mfu), number(s.final_eval_perplexity)) if language else ()),
+    )
 
 
 def print_summaries(summaries: list[Summary], wide: bool) -> None:
-    """The language-model columns appear when a job has their metrics."""
+    """The language-model rows appear when a job has their metrics. A job's column is never narrower than
+    its widest cell below the name: only names are cut to fit."""
     language = any(s.tokens_per_s is not None for s in summaries)
-    columns = (*SUMMARY_COLUMNS, *(LANGUAGE_COLUMNS if language else ()))
-    print_table(columns, summary_rows(summaries, language), wide)
+    cells = [summary_cells(s, language) for s in summaries]
+    columns = (
+        Column(""),
+        *(
+            Column(f"job {s.job_id}", free_text=True, least=max(FREE_TEXT_MIN, *map(cell_len, job[1:])))
+            for s, job in zip(summaries, cells, strict=True)
+        ),
+    )
+    quantities = (*QUANTITIES, *(LANGUAGE_QUANTITIES if language else ()))
+    rows = [(quantity, *(job[i] for job in cells)) for i, quantity in enumerate(quantities)]
+    print_table(columns, rows, wide)
 
 
 def print_differences(diff: SpecDiff, wide: bool) -> None:

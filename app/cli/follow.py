@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+from rich.table import Column
 from rich.text import Text
 
 from app.cli.render import console, duration, number, waiting_or_message
@@ -13,6 +14,7 @@ from app.schemas import JobPublic
 from core.states import JobStatus
 
 POLL_S = 1.0
+BAR_WIDTH = 12  # narrow, so that an 80-column line has room for the loss and throughput
 
 
 def live_detail(job: JobPublic) -> str:
@@ -33,14 +35,20 @@ def outcome_line(job: JobPublic) -> Text:
 def follow_job(client: TrainyardClient, job_id: int) -> JobPublic:
     """Poll the job until it ends; returns it as it ended. The job row carries everything the bar needs
     (status, step/total, ETA, latest metrics), so one small request a second is enough."""
+    # The job, its count and ETA are never cut: the detail alone takes what width is left (the one ratio
+    # column of a line as wide as the terminal) and ends in "…" when it needs more.
     columns = (
-        TextColumn("{task.description}", markup=False),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("ETA {task.fields[eta]}", markup=False),
-        TextColumn("{task.fields[detail]}", markup=False),
+        TextColumn("{task.description}", markup=False, table_column=Column(no_wrap=True)),
+        BarColumn(bar_width=BAR_WIDTH, table_column=Column(no_wrap=True)),
+        MofNCompleteColumn(table_column=Column(no_wrap=True)),
+        TextColumn("ETA {task.fields[eta]}", markup=False, table_column=Column(no_wrap=True)),
+        TextColumn(
+            "{task.fields[detail]}",
+            markup=False,
+            table_column=Column(ratio=1, no_wrap=True, overflow="ellipsis"),
+        ),
     )
-    with Progress(*columns, console=console) as bar:
+    with Progress(*columns, console=console, expand=True) as bar:
         task = bar.add_task(f"job {job_id}", total=None, eta="-", detail="")
         while True:
             job = client.get_job(job_id)

@@ -16,6 +16,7 @@ from app.cli.render import (
     duration,
     local_time,
     number,
+    phrases,
     program_text,
     progress_text,
     ran_for,
@@ -23,10 +24,19 @@ from app.cli.render import (
     startup_text,
     waiting_or_message,
     warnings_console,
+    wrap,
 )
-from app.cli.table import Column, Output, listing, print_table, table_wanted
+from app.cli.table import (
+    Column,
+    Output,
+    listing,
+    no_json_when_following,
+    output_option,
+    print_table,
+    table_wanted,
+)
 from app.client import TrainyardClient
-from app.schemas import JobPublic, RetryFrom
+from app.schemas import JobPublic, JobSubmitted, RetryFrom
 from core.states import JobStatus
 
 
@@ -55,27 +65,41 @@ def exit_with_outcome(job: JobPublic) -> None:
 @click.option(
     "--code", "code_folder", metavar="DIR", type=FolderArgument, help="push DIR first, as the spec's code"
 )
+@output_option
 @click.pass_obj
 def submit(
-    client: TrainyardClient, spec_file: Path, follow: bool, dry_run: bool, code_folder: Path | None
+    client: TrainyardClient,
+    spec_file: Path,
+    follow: bool,
+    dry_run: bool,
+    code_folder: Path | None,
+    output: Output,
 ) -> None:
     """Submit a job spec."""
+    no_json_when_following(follow, output)
     spec = read_spec(spec_file)
     with_code(client, spec, code_folder)
     submitted = client.submit(spec, dry_run=dry_run)
+    if table_wanted(submitted, output):
+        print_submitted(submitted)
     plan = submitted.plan
-    if submitted.job is None:
-        console.print_json(plan.model_dump_json())
-    else:
-        job = submitted.job
-        console.print(
-            f"job {job.id} ({job.name}) {job.status}: {plan.strategy} x{plan.world_size} on {plan.device}, "
-            f"{plan.precision}"
-        )
     for warning in [*plan.warnings, *plan.not_runnable_because]:
         warnings_console.print(f"warning: {warning}", style="yellow")
     if follow and submitted.job is not None:
         exit_with_outcome(follow_job(client, submitted.job.id))
+
+
+def print_submitted(submitted: JobSubmitted) -> None:
+    """A dry run's plan, whole, as JSON; a job's one line."""
+    plan = submitted.plan
+    if submitted.job is None:
+        console.print_json(plan.model_dump_json())
+        return
+    job = submitted.job
+    wrap(
+        f"job {job.id} ({job.name}) {job.status}: "
+        + phrases([f"{plan.strategy} x{plan.world_size} on {plan.device}", plan.precision])
+    )
 
 
 JOB_COLUMNS = (
@@ -128,41 +152,57 @@ def list_jobs(client: TrainyardClient, status: str | None, limit: int, wide: boo
 @click.command()
 @click.argument("job_id", type=int)
 @click.option("--follow", "-f", is_flag=True, help="show live progress until the job ends")
+@output_option
 @click.pass_obj
-def status(client: TrainyardClient, job_id: int, follow: bool) -> None:
+def status(client: TrainyardClient, job_id: int, follow: bool, output: Output) -> None:
     """Show one job: state, plan, progress, latest metrics."""
+    no_json_when_following(follow, output)
     if follow:
         exit_with_outcome(follow_job(client, job_id))
         return
     job = client.get_job(job_id)
+    if table_wanted(job, output):
+        print_status(job)
+
+
+def print_status(job: JobPublic) -> None:
+    """A field a line, each wrapped under its first word, never inside a phrase ("ETA 1:02")."""
     plan = job.plan
-    console.print(f"job {job.id} ({job.name}): {job.status}, attempt {job.attempt}, priority {job.priority}")
+    wrap(
+        f"job {job.id} ({job.name}): "
+        + phrases([str(job.status), f"attempt {job.attempt}", f"priority {job.priority}"])
+    )
     if job.parent_id is not None:
-        console.print(f"  parent:   job {job.parent_id}{resumed_text(job)}")
-    if job.status_reason or job.message:
-        console.print(f"  reason:   {job.status_reason or '-'}: {waiting_or_message(job)}")
+        wrap(f"job {job.parent_id}{resumed_text(job)}", "parent")
+    if job.status_reason:
+        wrap(job.status_reason, "reason")
+    if note := waiting_or_message(job):
+        wrap(note, "message")
     # A program job's script picks its own batch: the plan has none to show.
-    batch = "" if job.spec.get("program") else f", per-rank batch {plan.get('per_rank_batch')}"
-    console.print(f"  plan:     {plan.get('strategy')} on {devices(job)}, {plan.get('precision')}{batch}")
+    batch = [] if job.spec.get("program") else [f"per-rank batch {plan.get('per_rank_batch')}"]
+    wrap(phrases([f"{plan.get('strategy')} on {devices(job)}", str(plan.get("precision")), *batch]), "plan")
     if job.slurm_job_id is not None:
-        console.print(f"  slurm:    job {job.slurm_job_id}{f' on {job.host}' if job.host else ''}")
+        wrap(f"job {job.slurm_job_id}{f' on {job.host}' if job.host else ''}", "slurm")
     if job.spec.get("code"):
-        console.print(f"  code:     {job.spec['code']}")
+        wrap(job.spec["code"], "code")
     if program := job.spec.get("program"):
-        console.print(f"  program:  {program_text(program)}")
+        wrap(program_text(program), "program")
     if job.timings is not None:
-        console.print(f"  start-up: {startup_text(job.timings)}")
-    console.print(f"  progress: {progress_text(job)}, ETA {duration(job.progress.eta_s)}")
-    latest = ", ".join(f"{name} {number(value)}" for name, value in sorted(job.latest_metrics.items()))
-    console.print(f"  latest:   {latest or '-'}")
+        wrap(startup_text(job.timings), "start-up")
+    wrap(phrases([progress_text(job), f"ETA {duration(job.progress.eta_s)}"]), "progress")
+    latest = phrases(f"{name} {number(value)}" for name, value in sorted(job.latest_metrics.items()))
+    wrap(latest or "-", "latest")
 
 
 @click.command()
 @click.argument("job_id", type=int)
+@output_option
 @click.pass_obj
-def cancel(client: TrainyardClient, job_id: int) -> None:
+def cancel(client: TrainyardClient, job_id: int, output: Output) -> None:
     """Cancel a job: a queued one at once, a running one after its worker stops it."""
-    console.print(outcome_line(client.cancel(job_id)))
+    job = client.cancel(job_id)
+    if table_wanted(job, output):
+        console.print(outcome_line(job))
 
 
 @click.command()
@@ -176,10 +216,13 @@ def cancel(client: TrainyardClient, job_id: int) -> None:
     help="latest: continue from the job's latest checkpoint; scratch: run its spec as submitted",
 )
 @click.option("--again", is_flag=True, help="make another retry even if one with the same spec was made")
+@output_option
 @click.pass_obj
-def retry(client: TrainyardClient, job_id: int, start: str, again: bool) -> None:
+def retry(client: TrainyardClient, job_id: int, start: str, again: bool, output: Output) -> None:
     """Run a failed, timed-out or cancelled job again as a new job, from its latest checkpoint."""
     submitted, created = client.retry(job_id, start=RetryFrom(start), again=again)
+    if not table_wanted(submitted, output):
+        return
     job = submitted.job
     assert job is not None  # a retry is never a dry run
     made = (
@@ -193,11 +236,13 @@ def retry(client: TrainyardClient, job_id: int, start: str, again: bool) -> None
 @click.command()
 @click.argument("job_id", type=int)
 @click.argument("value", type=click.IntRange(-100, 100))
+@output_option
 @click.pass_obj
-def priority(client: TrainyardClient, job_id: int, value: int) -> None:
+def priority(client: TrainyardClient, job_id: int, value: int, output: Output) -> None:
     """Change a queued job's priority (higher starts first)."""
     job = client.set_priority(job_id, value)
-    console.print(f"job {job.id} priority {job.priority}: {waiting_or_message(job)}")
+    if table_wanted(job, output):
+        console.print(f"job {job.id} priority {job.priority}: {waiting_or_message(job)}")
 
 
 @click.command()

@@ -9,9 +9,17 @@ import click
 
 from app.cli.follow import outcome_line
 from app.cli.render import console, local_time, number
-from app.cli.table import Column, Output, listing, print_table, table_wanted
+from app.cli.table import (
+    Column,
+    Output,
+    listing,
+    no_json_when_following,
+    output_option,
+    print_table,
+    table_wanted,
+)
 from app.client import StreamEnd, TrainyardClient
-from app.schemas import MetricPublic, MetricsPublic
+from app.schemas import LogChunk, MetricPublic, MetricsPublic
 
 LOG_POLL_S = 1.0
 
@@ -25,13 +33,20 @@ LOG_POLL_S = 1.0
     help="the launcher's log instead: each attempt's torchrun command and messages",
 )
 @click.option("--follow", "-f", is_flag=True, help="keep printing until the job ends")
+@output_option
 @click.pass_obj
-def logs(client: TrainyardClient, job_id: int, rank: int | None, launcher: bool, follow: bool) -> None:
+def logs(
+    client: TrainyardClient, job_id: int, rank: int | None, launcher: bool, follow: bool, output: Output
+) -> None:
     """Print a job's log: rank 0's by default, where training prints its steps."""
     if launcher and rank is not None:
         raise click.UsageError("--rank and --launcher name two different logs; give one of them")
+    no_json_when_following(follow, output)
     if not launcher:
         rank = rank or 0
+    if output is Output.JSON:
+        table_wanted(whole_log(client, job_id, rank), output)
+        return
     offset = 0
     while True:
         chunk = client.logs(job_id, rank, offset)
@@ -42,6 +57,17 @@ def logs(client: TrainyardClient, job_id: int, rank: int | None, launcher: bool,
             return
         if chunk.next_offset == chunk.offset:
             time.sleep(LOG_POLL_S)
+
+
+def whole_log(client: TrainyardClient, job_id: int, rank: int | None) -> LogChunk:
+    """The log so far as one chunk, as the API would send it were its pages unlimited: a script reads it
+    whole, and resumes at its next_offset."""
+    first = last = client.logs(job_id, rank, 0)
+    texts = [first.text]
+    while not last.eof and last.next_offset != last.offset:
+        last = client.logs(job_id, rank, last.next_offset)
+        texts.append(last.text)
+    return first.model_copy(update={"text": "".join(texts), "next_offset": last.next_offset, "eof": last.eof})
 
 
 def metric_line(row: MetricPublic) -> str:
@@ -73,9 +99,8 @@ def metrics(
     output: Output,
 ) -> None:
     """Print a job's metrics."""
+    no_json_when_following(follow, output)
     if follow:
-        if output is Output.JSON:
-            raise click.UsageError("--follow prints rows as they come, not JSON; leave out one of them")
         for event in client.stream_metrics(job_id, name):
             if isinstance(event, StreamEnd):
                 console.print(outcome_line(client.get_job(job_id)))

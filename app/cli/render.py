@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import textwrap
+from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -15,6 +17,36 @@ from jobspec.startup import PHASE_ENDING, Mark
 console = Console(highlight=False, markup=False)
 # Warnings go to stderr, so that what a command prints for scripts (a dry run's plan as JSON) stays parseable.
 warnings_console = Console(highlight=False, markup=False, stderr=True)
+# Joins the words of a phrase ("ETA 1:02") so that wrap() never breaks a line inside it.
+NBSP = "\u00a0"
+LABEL_WIDTH = 10  # "start-up: ", the longest label of `status`
+
+
+def unbroken(phrase: str) -> str:
+    """`phrase`, kept on one line by wrap()."""
+    return phrase.replace(" ", NBSP)
+
+
+def phrases(parts: Iterable[str]) -> str:
+    """`parts` joined by ", ", each kept on one line by wrap()."""
+    return ", ".join(map(unbroken, parts))
+
+
+def wrap(text: str, label: str | None = None, label_width: int = LABEL_WIDTH) -> None:
+    """Prints `text` wrapped at the terminal's width between words (phrases() joined whole): after
+    "  label:" padded to `label_width`, each further line indented under the first word, or, without a
+    label, flush."""
+    first = "" if label is None else f"  {label + ':':<{label_width}}"
+    lines = textwrap.wrap(
+        text,
+        width=console.width,
+        initial_indent=first,
+        subsequent_indent=" " * len(first),
+        break_long_words=False,  # a word wider than the terminal (a bundle id) is never cut
+        break_on_hyphens=False,
+    )
+    for line in lines:
+        console.print(line.replace(NBSP, " "), soft_wrap=True)
 
 
 def number(value: float | None, digits: int = 4) -> str:
@@ -89,11 +121,11 @@ def resumed_text(job: JobPublic) -> str:
 
 def startup_text(timings: JobTimings) -> str:
     """ "queued 0.4 s, launch 0.1 s, ... -> first step 4.2 s (first step 1.1 s)": the phases up to the first
-    step, their sum, then the first step's own time."""
+    step, their sum, then the first step's own time, as phrases for wrap()."""
     first_step = PHASE_ENDING[Mark.FIRST_STEP_DONE]
     before = [
         f"{p.phase.replace('_', ' ')} {p.seconds:.1f} s" for p in timings.phases if p.phase != first_step
     ]
     whole = "" if timings.to_first_step_s is None else f" -> first step {timings.to_first_step_s:.1f} s"
     own = "" if timings.first_step_s is None else f" (first step {timings.first_step_s:.1f} s)"
-    return (", ".join(before) or "-") + whole + own
+    return (phrases(before) or "-") + unbroken(whole) + unbroken(own)

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from tests.integration.jobs import example_spec, wait_status
 from tests.integration.servers import Stack
+from tests.unit.app.table_rows import table_rows
 
 TRAINYARD = Path(sys.executable).parent / "trainyard"
 DDP = example_spec("digits_ddp_cpu.json", train={"epochs": 1}, checkpoint={"every_n_epochs": 0})
@@ -22,13 +23,15 @@ LONG = example_spec(
 ) | {"name": "long"}
 
 
-def trainyard(stack: Stack, *args: object, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+def trainyard(
+    stack: Stack, *args: object, timeout: float = 120, columns: int = 200
+) -> subprocess.CompletedProcess[str]:
     # As on a client machine: the API's URL, and no database (a URL that leads nowhere, should it be used).
     env = {
         **os.environ,
         "TRAINYARD_URL": stack.url,
         "TRAINYARD_DATABASE_URL": "postgresql+psycopg://nobody@db.invalid/none",
-        "COLUMNS": "200",
+        "COLUMNS": str(columns),
     }
     return subprocess.run(
         [str(TRAINYARD), *map(str, args)], env=env, capture_output=True, text=True, timeout=timeout
@@ -68,18 +71,22 @@ def test_cli_tour(embedded_stack: Stack, tmp_path: Path) -> None:
     assert launcher.returncode == 0 and launcher.stdout.strip()
     assert trainyard(embedded_stack, "logs", ddp_id, "--rank", "1").returncode == 0
 
-    compared = trainyard(embedded_stack, "compare", ddp_id, single_id).stdout
-    rows = {
-        cells[1]: cells
-        for line in compared.splitlines()
-        if len(cells := [cell.strip() for cell in line.split("│")]) > 10 and cells[1].isdigit()
-    }
-    assert rows[str(ddp_id)][4:7] == ["ddp", "fp32", "cpu x2"]
-    assert rows[str(single_id)][4:7] == ["single", "fp32", "cpu x1"]
-    assert all(cells[8] != "-" and cells[9] != "-" and cells[10] != "-" for cells in rows.values())
+    # A row per quantity, a column per job, within 80 columns.
+    compared = trainyard(embedded_stack, "compare", ddp_id, single_id, columns=80).stdout
+    assert all(len(line) <= 80 for line in compared.splitlines()), compared
+    rows = {row[0]: row[1:] for row in table_rows(compared)}
+    assert [rows[name] for name in ("strategy", "precision", "devices")] == [
+        ["ddp", "single"],
+        ["fp32", "fp32"],
+        ["cpu x2", "cpu x1"],
+    ]
+    assert all("-" not in rows[name] for name in ("samples/s", "final loss", "eval acc")), rows
+    as_json = json.loads(trainyard(embedded_stack, "status", ddp_id, "--output", "json").stdout)
+    assert as_json["id"] == ddp_id and as_json["status"] == "succeeded"
 
     missing = trainyard(embedded_stack, "status", 9999)
     assert missing.returncode == 1 and "job 9999 does not exist" in missing.stderr
+    assert f"(HTTP 404 at {embedded_stack.url}, from TRAINYARD_URL)" in missing.stderr
     assert "Traceback" not in missing.stderr
 
 

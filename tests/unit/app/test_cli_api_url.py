@@ -1,8 +1,12 @@
 """Which API the CLI talks to: --url, then TRAINYARD_URL, then var/api-url (written by `make run`) in the
-current folder or one above it, then the default; an unreachable one is named with where it came from."""
+current folder or one above it, then the default; an unreachable one is named with where it came from, and the
+default, which nobody chose, is said to be one."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -14,6 +18,7 @@ from app.client import DEFAULT_URL
 
 # Nothing listens on port 9 (discard): a connection there is refused at once.
 CLOSED = "http://127.0.0.1:9"
+TRAINYARD = Path(sys.executable).parent / "trainyard"
 
 
 @pytest.fixture
@@ -68,8 +73,8 @@ def test_an_unreachable_api_is_named_with_its_source(
     result = CliRunner(env=env).invoke(cli, [*flag, "ls"])
     assert result.exit_code == 1
     named = source.format(file=tmp_path / "var" / "api-url")
-    assert f"cannot reach the API at {CLOSED} (from {named}):" in result.output
-    assert "Traceback" not in result.output
+    assert f"nothing listening at {CLOSED} (from {named}):" in result.output
+    assert "Traceback" not in result.output and "no TRAINYARD_URL set" not in result.output
 
 
 def test_the_default_is_named_as_such(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -78,4 +83,28 @@ def test_the_default_is_named_as_such(tmp_path: Path, monkeypatch: pytest.Monkey
     monkeypatch.setattr(api_url, "DEFAULT_URL", CLOSED)  # the real default may have a service behind it
     result = CliRunner().invoke(cli, ["ls"])
     assert result.exit_code == 1
-    assert f"cannot reach the API at {CLOSED} (from the default):" in result.output
+    assert result.stderr.count(f"no TRAINYARD_URL set; using {CLOSED}") == 1
+    assert f"nothing listening at {CLOSED} (the default; set TRAINYARD_URL):" in result.stderr
+    assert result.stdout == ""
+
+
+def test_outside_a_checkout_the_default_is_said_and_named_in_the_error(tmp_path: Path) -> None:
+    """The console script as a user runs it in a folder of their own, TRAINYARD_URL unset, in a network of
+    its own (a user namespace's) where nothing listens on the default port, whatever this box runs."""
+    if subprocess.run(["unshare", "-rn", "true"], capture_output=True).returncode != 0:
+        pytest.skip("needs `unshare -rn` (user namespaces) for a loopback where nothing listens")
+    env = {name: value for name, value in os.environ.items() if name != "TRAINYARD_URL"}
+    assert not any((place / "var" / "api-url").exists() for place in (tmp_path, *tmp_path.parents))
+    result = subprocess.run(
+        ["unshare", "-rn", "sh", "-c", 'ip link set lo up && exec "$0" "$@"', str(TRAINYARD), "status", "2"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 1 and result.stdout == ""
+    said, error = result.stderr.splitlines()
+    assert said == f"no TRAINYARD_URL set; using {DEFAULT_URL}"
+    assert error.startswith(f"Error: nothing listening at {DEFAULT_URL} (the default; set TRAINYARD_URL): ")
+    assert "make run" in error and "Traceback" not in result.stderr

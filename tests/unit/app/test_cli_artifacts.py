@@ -45,7 +45,11 @@ def test_delete_refuses_an_unfinished_job_and_events_show_its_history(
 ) -> None:
     job_id = submit(client)["id"]
     refused = run("delete", job_id)
-    assert refused.exit_code == 1 and "cancel it first" in refused.output and "(HTTP 409)" in refused.output
+    assert (
+        refused.exit_code == 1
+        and "cancel it first" in refused.output
+        and "(HTTP 409 at http://testserver, from TRAINYARD_URL)" in refused.output
+    )
     run("cancel", job_id)
     history = table_rows(run("events", job_id).output)
     assert [row[1:5] for row in history] == [
@@ -78,7 +82,7 @@ def test_checkpoints_are_listed_and_downloaded(
     nowhere = run("checkpoints", "download", checkpoint_id, "-o", "absent/best.pt")
     assert nowhere.exit_code == 2 and "absent is not a folder; make it first" in nowhere.output
     missing = run("checkpoints", "download", 999)
-    assert missing.exit_code == 1 and "(HTTP 404)" in missing.output
+    assert missing.exit_code == 1 and "(HTTP 404 at http://testserver, from TRAINYARD_URL)" in missing.output
     assert sorted(p.name for p in here.iterdir()) == [name], "a refused download leaves no file"
 
 
@@ -112,6 +116,9 @@ def test_export_tensorboard_and_profile_download(
         "5% of CPU time"
     )
     assert "Memcpy HtoD" in lines[2]
+    as_json = run("profile", job_id, "-o", here / "again.json", "--output", "json")
+    assert json.loads(as_json.stdout) == client.get(f"/v1/jobs/{job_id}/profile").json()
+    assert as_json.stderr.startswith(f"saved {here / 'again.json'} ("), "where it went, off stdout"
 
 
 def test_usage_lists_recent_use(run: CliRunnerCall, session: Session, settings: Settings) -> None:

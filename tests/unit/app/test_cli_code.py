@@ -105,7 +105,11 @@ def test_push_ls_show_submit_rm(run: CliRunnerCall, tmp_path: Path) -> None:
     assert submitted.exit_code == 0, submitted.output
     assert f"code:     {bundle_id}" in run("status", 1).output
     busy = run("code", "rm", bundle_id)
-    assert busy.exit_code == 1 and "used by job 1 (queued)" in busy.output and "(HTTP 409)" in busy.output
+    assert (
+        busy.exit_code == 1
+        and "used by job 1 (queued)" in busy.output
+        and "(HTTP 409 at http://testserver, from TRAINYARD_URL)" in busy.output
+    )
     run("cancel", 1)
     assert run("code", "rm", bundle_id).output.strip() == f"deleted {bundle_id}"
     assert run("code", "ls").output.startswith("no code bundles")

@@ -16,6 +16,7 @@ from sqlalchemy import update
 from sqlalchemy.orm import Session
 
 from app.cli import cli
+from app.client import DEFAULT_URL
 from app.services.keys import Caller, caller_for_token
 from app.services.runs import log_path
 from core.config import Settings
@@ -23,6 +24,7 @@ from core.db import session_scope
 from core.keys import create_key, list_keys
 from core.models import Job, Metric, Worker, utcnow
 from core.states import JobStatus
+from tests.unit.app.table_rows import table_rows
 from tests.unit.conftest import job_body, submit
 
 if TYPE_CHECKING:
@@ -76,7 +78,11 @@ def test_api_refusals_print_the_detail_without_a_traceback(run: CliRunnerCall, t
     assert missing.exit_code == 1
     assert missing.output.startswith("Error: job 77 does not exist") and "Traceback" not in missing.output
     bad = run("submit", spec_file(tmp_path, train={"lr": -1, "max_steps": 5}))
-    assert bad.exit_code == 1 and "train.lr" in bad.output and "(HTTP 422)" in bad.output
+    assert (
+        bad.exit_code == 1
+        and "train.lr" in bad.output
+        and "(HTTP 422 at http://testserver, from TRAINYARD_URL)" in bad.output
+    )
     (tmp_path / "broken.json").write_text("{nope")
     broken = run("submit", tmp_path / "broken.json")
     assert broken.exit_code == 1 and "is not valid JSON" in broken.output
@@ -85,10 +91,26 @@ def test_api_refusals_print_the_detail_without_a_traceback(run: CliRunnerCall, t
 def test_unreachable_api_names_the_url() -> None:
     result = CliRunner().invoke(cli, ["--url", "http://127.0.0.1:9", "ls"])
     assert result.exit_code == 1
-    assert "cannot reach the API at http://127.0.0.1:9" in result.output
+    assert "nothing listening at http://127.0.0.1:9 (from --url)" in result.output
 
 
-def _train(job_id: int, final: JobStatus) -> None:
+def test_a_refusal_at_the_default_url_names_it_as_the_default(
+    run: CliRunnerCall, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Outside a checkout another service may answer on the default port: its 404 says where it came from."""
+    monkeypatch.chdir(tmp_path)
+    del run.env["TRAINYARD_URL"]
+    monkeypatch.delenv("TRAINYARD_URL", raising=False)
+    missing = run("status", 2)
+    assert missing.exit_code == 1 and missing.stdout == ""
+    assert missing.stderr == (
+        f"no TRAINYARD_URL set; using {DEFAULT_URL}\n"
+        "Error: job 2 does not exist; list jobs with GET /v1/jobs "
+        f"(HTTP 404 at {DEFAULT_URL}, the default; set TRAINYARD_URL)\n"
+    )
+
+
+def _train(job_id: int, final: JobStatus, message: str = "the end") -> None:
     """A trainer's progress on the job once the CLI has submitted it (which a loaded box may take seconds
     to do: an update before it would change no row)."""
     deadline = time.monotonic() + 30
@@ -102,7 +124,7 @@ def _train(job_id: int, final: JobStatus) -> None:
     for step in (20, 60, 100):
         time.sleep(0.1)
         set_job(job_id, progress_step=step, latest_metrics={"loss": 1 / step, "samples_per_s": 1234.5})
-    set_job(job_id, status=final, finished_at=utcnow(), message="the end")
+    set_job(job_id, status=final, finished_at=utcnow(), message=message)
 
 
 @pytest.mark.parametrize(("final", "exit_code"), [(JobStatus.SUCCEEDED, 0), (JobStatus.FAILED, 1)])
@@ -116,6 +138,24 @@ def test_submit_follow_ends_with_the_status_and_its_exit_code(
     assert result.exit_code == exit_code
     assert "100/100" in result.output
     assert result.output.rstrip().endswith(f"job 1 {final}: the end")
+
+
+def test_submit_follow_at_80_columns_never_cuts_the_job_nor_its_count(
+    run: CliRunnerCall, tmp_path: Path
+) -> None:
+    run.columns(80)
+    for job_id in range(1, 12):  # job 12: an id of two digits, as "job 2…" was job 28's
+        set_job(job_id, status=JobStatus.CANCELLED)
+        assert run("submit", spec_file(tmp_path)).exit_code == 0
+    why = "exception: RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB (GPU 0; 79.1 GiB total)"
+    trainer = threading.Thread(target=_train, args=(12, JobStatus.FAILED, why))
+    trainer.start()
+    result = run("submit", spec_file(tmp_path), "--follow")
+    trainer.join()
+    assert result.exit_code == 1
+    bar = next(line for line in result.output.splitlines() if "100/100" in line)
+    assert len(bar) <= 80 and bar.startswith("job 12 failed ") and bar.endswith("…"), bar
+    assert why in " ".join(result.output.split()), "the outcome line says it all"
 
 
 def test_metrics_table_stream_and_compare(run: CliRunnerCall, client: TestClient) -> None:
@@ -148,24 +188,20 @@ def test_metrics_table_stream_and_compare(run: CliRunnerCall, client: TestClient
     live = run("metrics", fast, "-f", "--name", "loss").output.splitlines()
     assert [line.split()[1] for line in live[:-1]] == ["10", "20", "30"]
     assert live[-1] == f"job {fast} succeeded"
-    compared = run("compare", fast, slow).output
-    fast_row = next(line for line in compared.splitlines() if "ddp-bf16" in line)
-    cells = [cell.strip() for cell in fast_row.split("│")[1:-1]]
-    assert "1:35" in next(line for line in compared.splitlines() if "single-fp32" in line)
-    assert cells == [
-        str(fast),
-        "ddp-bf16",
-        "succeeded",
-        "single",
-        "fp32",
-        "cpu x1",
-        "0:30",
-        "4,020",
-        "0.25",
-        "0.93",
-        "-",
-        "70",
-    ]
+    compared = {row[0]: row[1:] for row in table_rows(run("compare", fast, slow).output)}
+    assert compared == {
+        "name": ["ddp-bf16", "single-fp32"],
+        "status": ["succeeded", "succeeded"],
+        "strategy": ["single", "single"],
+        "precision": ["fp32", "fp32"],
+        "devices": ["cpu x1", "cpu x1"],
+        "wall": ["0:30", "1:35"],
+        "samples/s": ["4,020", "1,020"],
+        "final loss": ["0.25", "0.25"],
+        "eval acc": ["0.93", "0.93"],
+        "peak MB": ["-", "-"],
+        "GPU util %": ["70", "-"],
+    }
 
 
 def test_logs_print_a_rank_log(run: CliRunnerCall, client: TestClient, settings: Settings) -> None:
@@ -191,7 +227,10 @@ def test_keys_are_made_and_listed_through_the_api(
     alice = run("--token", grace, "keys", "create", "--user", "alice").output.strip()
     refused = run("--token", alice, "keys", "create", "--user", "mallory", "--admin")
     assert refused.exit_code == 1
-    assert "only an admin may make API keys" in refused.output and "(HTTP 403)" in refused.output
+    assert (
+        "only an admin may make API keys" in refused.output
+        and "(HTTP 403 at http://testserver, from TRAINYARD_URL)" in refused.output
+    )
     bad = run("--token", root, "keys", "create", "--user", "no spaces")
     assert bad.exit_code == 1 and "user: user 'no spaces' is not a valid name" in bad.output
 
@@ -205,7 +244,7 @@ def test_keys_are_revoked_through_the_api(run: CliRunnerCall, auth_on: Settings,
     assert f"revoked key {alice_id}" in revoked.output
     assert caller_for_token(session, alice) is None
     missing = run("--token", root, "keys", "revoke", alice_id)
-    assert missing.exit_code == 1 and "(HTTP 404)" in missing.output
+    assert missing.exit_code == 1 and "(HTTP 404 at http://testserver, from TRAINYARD_URL)" in missing.output
 
 
 def test_gpus_lists_every_host_with_its_address_and_status(run: CliRunnerCall) -> None:
@@ -239,10 +278,10 @@ def test_compare_shows_tokens_mfu_and_perplexity_for_language_models(
             session.add(Metric(job_id=lm, name="tokens_per_s", step=step, value=tokens))
             session.add(Metric(job_id=lm, name="mfu", step=step, value=mfu))
         session.add(Metric(job_id=lm, name="eval_perplexity", step=30, value=12.5))
-    compared = run("compare", lm, image).output
-    header = next(line for line in compared.splitlines() if "tokens/s" in line)
-    assert "MFU" in header and "eval ppl" in header
-    lm_row = next(line for line in compared.splitlines() if "gpt" in line)
-    lm_cells = [cell.strip() for cell in lm_row.split("│")[1:-1]]
-    assert lm_cells[-3:] == ["10,000", "0.35", "12.5"]
+    compared = {row[0]: row[1:] for row in table_rows(run("compare", lm, image).output)}
+    assert [compared[name] for name in ("tokens/s", "MFU", "eval ppl")] == [
+        ["10,000", "-"],
+        ["0.35", "-"],
+        ["12.5", "-"],
+    ]
     assert "tokens/s" not in run("compare", image).output, "only where a job has them"

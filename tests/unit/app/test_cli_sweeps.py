@@ -4,6 +4,7 @@ keep trial, job and state whole in 80 columns, `--output json`, and --follow's e
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
 from pathlib import Path
@@ -12,10 +13,12 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from fastapi.testclient import TestClient
 
-from app.cli.render import console
+from app.cli.render import NBSP
+from app.cli.sweep_view import steps_saved, steps_saved_text
+from app.schemas import TrialPublic
 from core.db import session_scope
 from core.models import Job, Metric
-from core.states import JobStatus
+from core.states import JobStatus, TrialState
 from core.sweeps.asks import reconcile_sweeps
 from core.transitions import move
 from tests.unit.app.table_rows import table_rows
@@ -47,10 +50,8 @@ def fits(output: str, width: int = 80) -> bool:
     return all(len(line) <= width for line in output.splitlines())
 
 
-def test_submit_ls_status_and_cancel_at_80_columns(
-    run: CliRunnerCall, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(console, "width", 80)
+def test_submit_ls_status_and_cancel_at_80_columns(run: CliRunnerCall, tmp_path: Path) -> None:
+    run.columns(80)
     submitted = run("sweep", "submit", sweep_file(tmp_path))
     assert submitted.exit_code == 0, submitted.output
     # Rich wraps the line at 80 columns.
@@ -72,6 +73,11 @@ def test_submit_ls_status_and_cancel_at_80_columns(
     # Queued trials list with their jobs; a running trial shows its job's state.
     assert [row[:3] for row in rows] == [["0", "1", "queued"], ["1", "2", "queued"]]
     assert all(row[6].startswith("lr=") and row[6].endswith("…") for row in rows), rows
+    with session_scope() as session:
+        move(session, 1, JobStatus.QUEUED, JobStatus.STARTING)
+        move(session, 1, JobStatus.STARTING, JobStatus.RUNNING, progress_step=40, progress_total=100)
+    # The 160 steps the running trials have still to run are not saved: nothing was pruned.
+    assert "steps:     40 used, none saved by pruning" in run("sweep", "status", 1).output
     wide = run("sweep", "status", 1, "--wide").output
     assert "note" in wide and "weight_decay=" in wide and "hidden=" in wide
 
@@ -81,12 +87,13 @@ def test_submit_ls_status_and_cancel_at_80_columns(
 
     cancelled = run("sweep", "cancel", 1)
     assert cancelled.output.startswith(f"sweep 1 ({NAME}) cancelled; best so far: -")
+    # The running trial's job stops as a cancel stops a job; the queued one's ends at once.
     assert [row[:3] for row in table_rows(run("sweep", "status", 1).output)] == [
-        ["0", "1", "failed"],
+        ["0", "1", "cancelling"],
         ["1", "2", "failed"],
     ]
     again = run("sweep", "cancel", 1)
-    assert again.exit_code == 1 and "(HTTP 409)" in again.output
+    assert again.exit_code == 1 and "(HTTP 409 at http://testserver, from TRAINYARD_URL)" in again.output
 
 
 def test_submit_code_pushes_the_folder_as_every_trial_s_code(
@@ -131,35 +138,101 @@ def _exists(job_id: int) -> bool:
 
 
 @pytest.fixture
-def terminal(run: CliRunnerCall, monkeypatch: pytest.MonkeyPatch) -> CliRunnerCall:
-    """Live draws on a console of its own, as wide as this non-terminal's default (80): the shared console
-    lays its frames out as wide, as it would in a terminal, where both measure the same one."""
-    monkeypatch.setattr(console, "width", 80)
+def terminal(run: CliRunnerCall) -> CliRunnerCall:
+    """An 80-column terminal, as rich takes TTY_COMPATIBLE=1 to be: --follow redraws the sweep live."""
+    run.columns(80)
+    run.env["TTY_COMPATIBLE"] = "1"
     return run
+
+
+def visible(output: str) -> str:
+    """A terminal's output without its control sequences (Live's cursor moves)."""
+    return re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", output)
 
 
 def test_follow_redraws_the_trials_until_the_sweep_completes(terminal: CliRunnerCall, tmp_path: Path) -> None:
     trainer = threading.Thread(target=_complete_trials)
     trainer.start()
     result = terminal("sweep", "submit", sweep_file(tmp_path, max_trials=2), "--follow")
-    assert fits(result.output), result.output
     trainer.join()
     assert result.exit_code == 0, result.output
-    # Live prints its last frame where the terminal is no terminal: every trial as it ended.
-    assert [row[:3] for row in table_rows(result.output)] == [
-        ["0", "1", "completed"],
-        ["1", "2", "completed"],
-    ]
+    shown = visible(result.output)
+    assert fits(shown), shown
+    # The last frame: every trial as it ended.
+    assert [row[:3] for row in table_rows(shown)[-2:]] == [["0", "1", "completed"], ["1", "2", "completed"]]
+    assert "best:      trial 1 (job 2): 0.25 with lr=" in shown
+
+
+def test_follow_prints_a_line_per_change_where_stdout_is_no_terminal(
+    run: CliRunnerCall, tmp_path: Path
+) -> None:
+    run.columns(80)
+    trainer = threading.Thread(target=_complete_trials)
+    trainer.start()
+    result = run("sweep", "submit", sweep_file(tmp_path, max_trials=2), "--follow")
+    trainer.join()
+    assert result.exit_code == 0, result.output
+    assert "\x1b" not in result.output
+    changes = [line for line in result.output.splitlines() if line.startswith("sweep 1 trial")]
+    assert len(changes) == len(set(changes)), "a line per change, never the same twice"
+    assert changes[0].startswith("sweep 1 trial 0 (job 1) ")
+    assert "sweep 1 trial 0 (job 1) completed at step 10/10: eval_loss=0.5 at its last report" in changes
+    assert "sweep 1 trial 1 (job 2) completed at step 10/10: eval_loss=0.25 at its last report" in changes
     assert "best:      trial 1 (job 2): 0.25 with lr=" in result.output
 
 
 def test_follow_of_a_sweep_cancelled_meanwhile_exits_non_zero(
-    terminal: CliRunnerCall, client: TestClient, tmp_path: Path
+    run: CliRunnerCall, client: TestClient, tmp_path: Path
 ) -> None:
-    assert terminal("sweep", "submit", sweep_file(tmp_path)).exit_code == 0
+    assert run("sweep", "submit", sweep_file(tmp_path)).exit_code == 0
     canceller = threading.Timer(0.3, lambda: client.post("/v1/sweeps/1/cancel"))
     canceller.start()
-    result = terminal("sweep", "status", 1, "--follow")
+    result = run("sweep", "status", 1, "--follow")
     canceller.join()
     assert result.exit_code == 1, result.output
-    assert "sweep 1 (" in result.output and "cancelled" in result.output.splitlines()[0]
+    lines = result.output.splitlines()
+    assert lines[0] == "sweep 1 trial 0 (job 1) queued"
+    assert any(line.startswith(f"sweep 1 ({NAME}): cancelled, ") for line in lines), lines
+
+
+def trial(state: TrialState, steps: int | None, total: int | None) -> TrialPublic:
+    return TrialPublic(
+        number=0,
+        job_id=1,
+        job_status=None,
+        state=state,
+        params={},
+        latest=None,
+        best=None,
+        value=None,
+        message=None,
+        steps=steps,
+        total_steps=total,
+    )
+
+
+def test_steps_saved_count_only_what_pruned_trials_did_not_run() -> None:
+    running = [trial(TrialState.RUNNING, 40, 100), trial(TrialState.RUNNING, 0, 100)]
+    # Before any prune, the 160 steps running trials have still to run are not saved.
+    assert steps_saved(running) == 0
+    assert steps_saved_text(40, running).replace(NBSP, " ") == "40 used, none saved by pruning"
+    ended = [
+        trial(TrialState.PRUNED, 30, 100),
+        trial(TrialState.COMPLETED, 100, 100),
+        trial(TrialState.FAILED, 10, 100),
+        trial(TrialState.PRUNED, 5, None),  # pruned before its job said how far it would go: none known
+    ]
+    assert steps_saved([*ended, *running]) == 70
+    used = 30 + 100 + 10 + 5 + 40
+    assert steps_saved_text(used, [*ended, *running]).replace(NBSP, " ") == (
+        "185 used, 70 saved by pruning (27%)"
+    )
+
+
+def test_json_of_every_sweep_command_is_the_api_answer_alone(run: CliRunnerCall, tmp_path: Path) -> None:
+    made = json.loads(run("sweep", "submit", sweep_file(tmp_path), "--output", "json").stdout)
+    assert made["id"] == 1 and made["name"] == NAME and made["status"] == "running"
+    cancelled = json.loads(run("sweep", "cancel", 1, "--output", "json").stdout)
+    assert cancelled["id"] == 1 and cancelled["status"] == "cancelled"
+    refused = run("sweep", "status", 1, "--follow", "--output", "json")
+    assert refused.exit_code == 2 and "leave out one of them" in refused.output

@@ -14,7 +14,6 @@ from fastapi.testclient import TestClient
 from sqlalchemy import update
 from sqlalchemy.orm import Session
 
-from app.cli.render import console
 from app.cli.table import FREE_TEXT_MIN, Column, layout
 from app.services.keys import LOCAL_USER
 from core.config import Settings
@@ -36,8 +35,8 @@ REASON = "waiting for 4 GPUs on one host: box-a has 2 free (GPUs 0, 1 held by jo
 
 
 @pytest.fixture
-def narrow(run: CliRunnerCall, monkeypatch: pytest.MonkeyPatch) -> CliRunnerCall:
-    monkeypatch.setattr(console, "width", 80)
+def narrow(run: CliRunnerCall) -> CliRunnerCall:
+    run.columns(80)
     return run
 
 
@@ -94,23 +93,42 @@ def test_ls_at_80_columns_keeps_ids_names_status_and_progress_whole(
     assert not fits(wide)
 
 
-def test_queue_keeps_one_line_per_job_and_the_whole_reason_with_wide(
+def cells_by_row(rows: list[list[str]], column: int) -> list[str]:
+    """`column`'s text of each table row, its wrapped lines (rows whose first cell is empty) joined."""
+    joined: list[str] = []
+    for row in rows:
+        if row[0]:
+            joined.append(row[column])
+        elif row[column]:
+            joined[-1] += " " + row[column]
+    return joined
+
+
+def test_queue_wraps_reasons_within_80_columns_and_never_cuts_them(
     narrow: CliRunnerCall, client: TestClient
 ) -> None:
-    first, second = two_jobs(client)
+    first, second, third = (*two_jobs(client), submit(client, name="x" * 48)["id"])
     set_job(first, message=REASON)
     set_job(second, message="placed on box-a;\nstarting")
+    set_job(third, message="Slurm job 4 is pending (PartitionNodeLimit)")
     queued = narrow("queue").output
     assert fits(queued), queued
     rows = table_rows(queued)
-    assert [row[1:3] for row in rows] == [[str(first), NAMES[0]], [str(second), NAMES[1]]]
-    assert rows[0][-1].startswith("waiting for 4") and rows[0][-1].endswith("…")
-    assert len(rows) == 2 and rows[1][-1].startswith("placed on box"), "one line per job"
-    assert REASON in narrow("queue", "--wide").output
+    heads = [row for row in rows if row[0]]
+    assert [row[:2] for row in heads] == [["1", str(first)], ["2", str(second)], ["3", str(third)]]
+    assert all(row[2].endswith("…") for row in heads), "long names give way to the reasons"
+    assert cells_by_row(rows, -1) == [
+        REASON,
+        "placed on box-a; starting",
+        "Slurm job 4 is pending (PartitionNodeLimit)",
+    ]
+    wide = narrow("queue", "--wide").output
+    assert REASON in wide and len(table_rows(wide)) == 3, "one line per job with --wide"
     answer = json.loads(narrow("queue", "--output", "json").stdout)
     assert [(e["job_id"], e["reason"]) for e in answer["data"]] == [
         (first, REASON),
         (second, "placed on box-a;\nstarting"),
+        (third, "Slurm job 4 is pending (PartitionNodeLimit)"),
     ]
 
 
@@ -121,14 +139,45 @@ def test_compare_diff_is_a_row_per_field_within_80_columns(narrow: CliRunnerCall
     compared = narrow("compare", first, second, "--diff").output
     assert fits(compared), compared
     rows = table_rows(compared)
-    assert rows[0][:3] == [str(first), NAMES[0], "succeeded"]
-    assert rows[1][:3] == [str(second), NAMES[1], "queued"]
+    assert rows[:2] == [["name", *NAMES], ["status", "succeeded", "queued"]]
     assert ["train.lr", "0.1", "0.05"] in rows and ["train.batch_size", "8", "16"] in rows
     assert f"┃ field            ┃ job {first} ┃ job {second} ┃" in compared
-    assert "GPU util %" not in compared and "GPU util %" in narrow("compare", first, second, "--wide").output
     answer = json.loads(narrow("compare", first, second, "--diff", "--output", "json").stdout)
     assert [job["name"] for job in answer["jobs"]] == list(NAMES)
     assert {d["field"] for d in answer["diff"]["differences"]} >= {"train.lr", "train.batch_size"}
+
+
+def test_compare_at_80_columns_cuts_long_names_never_a_number(
+    narrow: CliRunnerCall, client: TestClient, session: Session
+) -> None:
+    names = [f"{stem}-{'x' * (47 - len(stem))}" for stem in ("resnet50-ddp", "resnet50-fsdp", "vit-b16")]
+    jobs = [submit(client, name=name)["id"] for name in names]
+    for job_id, speed in zip(jobs, (123456.0, 98765.0, 4321.0), strict=True):
+        for name, value in (
+            ("samples_per_s", speed),
+            ("loss", 0.001234),
+            ("eval_accuracy", 0.9375),
+            ("peak_mem_mb", 81234.0),
+            ("gpu_util/0", 97.5),
+            ("tokens_per_s", 1234567.0),
+            ("mfu", 0.4512),
+            ("eval_perplexity", 12.34),
+        ):
+            session.add(Metric(job_id=job_id, name=name, step=10, value=value))
+    session.commit()
+    compared = narrow("compare", *jobs).output
+    assert fits(compared), compared
+    rows = {row[0]: row[1:] for row in table_rows(compared)}
+    assert all(len(name) == 48 for name in names)
+    assert all(name.endswith("…") and names[i].startswith(name[:-1]) for i, name in enumerate(rows["name"]))
+    assert rows["samples/s"] == ["123,456", "98,765", "4,321"]
+    assert rows["final loss"] == ["0.001234"] * 3 and rows["eval acc"] == ["0.9375"] * 3
+    assert rows["peak MB"] == ["81,234"] * 3 and rows["GPU util %"] == ["97.5"] * 3
+    assert rows["tokens/s"] == ["1,234,567"] * 3 and rows["MFU"] == ["0.4512"] * 3
+    assert rows["eval ppl"] == ["12.34"] * 3 and rows["wall"] == ["-"] * 3
+    assert all(name in narrow("compare", *jobs, "--wide").output for name in names)
+    answer = json.loads(narrow("compare", *jobs, "--output", "json").stdout)
+    assert [job["name"] for job in answer["jobs"]] == names and answer["jobs"][0]["samples_per_s"] == 123456.0
 
 
 def test_checkpoints_at_80_columns(
