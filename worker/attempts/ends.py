@@ -92,6 +92,22 @@ def restarts_used(session: Session, job_id: int) -> int:
     return session.scalar(query) or 0
 
 
+def to_restarting(session: Session, job_id: int, max_restarts: int, outcome: Outcome) -> str | None:
+    """running -> restarting after a retryable failure, while limits.max_restarts allows one more; what this
+    restart is called ("restart 2 of limits.max_restarts=3"), for the executor's next move, or None when
+    none is left (or the job no longer runs)."""
+    used = restarts_used(session, job_id)
+    if used >= max_restarts:
+        return None
+    restart = f"restart {used + 1} of limits.max_restarts={max_restarts}"
+    said = f"{restart} after: {outcome.message}"
+    if not move(
+        session, job_id, JobStatus.RUNNING, JobStatus.RESTARTING, reason=outcome.reason, message=said
+    ):
+        return None
+    return restart
+
+
 def release_leases(session: Session, job_id: int) -> None:
     """Every host's GPUs of the job: its nodes start and end together. An executor whose scheduler places
     jobs leases none, and this deletes nothing."""

@@ -4,16 +4,29 @@
 this Protocol alone.
 
 An executor takes queued jobs and launches them (local: claim, place and start torchrun here) or submits them
-(Slurm: sbatch), reads their states (the local supervisor polls its processes; the Slurm follower reads
-`scontrol`), cancels and requeues them, and streams their events into SQL. What every executor shares is
-written once in worker/attempts/: starting an attempt, its events and uploads, its deadline, the queue's
-limit, how it ends. Executors import those and never each other (pyproject.toml's import contracts)."""
+(Slurm: sbatch): `JobExecutor`. Each attempt it then runs is a `RunningAttempt`: its `events`, streaming into
+SQL; `ended()`, its state (local: its torchrun's exit; Slurm: what `scontrol` says, or that Slurm forgot the
+job); `stop(outcome)`, a cancel (local: SIGTERM to the process group, a kill past the grace; Slurm: SIGTERM to
+its steps, scancel past cancel_grace_s); `restart(outcome)`, a requeue of a retryable failure within
+limits.max_restarts (local: in place, on the GPUs it keeps; Slurm: scontrol requeue).
+
+On those verbs worker/attempts/watch.py decides, for every executor alike, why a running attempt must stop
+(cancelled, pruned, past its deadline) and how one whose processes are gone settles (its last events, its
+uploads) and then restarts or ends; `RunningAttempt` is defined there, as worker/attempts/ imports no
+executor. Each loop keeps only its own reasons around those calls (local: its worker's shutdown, a preemption,
+the disk limit, a multi-node job's other nodes; Slurm: a requeue by Slurm, Slurm jobs whose Trainyard job
+ended). The rest every executor shares is written once in worker/attempts/ too: starting an attempt, its
+events and uploads, its deadline, the queue's limit, how it ends. Executors import those and never each other
+(pyproject.toml's import contracts)."""
 
 from __future__ import annotations
 
 from typing import Protocol
 
 from core.executors import ExecutorTraits
+from worker.attempts.watch import RunningAttempt
+
+__all__ = ["Background", "JobExecutor", "RunningAttempt"]
 
 
 class Background(Protocol):

@@ -1,4 +1,7 @@
-"""Supervising one launched job: tail its events, obey cancel and limits, record how it ended.
+"""Supervising one launched job: tail its events, obey cancel and limits, record how it ended. What every
+executor decides alike (cancel, pruning, the runtime limit, settling, restart or end) is
+worker/attempts/watch.py's; this loop adds the local executor's own: its worker's shutdown, a preemption,
+the disk limit and a multi-node job's other nodes.
 
 Its heartbeat (worker/executors/local/heartbeat.py) and its uploads (worker/uploads.py) run on threads of
 their own, so this loop's work per tick is bounded: one batch of events, a few reads of the job's row, a poll
@@ -8,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime
 
 from sqlalchemy.exc import SQLAlchemyError
@@ -20,9 +23,10 @@ from core.models import Job, utcnow
 from core.states import JobStatus
 from core.transitions import move
 from jobspec.startup import Mark
-from worker.attempts.deadline import look, past_deadline
-from worker.attempts.ends import CANCELLED, Outcome, exit_outcome, finish, own, restarts_used
+from worker.attempts.deadline import look
+from worker.attempts.ends import Outcome, exit_outcome, own, to_restarting
 from worker.attempts.events import AttemptEvents
+from worker.attempts.watch import must_stop, record_end, wind_up
 from worker.executors.local.disk import DiskLimit, DiskWatch
 from worker.executors.local.kill import JobMark, kill_job
 from worker.executors.local.leases import ring_waiting_jobs
@@ -77,20 +81,10 @@ def begin_restart(job: RunningJob, outcome: Outcome) -> int | None:
     with session_scope() as session:
         if not own(session, job.job_id, job.attempt):
             return None
-        used = restarts_used(session, job.job_id)
-        if used >= job.max_restarts:
+        restart = to_restarting(session, job.job_id, job.max_restarts, outcome)
+        if restart is None:
             return None
-        restart = f"restart {used + 1} of limits.max_restarts={job.max_restarts}"
         now = utcnow()
-        if not move(
-            session,
-            job.job_id,
-            JobStatus.RUNNING,
-            JobStatus.RESTARTING,
-            reason=outcome.reason,
-            message=f"{restart} after: {outcome.message}",
-        ):
-            return None
         move(
             session,
             job.job_id,
@@ -107,6 +101,44 @@ def begin_restart(job: RunningJob, outcome: Outcome) -> int | None:
         add_marks(session.get_one(Job, job.job_id), {Mark.QUEUED: restarted, Mark.PLACED: restarted})
         next_attempt_of_nodes(session, job.job_id, job.attempt + 1)
     return job.attempt + 1
+
+
+class LocalAttempt:
+    """This node's attempt as the shared decisions see it (worker/attempts/watch.py's RunningAttempt): its
+    torchrun here, stopped and restarted in place."""
+
+    def __init__(self, job: RunningJob, events: AttemptEvents) -> None:
+        self.job = job
+        self.events = events
+        # What the shared decisions read of the attempt, fixed for its life.
+        self.job_id, self.attempt, self.started_at = job.job_id, job.attempt, job.started_at
+        self.max_runtime_s, self.max_restarts = job.max_runtime_s, job.max_restarts
+        self.next_attempt: int | None = None  # set when it restarted
+
+    def ended(self) -> Outcome | None:
+        """Its torchrun's exit, judged from what its ranks left; a job whose standby was lost before it
+        started it never ran, and starts again."""
+        process = self.job.process
+        code = process.poll()
+        if code is None:
+            return None
+        return STANDBY_LOST if never_ran(process) else exit_outcome(self.job.mark.run_dir, code)
+
+    def stop(self, outcome: Outcome) -> None:
+        """Stop its processes before returning. A preempted job's ranks need the time to reach their next
+        report step and checkpoint there; one still short of it then is killed and resumes from its
+        checkpoint before."""
+        settings = get_settings()
+        self.kill(settings.preempt_grace_s if outcome is PREEMPTED else settings.cancel_grace_s)
+
+    def kill(self, grace_s: float) -> None:
+        process = self.job.process
+        kill_job(self.job.mark, grace_s, group=None if never_ran(process) else process.pid)
+        process.wait()
+
+    def restart(self, outcome: Outcome) -> bool:
+        self.next_attempt = begin_restart(self.job, outcome)
+        return self.next_attempt is not None
 
 
 def last_node_done(job: RunningJob) -> bool:
@@ -126,98 +158,73 @@ def ring_others() -> None:
 
 
 class Supervisor:
-    def __init__(self, job: RunningJob, uploads: Uploads, stop: threading.Event) -> None:
+    def __init__(self, job: RunningJob, uploads: Uploads, shutdown: threading.Event) -> None:
         self.job = job
-        self.uploads = uploads
-        self.stop = stop
+        self.shutdown = shutdown
         self.settings = get_settings()
-        self.next_attempt: int | None = None
         self.disk = DiskWatch(job.mark.run_dir, job.max_disk)
-        self.events = AttemptEvents(job.job_id, job.tail, uploads)  # node 0's; the others' read nothing
+        # Node 0's events; the others' read nothing.
+        self.attempt = LocalAttempt(job, AttemptEvents(job.job_id, job.tail, uploads))
 
     def run(self) -> int | None:
         """Supervise until the attempt ends; the attempt to launch next when it ended in a restart."""
         try:
-            tick_s = TICK_S if self.events.pruning is None else PRUNED_TICK_S
+            tick_s = TICK_S if self.attempt.events.pruning is None else PRUNED_TICK_S
             with self.disk:
                 while not self._tick():
-                    self.stop.wait(tick_s)
-            return self.next_attempt
+                    self.shutdown.wait(tick_s)
+            return self.attempt.next_attempt
         except BaseException:
             # Never leave training running unsupervised; the reaper requeues the job once its heartbeat ages.
-            self._stop_processes(self.settings.cancel_grace_s)
+            self.attempt.kill(self.settings.cancel_grace_s)
             raise
 
     def _tick(self) -> bool:
         """One look at the job; True once this supervisor is done with it."""
-        job = self.job
+        attempt = self.attempt
         try:
-            self.events.pump()
-            seen = look(job)
+            attempt.events.pump()
+            seen = look(attempt)
             if seen is None:
-                log.warning("job %s attempt %s is no longer ours; stopping it", job.job_id, job.attempt)
-                self._stop_processes(self.settings.cancel_grace_s)
+                log.warning(
+                    "job %s attempt %s is no longer ours; stopping it", attempt.job_id, attempt.attempt
+                )
+                attempt.kill(self.settings.cancel_grace_s)
                 return True
-            if self.stop.is_set():
+            if self.shutdown.is_set():
                 return self._end(REQUEUED)
-            if seen.status is JobStatus.CANCELLING:
-                return self._end(CANCELLED)
             if seen.status is JobStatus.PREEMPTING:
                 # One that finished meanwhile keeps its success rather than running again.
-                done = job.process.poll() == 0
-                return self._end(exit_outcome(job.mark.run_dir, 0) if done else PREEMPTED)
-            if (stop := self.events.pruned() or past_deadline(seen, job)) is not None:
+                ended = attempt.ended()
+                return self._end(
+                    ended if ended is not None and ended.status is JobStatus.SUCCEEDED else PREEMPTED
+                )
+            if (stop := must_stop(attempt, seen)) is not None:
                 return self._end(stop)
             if (full := self.disk.exceeded()) is not None:
                 return self._end(Outcome(JobStatus.FAILED, "disk_limit", full))
-            code = job.process.poll()
-            if code is not None:
-                return self._end(
-                    STANDBY_LOST if never_ran(job.process) else exit_outcome(job.mark.run_dir, code)
-                )
+            if (ended := attempt.ended()) is not None:
+                return self._end(ended)
         except SQLAlchemyError:
             # A locked or unreachable database: keep the job running and try again next tick.
-            log.exception("job %s: database error while supervising", job.job_id)
+            log.exception("job %s: database error while supervising", attempt.job_id)
         return False
 
-    def _stop_processes(self, grace_s: float) -> None:
-        process = self.job.process
-        kill_job(self.job.mark, grace_s, group=None if never_ran(process) else process.pid)
-        self.job.process.wait()
-
     def _end(self, outcome: Outcome) -> bool:
-        """Stop what is left, catch the last events, record the outcome; retried next tick if the DB fails."""
+        """Stop what is left, settle, then restart or record the outcome; retried next tick if SQL fails."""
         job = self.job
-        # A preempted job's ranks need the time to reach their next report step and checkpoint there; one
-        # still short of it then is killed and resumes from its checkpoint before.
-        preempted = outcome is PREEMPTED
-        self._stop_processes(self.settings.preempt_grace_s if preempted else self.settings.cancel_grace_s)
-        self.events.pump(drain=True)  # the checkpoints written up to the end, which a restart resumes from
-        # Stored before the job is seen to end: a restart resumes from the newest checkpoint, and a reader's
-        # eof means the full log. The heartbeat goes on meanwhile.
-        self.uploads.settle(self.settings.upload_drain_s)
-        if outcome.retryable:
-            self.next_attempt = begin_restart(job, outcome)
-            if self.next_attempt is not None:
-                log.info("job %s attempt %s: restarting (%s)", job.job_id, job.attempt, outcome.reason)
-                return True
-            if job.max_restarts:
-                used_up = f"all {job.max_restarts} restarts used"
-                outcome = replace(outcome, message=f"{outcome.message} ({used_up})")
-        if not_stored := self.uploads.close():
-            log.warning("job %s attempt %s: not stored: %s", job.job_id, job.attempt, not_stored)
-            wait = f"uploads wait up to TRAINYARD_UPLOAD_DRAIN_S={self.settings.upload_drain_s:g} s"
-            late = f"not in the object store when it ended: {', '.join(not_stored)} ({wait})"
-            outcome = replace(outcome, message=f"{outcome.message}; {late}")
-        if outcome.status is JobStatus.SUCCEEDED and not last_node_done(job):
+        self.attempt.stop(outcome)
+        final = wind_up(self.attempt, outcome, self.settings)
+        if final is None:  # restarted: run() hands back the next attempt
+            return True
+        if final.status is JobStatus.SUCCEEDED and not last_node_done(job):
             log.info(
                 "job %s attempt %s: node %s done, others still run", job.job_id, job.attempt, job.node_rank
             )
             return True
-        if not finish(job.job_id, job.attempt, outcome):
+        if not record_end(self.attempt, final):
             return True
-        log.info("job %s attempt %s: %s (%s)", job.job_id, job.attempt, outcome.status, outcome.reason)
-        if outcome.status is JobStatus.QUEUED:
+        if final.status is JobStatus.QUEUED:
             try:
                 enqueue_job(job.job_id)
             except Exception:  # the reaper re-rings queued jobs

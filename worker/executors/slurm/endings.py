@@ -6,7 +6,7 @@ from __future__ import annotations
 from core.db import session_scope
 from core.states import JobStatus
 from core.transitions import move, move_from_any
-from worker.attempts.ends import Outcome, end_cancel, restarts_used
+from worker.attempts.ends import Outcome, end_cancel, to_restarting
 from worker.executors.slurm import commands
 from worker.executors.slurm.commands import SlurmJob
 
@@ -36,18 +36,8 @@ def restart(job_id: int, slurm_id: int, max_restarts: int, outcome: Outcome) -> 
     """running -> restarting -> queued, and Slurm runs the same script again (scontrol requeue), within
     limits.max_restarts; False when none is left."""
     with session_scope() as session:
-        used = restarts_used(session, job_id)
-        if used >= max_restarts:
-            return False
-        restart = f"restart {used + 1} of limits.max_restarts={max_restarts}"
-        if not move(
-            session,
-            job_id,
-            JobStatus.RUNNING,
-            JobStatus.RESTARTING,
-            reason=outcome.reason,
-            message=f"{restart} after: {outcome.message}",
-        ):
+        restart = to_restarting(session, job_id, max_restarts, outcome)
+        if restart is None:
             return False
         commands.requeue(slurm_id)
         move(

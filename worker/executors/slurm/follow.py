@@ -10,8 +10,6 @@ import logging
 import threading
 import time
 from contextlib import ExitStack
-from dataclasses import dataclass
-from datetime import datetime
 from pathlib import Path
 
 from sqlalchemy import Row, case, select, update
@@ -23,12 +21,14 @@ from core.models import Job, utcnow
 from core.slurm_script import BATCH_LOG, nice, slurm_folder
 from core.states import TERMINAL, JobStatus
 from jobspec.spec import JobSpec
-from worker.attempts.deadline import look, past_deadline
-from worker.attempts.ends import CANCELLED, Outcome, finish
+from worker.attempts.deadline import look
+from worker.attempts.ends import Outcome, finish
 from worker.attempts.events import AttemptEvents, catch_up
 from worker.attempts.pending import fail_pending_timeouts
+from worker.attempts.watch import must_stop, record_end, settle, wind_up
 from worker.executors.slurm import commands, endings, outcomes
 from worker.executors.slurm.commands import SlurmError, SlurmJob
+from worker.executors.slurm.followed import Followed
 from worker.executors.slurm.handover import (
     SLURM_PENDING,
     pending_message,
@@ -46,25 +46,6 @@ ROW = (
     *(Job.spec, Job.priority, Job.message),
 )
 FOLLOWED = (JobStatus.QUEUED, JobStatus.STARTING, JobStatus.RUNNING, JobStatus.CANCELLING)
-
-
-@dataclass
-class Followed:
-    """An attempt Slurm runs, as the worker follows it (worker/attempts/deadline.py's Attempt)."""
-
-    job_id: int
-    slurm_id: int
-    attempt: int
-    restarts: int  # Slurm's restart count this attempt runs as
-    run_dir: Path
-    events: AttemptEvents
-    uploads: ExitStack  # the attempt's uploads, closed when it ends (worker/uploads.py)
-    started_at: datetime | None
-    max_runtime_s: int | None
-    max_restarts: int
-    stopping: Outcome | None = None  # asked to stop (cancel, time limit, pruned): how it then ends
-    stop_sent: float = 0.0  # monotonic time of the SIGTERM
-    killed: bool = False
 
 
 class Follower(threading.Thread):
@@ -122,18 +103,13 @@ class Follower(threading.Thread):
             elif slurm.state in outcomes.STARTED or slurm.state in outcomes.ENDED:
                 self._start(row, slurm)
             return
-        followed = self.followed.get(row.id) or self._follow_again(row)
+        followed = self.followed.get(row.id) or self._follow_again(row, slurm)
+        followed.slurm = slurm
         followed.events.pump()
-        if slurm is None:
-            self._end(
-                followed, Outcome(JobStatus.FAILED, "slurm_lost", f"Slurm job {followed.slurm_id} is gone")
-            )
-        elif slurm.restarts > followed.restarts or slurm.state in outcomes.WAITING:
+        if slurm is not None and (slurm.restarts > followed.restarts or slurm.state in outcomes.WAITING):
             self._requeued(followed, slurm)
-        elif slurm.state in outcomes.ENDED:
-            # One Trainyard asked to stop ends as asked, whatever Slurm's record says of its ranks.
-            batch_log = slurm_folder(self.settings.runs_dir, row.id) / BATCH_LOG
-            self._end(followed, followed.stopping or outcomes.ended(slurm, followed.run_dir, batch_log))
+        elif (outcome := followed.ended()) is not None:
+            self._end(followed, outcome)
         else:
             self._watch(followed)
 
@@ -161,10 +137,14 @@ class Follower(threading.Thread):
             commands.cancel(slurm.job_id)
             finish(row.id, attempt, Outcome(JobStatus.FAILED, "launch_error", str(exc)))
             return
-        self.followed[row.id] = self._followed(row, slurm.job_id, attempt, slurm.restarts, started.run_dir)
+        self.followed[row.id] = self._followed(
+            row, slurm, slurm.job_id, attempt, slurm.restarts, started.run_dir
+        )
         log.info("job %s: attempt %s runs as Slurm job %s", row.id, attempt, slurm.job_id)
 
-    def _followed(self, row: Row, slurm_id: int, attempt: int, restarts: int, run_dir: Path) -> Followed:
+    def _followed(
+        self, row: Row, slurm: SlurmJob | None, slurm_id: int, attempt: int, restarts: int, run_dir: Path
+    ) -> Followed:
         closing = ExitStack()
         uploads = closing.enter_context(Uploads(row.id, run_dir, launcher_log=True))
         limits = JobSpec.model_validate(row.spec).limits
@@ -176,17 +156,20 @@ class Follower(threading.Thread):
             attempt=attempt,
             restarts=restarts,
             run_dir=run_dir,
+            batch_log=slurm_folder(self.settings.runs_dir, row.id) / BATCH_LOG,
             events=AttemptEvents(row.id, catch_up(row.id, run_dir, uploads, self.settings), uploads),
             uploads=closing,
             started_at=started_at,
             max_runtime_s=limits.max_runtime_s,
             max_restarts=limits.max_restarts,
+            slurm=slurm,
         )
 
-    def _follow_again(self, row: Row) -> Followed:
+    def _follow_again(self, row: Row, slurm: SlurmJob | None) -> Followed:
         """A job this worker did not start (it restarted): follow it from where its events are."""
         run_dir = self.settings.runs_dir / str(row.id)
-        followed = self._followed(row, row.slurm_job_id, row.attempt, row.slurm_restarts or 0, run_dir)
+        restarts = row.slurm_restarts or 0
+        followed = self._followed(row, slurm, row.slurm_job_id, row.attempt, restarts, run_dir)
         self.followed[row.id] = followed
         return followed
 
@@ -194,48 +177,27 @@ class Follower(threading.Thread):
         """A running attempt: cancel, pruning and the runtime limit ask its ranks to stop (SIGTERM, and
         their final checkpoint); past cancel_grace_s, Slurm kills what is left."""
         if followed.stopping is not None:
-            if not followed.killed and time.monotonic() - followed.stop_sent > self.settings.cancel_grace_s:
-                commands.cancel(followed.slurm_id)
-                followed.killed = True
+            followed.kill_after(self.settings.cancel_grace_s)
             return
         seen = look(followed)
-        if seen is None:
-            return
-        if seen.status is JobStatus.CANCELLING:
-            self._ask_to_stop(followed, CANCELLED)
-        elif (stop := followed.events.pruned() or past_deadline(seen, followed)) is not None:
-            self._ask_to_stop(followed, stop)
-
-    def _ask_to_stop(self, followed: Followed, outcome: Outcome) -> None:
-        commands.signal_steps(followed.slurm_id, "TERM")
-        followed.stopping = outcome
-        followed.stop_sent = time.monotonic()
-        log.info("job %s: SIGTERM to Slurm job %s (%s)", followed.job_id, followed.slurm_id, outcome.reason)
-
-    def _settle(self, followed: Followed) -> None:
-        """The attempt's last events in SQL, its checkpoints among them, and its uploads closed."""
-        followed.events.pump(drain=True)
-        followed.uploads.close()  # waits up to upload_drain_s for what is queued
-        self.followed.pop(followed.job_id, None)
+        if seen is not None and (stop := must_stop(followed, seen)) is not None:
+            followed.stop(stop)
 
     def _requeued(self, followed: Followed, slurm: SlurmJob) -> None:
-        self._settle(followed)
+        settle(followed, self.settings)
+        self._forget(followed)
         endings.requeued(followed.job_id, slurm)
 
     def _end(self, followed: Followed, outcome: Outcome) -> None:
-        self._settle(followed)
-        if outcome.retryable and endings.restart(
-            followed.job_id, followed.slurm_id, followed.max_restarts, outcome
-        ):
-            return
-        if finish(followed.job_id, followed.attempt, outcome):
-            log.info(
-                "job %s attempt %s: %s (%s)",
-                followed.job_id,
-                followed.attempt,
-                outcome.status,
-                outcome.reason,
-            )
+        final = wind_up(followed, outcome, self.settings)
+        self._forget(followed)
+        if final is not None:
+            record_end(followed, final)
+
+    def _forget(self, followed: Followed) -> None:
+        """Its uploads closed (a restart's next attempt has its own) and no longer followed."""
+        followed.uploads.close()
+        self.followed.pop(followed.job_id, None)
 
     def _cancel_strays(self, slurm: dict[int, SlurmJob]) -> None:
         """Slurm jobs still waiting or running whose Trainyard job has ended (cancelled while queued)."""
