@@ -17,7 +17,7 @@ import torch
 from core.project import PROJECT_ROOT
 from jobspec.events import LAUNCHER_LOG, LOG_DIR, DoneEvent
 from tests.integration.trainer_helpers import TrainerRun, spec_with
-from tests.unit.worker.test_standby import TIMEOUT_S, trainer_launch
+from tests.unit.worker.test_standby import TIMEOUT_S, trainer_launch, waiting_standby
 from worker.executors.local.warm.launcher import WarmLauncher
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
@@ -39,7 +39,7 @@ def test_ranks_forked_from_the_standby_train_on_their_gpus(tmp_path: Path, strat
     if torch.cuda.device_count() < len(gpus):
         pytest.skip(f"needs {len(gpus)} GPUs")
     launcher = WarmLauncher(sys.executable, PROJECT_ROOT)
-    launcher.prepare()
+    waiting_standby(launcher)  # started while the factory still imports, the job would start cold
     spec = spec_with(BASE, parallel={"strategy": strategy, "gpus": gpus})
     command = trainer_launch(tmp_path, spec, gpu_ids=gpus)
     run = TrainerRun(tmp_path / "1", len(gpus))

@@ -24,7 +24,7 @@ from tests.integration.trainer_helpers import write_config
 from tests.unit.conftest import job_body
 from trainers.warm.standby import forked_ranks
 from worker.executors.local.kill import job_processes, kill_job, mark_for
-from worker.executors.local.warm.factory_handle import LOST_EXIT_CODE, ForkedStandby
+from worker.executors.local.warm.factory_handle import FACTORY_MODULE, LOST_EXIT_CODE, ForkedStandby
 from worker.executors.local.warm.launcher import WarmLauncher
 from worker.failure import FailureKind, classify_failure, root_cause
 
@@ -48,10 +48,11 @@ def torchrun(tmp_path: Path, **env: str) -> Launch:
 
 
 def waiting_standby(launcher: WarmLauncher) -> ForkedStandby:
-    """The standby the next job gets, once the launcher has forked it."""
+    """The standby the next job gets, once the factory has forked it: a job launched while the factory still
+    imports starts cold."""
     launcher.prepare()
     standby = launcher.standby
-    assert standby is not None
+    assert standby is not None and standby.forked(TIMEOUT_S)
     return standby
 
 
@@ -61,6 +62,11 @@ def launcher() -> Iterator[WarmLauncher]:
     launcher = WarmLauncher(sys.executable, PROJECT_ROOT)
     yield launcher
     launcher.close()
+
+
+def factories() -> list[psutil.Process]:
+    """This process's standby factories."""
+    return [child for child in psutil.Process().children() if FACTORY_MODULE in " ".join(child.cmdline())]
 
 
 @pytest.fixture
@@ -87,7 +93,7 @@ def test_jobs_launched_together_each_get_a_waiting_standby(tmp_path: Path, launc
     """With two waiting, a second job launched at once starts warm too (a sweep's trials), not cold."""
     launcher.count = 2  # as WarmLauncher(count=2) keeps them; the module's factory forks the second
     try:
-        launcher.prepare()
+        waiting_standby(launcher)
         for name in "ab":
             (tmp_path / name).mkdir()
         first, second = (launcher.start(torchrun(tmp_path / name), tmp_path / f"{name}.log") for name in "ab")
@@ -98,7 +104,7 @@ def test_jobs_launched_together_each_get_a_waiting_standby(tmp_path: Path, launc
 
 
 def test_a_failing_rank_fails_the_standby_torchrun(tmp_path: Path, launcher: WarmLauncher) -> None:
-    launcher.prepare()
+    waiting_standby(launcher)
     process = launcher.start(torchrun(tmp_path, EXIT_WITH="3"), tmp_path / "launcher.log")
     assert process.wait(TIMEOUT_S) != 0
     assert "ChildFailedError" in (tmp_path / "launcher.log").read_text()
@@ -186,8 +192,7 @@ def test_the_trainers_ranks_are_forked_through_torchruns_own_options(tmp_path: P
 
 
 def test_a_job_trains_in_ranks_forked_from_the_standby(tmp_path: Path, launcher: WarmLauncher) -> None:
-    launcher.prepare()
-    standby = launcher.standby
+    standby = waiting_standby(launcher)
     log = tmp_path / LAUNCHER_LOG
     process = launcher.start(trainer_launch(tmp_path, two_ranks(3)), log)
     assert process is standby
@@ -198,7 +203,7 @@ def test_a_job_trains_in_ranks_forked_from_the_standby(tmp_path: Path, launcher:
 
 
 def test_a_forked_rank_that_fails_fails_torchrun(tmp_path: Path, launcher: WarmLauncher) -> None:
-    launcher.prepare()
+    waiting_standby(launcher)
     command = trainer_launch(tmp_path, two_ranks(3))
     (tmp_path / "1" / "spec.json").unlink()  # every rank fails reading it
     log = tmp_path / LAUNCHER_LOG
@@ -250,14 +255,30 @@ def test_the_standby_sees_only_what_a_rank_may_inherit(
     assert factory is not None and factory.environ()[STANDBY_ID_ENV] not in {s.id for s in standbys}
 
 
-def test_a_launch_waits_for_no_import_of_the_factory(tmp_path: Path, own_launcher: WarmLauncher) -> None:
-    """The worker launches inside the transaction that holds the job's row (SQLite: every writer waits), so
-    a job launched while a fresh factory still imports is handed over at once and waits in its channel."""
+def test_a_job_waits_for_no_import_of_the_factory(tmp_path: Path, own_launcher: WarmLauncher) -> None:
+    """The first job after `make run` on a loaded box waited 53 s in its standby's channel for the factory's
+    imports (issue 47). The factory stopped (SIGSTOP) stands for imports slower than any cold start: the job
+    starts cold at once and runs, and the standby, not handed the job, takes the next one once forked."""
+    others = {factory.pid for factory in factories()}  # the module's launcher's
     own_launcher.prepare()
-    process = own_launcher.start(torchrun(tmp_path), tmp_path / "launcher.log")
-    assert isinstance(process, ForkedStandby) and not process.forked(0), "the launch waited for the fork"
-    assert process.wait(TIMEOUT_S) == 0
-    assert "rank says job-7 0 2" in (tmp_path / "launcher.log").read_text()
+    (factory,) = [found for found in factories() if found.pid not in others]
+    factory.suspend()
+    try:
+        standby = own_launcher.standby
+        assert standby is not None and not standby.forked(0), "forked before the test could stop it"
+        started = time.monotonic()
+        process = own_launcher.start(torchrun(tmp_path), tmp_path / "launcher.log")
+        assert time.monotonic() - started < 1, "the launch waited"
+        assert not isinstance(process, ForkedStandby), "handed to a standby the factory has yet to fork"
+        assert process.wait(TIMEOUT_S) == 0
+        assert "rank says job-7 0 2" in (tmp_path / "launcher.log").read_text()
+        assert own_launcher.standby is standby and standby.poll() is None
+    finally:
+        factory.resume()
+    assert standby.forked(TIMEOUT_S)
+    (tmp_path / "next").mkdir()
+    follower = own_launcher.start(torchrun(tmp_path / "next"), tmp_path / "next.log")
+    assert follower is standby and follower.wait(TIMEOUT_S) == 0
 
 
 def test_standbys_outlive_their_factory_and_a_new_one_takes_over(
@@ -282,7 +303,7 @@ def test_a_forked_rank_killed_by_a_signal_is_the_failure_reported(
 ) -> None:
     """Its peer then fails talking to it, at once: torchrun's fork start method reports one failure, which
     must be the kill."""
-    launcher.prepare()
+    waiting_standby(launcher)
     run_dir = tmp_path / "1"
     command = trainer_launch(tmp_path, two_ranks(10_000_000))
     (run_dir / LOG_DIR).mkdir()
@@ -340,7 +361,7 @@ def test_a_cancelled_jobs_ranks_finish_their_stop_however_torchrun_ends(
     final checkpoint short."""
     command = program_launch(tmp_path, "slow_stop", SLOW_STOP)
     run_dir, log = tmp_path / "1", tmp_path / LAUNCHER_LOG
-    launcher.prepare()
+    waiting_standby(launcher)
     process = launcher.start(command, log)
     deadline = time.monotonic() + TIMEOUT_S
     while not all((run_dir / f"ready-{rank}").exists() for rank in (0, 1)):
@@ -363,7 +384,7 @@ def test_a_forked_rank_runs_as_many_threads_as_its_job_allows(tmp_path: Path, la
     """The standby loaded torch without the job's OMP_NUM_THREADS, so its default is every core's."""
     command = program_launch(tmp_path, "threads", "import torch\nprint('threads', torch.get_num_threads())\n")
     command.env["OMP_NUM_THREADS"] = "1"
-    launcher.prepare()
+    waiting_standby(launcher)
     assert launcher.start(command, tmp_path / LAUNCHER_LOG).wait(TIMEOUT_S) == 0
     assert "ranks forked from it" in (tmp_path / LAUNCHER_LOG).read_text()
     assert "threads 1" in (tmp_path / "1" / LOG_DIR / rank_log_name(0)).read_text()

@@ -28,6 +28,7 @@ from tests.integration.test_sandbox_escape import (
     sentinel,
     worker_env,
 )
+from tests.unit.worker.test_standby import waiting_standby
 from worker.executors.local.kill import job_processes, kill_job
 from worker.executors.local.warm.launcher import WarmLauncher
 
@@ -41,8 +42,9 @@ def unconfined(command: Launch, box: Sandbox) -> Launch:
 
 
 def warm_launcher() -> WarmLauncher:
+    """A launcher with its standby forked: a job launched while the factory still imports starts cold."""
     launcher = WarmLauncher(sys.executable, PROJECT_ROOT)
-    launcher.prepare()
+    waiting_standby(launcher)
     return launcher
 
 

@@ -148,11 +148,18 @@ class StandbyFactory:
         self._unforked: dict[str, ForkedStandby] = {}
         self._running: dict[int, ForkedStandby] = {}
         self._closed = False
+        self._imported = False
         threading.Thread(target=self._read, name="standby-factory", daemon=True).start()
 
     @property
     def alive(self) -> bool:
         return not self._closed and self.process.poll() is None
+
+    @property
+    def imported(self) -> bool:
+        """Whether it has its imports, as its first fork tells: a standby asked of it now comes in
+        milliseconds, where one asked while it still imports comes after them."""
+        return self._imported
 
     def fork(self) -> tuple[ForkedStandby, socket.socket]:
         """A new standby and the worker's end of its stdin; it comes up once the factory has its imports."""
@@ -182,6 +189,7 @@ class StandbyFactory:
                     standby_id, pid = words[0], int(words[1])
                     standby = self._unforked.pop(standby_id)
                     self._running[pid] = standby
+                    self._imported = True
                     standby._set_forked(pid)
                 elif verb == "exited":
                     self._running.pop(int(words[0]))._set_exit(int(words[1]))

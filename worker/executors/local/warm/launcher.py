@@ -10,9 +10,9 @@ those arguments, as `python -m torch.distributed.run` would, except that the ran
 forked from it (torchrun's fork start method) rather than started as fresh interpreters
 (trainers/warm/standby.py; that code lives beside the runtime it imports, so this package never imports
 torch). The worker supervises the standby as it supervised a torchrun it had just started (pid-as-group, exit
-status and signals), and the next standby is forked at once; a job launched while the factory still imports
-waits for it in the standby's channel. With none ready (the factory died), the launch is a plain torchrun
-process as before. A standby whose worker goes away reads end-of-file and exits.
+status and signals), and the next standby is forked at once. With none forked (the factory still imports, or
+died), the launch is a plain torchrun process as before: a job never waits for the factory's imports, which
+on a loaded box take longer than a cold start. A standby whose worker goes away reads end-of-file and exits.
 
 A forked process's /proc environ is the one its process was started with, not the job's: the factory starts
 with the worker's environment through the ranks' allow-list (so no database or object-store secret shows
@@ -127,7 +127,7 @@ class WarmLauncher:
         args = _torchrun_args(command.argv) if command.argv[0] == self.python else None
         confined = command if box is None else confine(command, box)
         with self._lock:
-            standby = self._ready.pop(0) if args is not None and self._ready else None
+            standby = self._take_standby() if args is not None else None
         process: JobProcess | None = None
         if standby is not None and args is not None:
             mark = JobMark(command.env[JOB_TOKEN_ENV], Path(command.env[RUN_DIR_ENV]))
@@ -138,6 +138,15 @@ class WarmLauncher:
         self.prepare()
         return process
 
+    def _take_standby(self) -> _Standby | None:
+        """A waiting standby that is forked or comes in moments; None while the factory still imports (the
+        standbys stay for later jobs). Called with the lock held."""
+        imported = self._factory is not None and self._factory.imported
+        standby = next((s for s in self._ready if imported or s.process.forked(0)), None)
+        if standby is not None:
+            self._ready.remove(standby)
+        return standby
+
     def _hand_over(
         self, standby: _Standby, request: dict[str, Any], log: Path, box: Sandbox | None, confined: Launch
     ) -> ForkedStandby | None:
@@ -145,7 +154,7 @@ class WarmLauncher:
         will never be forked, or the sandbox did not come up, and the job starts cold."""
         held = None
         with standby.channel:
-            # Not forked yet (the factory still imports) is fine: the job waits in its channel. The launch
+            # A fork that comes in moments (see _take_standby) the job waits for in its channel: the launch
             # must not wait here, inside the transaction that holds the job's row.
             if standby.process.poll() is not None:
                 return None
