@@ -4,31 +4,43 @@
 # (its local wheels), the rest of Trainyard's dependencies from PyPI, as in a real build. It checks that the
 # stack becomes healthy, that a CPU job succeeds, that its row and files survive `down` and `up`, and that the
 # API and the worker run unprivileged. Any failure exits non-zero. Run as root (debootstrap, dockerd), with
-# `apt-get install docker.io docker-compose debootstrap jq curl openssl`; a first run takes about 15 minutes
-# (debootstrap and the image builds), a later one about a minute and a half (docs/operations.md).
+# `apt-get install docker.io docker-compose debootstrap jq curl openssl`. How long it takes depends on the box
+# and on what an earlier run left (docs/operations.md). `--defaults` prints the settings below and exits.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+PY=${PY:-$ROOT/.venv/bin/python}
+# Each clone on a box gets its own work dir, project, image and ports, so that two clones' runs never meet:
+# named after a hash of the checkout's path, the ports free ones when the run starts.
+CHECKOUT=$(printf '%s' "$ROOT" | sha256sum | cut -c1-10)
+free_port() { "$PY" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 # The rootfs and wheels stay here between runs, and the images in Docker: a second run skips their builds.
-WORK=${COMPOSE_CHECK_DIR:-/var/tmp/trainyard-compose-check}
-PROJECT=${COMPOSE_CHECK_PROJECT:-trainyard-check}
-API_PORT=${COMPOSE_CHECK_PORT:-18000}
+WORK=${COMPOSE_CHECK_DIR:-/var/tmp/trainyard-compose-check-$CHECKOUT}
+PROJECT=${COMPOSE_CHECK_PROJECT:-trainyard-check-$CHECKOUT}
+API_PORT=${COMPOSE_CHECK_PORT:-$(free_port)}
 # The torch and torchvision the image gets (a pair built for each other; a +cpu torch with PyPI's torchvision
 # fails at `import torchvision`), taken from the host's local wheels alone: PIP_FIND_LINKS and these indexes
 # (folders holding simple/). Their dependencies come from PyPI in the build.
 TORCH_REQUIREMENTS=${COMPOSE_CHECK_TORCH:-torch==2.14.1 torchvision==0.29.1}
 LOCAL_INDEXES=${COMPOSE_CHECK_LOCAL_INDEXES:-/opt/pypi-more /opt/pypi}
-WHEELS_PORT=${COMPOSE_CHECK_WHEELS_PORT:-18001}
+WHEELS_PORT=${COMPOSE_CHECK_WHEELS_PORT:-$(free_port)}
 DEBIAN_MIRROR=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
-PY=${PY:-$ROOT/.venv/bin/python}
 JOB_TIMEOUT_S=${COMPOSE_CHECK_JOB_TIMEOUT_S:-900}
 API="http://127.0.0.1:$API_PORT"
-# Tagged apart from the registry's images and from a real deployment's trainyard:latest.
+# Tagged apart from the registry's images and from a real deployment's trainyard:latest. Only Trainyard's
+# image holds the checkout's code; the others are alike for every clone, which share them.
 DEBIAN_IMAGE=trainyard-check/debian:bookworm
 BASE_IMAGE=trainyard-check/base:bookworm
-TRAINYARD_IMAGE=trainyard-check/trainyard:latest
+TRAINYARD_IMAGE=trainyard-check/trainyard:$CHECKOUT
 declare -A SERVICE_IMAGES=([postgres]=trainyard-check/postgres:15 [redis]=trainyard-check/redis:7)
 COMPOSE=(docker-compose -p "$PROJECT" -f "$WORK/compose.yml")
+
+# Before the cleanup trap: printing the settings must touch nothing of a run's.
+if [[ ${1:-} == --defaults ]]; then
+    printf 'COMPOSE_CHECK_DIR=%s\nCOMPOSE_CHECK_PROJECT=%s\nCOMPOSE_CHECK_PORT=%s\nCOMPOSE_CHECK_WHEELS_PORT=%s\nIMAGE=%s\n' \
+        "$WORK" "$PROJECT" "$API_PORT" "$WHEELS_PORT" "$TRAINYARD_IMAGE"
+    exit 0
+fi
 
 step() { printf '\n== %s (%ss so far)\n' "$*" "$SECONDS"; }
 fail() { printf 'compose-check FAILED: %s\n' "$*" >&2; exit 1; }
