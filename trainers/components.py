@@ -55,6 +55,7 @@ from trainers.strategies.base import Forward
 from trainers.user_code import Bundle, build_user_model
 
 Data = LoadedData | StreamedImages | UserData  # held whole, streamed image files, or through DataLoaders
+LAYERS_KWARG = "n_layer"  # the built-in language model's blocks (jobspec/catalog/archs.py's gpt)
 
 
 class TrainSource(Protocol):
@@ -145,21 +146,25 @@ def load_data(spec: JobSpec, plan: Plan, bundle: Bundle | None, device: torch.de
     return load_dataset(spec.inputs.data, spec.train.seed)
 
 
-def make_model(spec: JobSpec, strategy: Strategy, data: Data, bundle: Bundle | None) -> nn.Module:
+def make_model(
+    spec: JobSpec, strategy: Strategy, data: Data | None, bundle: Bundle | None, layers: int | None = None
+) -> nn.Module:
     """The bare model: model.factory(**kwargs), or a built-in architecture sized by its dataset: a language
-    model by the vocabulary and windows of its token dataset, its head untied when spread over devices."""
+    model by the vocabulary and windows of its token dataset, its head untied when spread over devices.
+    `layers` makes a language model of that many blocks instead (a forecast traces a few: trainers/forecast/)."""
     model, data_spec = spec.inputs
     if model.factory is not None:
         return build_user_model(needed(bundle, "model.factory"), model.factory, model.kwargs)
     if model.arch is Arch.HF_CAUSAL_LM:
-        return build_hf(model, data_spec)
+        return build_hf(model, data_spec, layers)
     if model.arch is not None and get_arch(model.arch).language_model:
         info = get_arch(model.arch)
         spread = spread_over_devices(spec.parallel, strategy)
         kwargs = info.untied_when_spread(info.with_context(model.arch_kwargs, data_spec.block_size), spread)
+        kwargs = kwargs if layers is None else {**kwargs, LAYERS_KWARG: layers}
         vocab = data_spec.vocab_size
         return build_model(model.arch, kwargs, 0, vocab, 0, vocab_size=vocab)
-    if isinstance(data, UserData) or model.arch is None:
+    if data is None or isinstance(data, UserData) or model.arch is None:
         raise ValueError("a built-in model.arch is sized by a built-in data.dataset")
     shape = resident_shape(spec, data)
     return build_model(

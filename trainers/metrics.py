@@ -41,6 +41,14 @@ def peak_memory_mb(device: torch.device) -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
+def reserved_memory_mb(device: torch.device) -> dict[str, float]:
+    """What the caching allocator has held at most: what the device lost to this rank, which a forecast
+    predicts (trainers/forecast/); a GPU's alone."""
+    if device.type != "cuda":
+        return {}
+    return {"peak_reserved_mb": torch.cuda.max_memory_reserved(device) / 2**20}
+
+
 @dataclass(frozen=True)
 class Report:
     """A window's totals over the job, and its steps whose loss was not finite on some rank."""
@@ -123,6 +131,7 @@ class TrainMetrics:
             "samples_per_s": samples / elapsed,
             "step_time_s": elapsed / steps,
             "peak_mem_mb": peak_memory_mb(self.device),
+            **reserved_memory_mb(self.device),
             **{name: mean(total) for name, total in zip(names, metric_sums, strict=True)},
             **count_totals,
             **(self.throughput.values(samples / elapsed) if self.throughput else {}),

@@ -96,27 +96,38 @@ def _check_fit(config: Any, data: DataSpec, data_dir: Path, vocab: int) -> None:
         )
 
 
-def load_hf(model: ModelSpec, directory: Path) -> nn.Module:
-    """The Hugging Face model of model.path: its weights in fp32 (autocast casts per op), or random ones."""
+def load_hf(model: ModelSpec, directory: Path, layers: int | None = None) -> nn.Module:
+    """The Hugging Face model of model.path: its weights in fp32 (autocast casts per op), or random ones. With
+    `layers`, random weights and that many decoder layers (a forecast traces a few: trainers/forecast/)."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    if model.config_only:
+    if model.config_only or layers is not None:
         config = AutoConfig.from_pretrained(directory, local_files_only=True)
+        if layers is not None:
+            config.num_hidden_layers = layers
         return AutoModelForCausalLM.from_config(config, attn_implementation="sdpa")
     return AutoModelForCausalLM.from_pretrained(
         directory, local_files_only=True, torch_dtype=torch.float32, attn_implementation="sdpa"
     )
 
 
-def build_hf(model: ModelSpec, data: DataSpec) -> CausalLM:
+def build_hf(model: ModelSpec, data: DataSpec, layers: int | None = None) -> CausalLM:
     assert data.block_size is not None, "the planner requires data.block_size for token datasets"
     data_dir = data_dir_from_env()
     directory = model_dir(model, data_dir)
-    hf = load_hf(model, directory)
+    hf = load_hf(model, directory, layers)
     _check_fit(hf.config, data, data_dir, config_vocab(directory))
     if model.lora is not None:
         hf = add_adapters(hf, model.lora)
     return CausalLM(hf, data.block_size)
+
+
+def hf_layers(model: ModelSpec) -> int:
+    """The decoder layers model.path's config.json gives the model."""
+    from transformers import AutoConfig
+
+    config = AutoConfig.from_pretrained(model_dir(model, data_dir_from_env()), local_files_only=True)
+    return int(config.num_hidden_layers)
 
 
 def save_merged(model: CausalLM, state: dict[str, torch.Tensor], spec: ModelSpec, out: Path) -> None:

@@ -1,0 +1,59 @@
+"""What tracing cannot see, per GPU model: how much the caching allocator reserves over the traced peak
+(rounding, fragmentation, cuBLAS workspaces), what torch.compile's fusions save, how much of the GPU's peak
+FLOP rate each kind of model reaches, and the cost of launching an eager step's operations one by one. The
+figures were fitted to `python -m bench.forecast` on the GPU named (bench/RESULTS.md, "forecast"); a GPU
+model not measured yet takes the H200's, and says so in the forecast's basis."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from trainers.forecast.trace import ModelKind
+
+MiB = 2**20
+
+
+@dataclass(frozen=True)
+class DeviceCalibration:
+    source: str
+    reserved_per_traced: float  # max_memory_reserved over the traced peak, eager
+    reserved_base: int  # bytes reserved beyond that: workspaces
+    # A compiled step's reservation over its eager trace: fusions keep fewer activations (a language
+    # model's fp32 logits above all). Kinds not measured compiled take the eager figures.
+    compiled_per_traced: dict[ModelKind, float]
+    compiled_base: int
+    # The share of the GPU's dense bf16 peak a step reaches, by kind of model and whether compiled.
+    efficiency: dict[tuple[ModelKind, bool], float]
+    launch_s: float  # an eager operation's launch: a step of many small ones is bound by them
+
+
+H200 = DeviceCalibration(
+    source="fitted on an H200 (bench.forecast, 2026-11-29, 13 configurations)",
+    reserved_per_traced=1.12,
+    reserved_base=256 * MiB,
+    compiled_per_traced={ModelKind.TRANSFORMER: 0.545},
+    compiled_base=356 * MiB,
+    efficiency={
+        (ModelKind.TRANSFORMER, True): 0.385,
+        (ModelKind.TRANSFORMER, False): 0.29,
+        (ModelKind.CONVOLUTIONAL, True): 0.13,
+        (ModelKind.CONVOLUTIONAL, False): 0.115,
+        (ModelKind.OTHER, True): 0.05,
+        (ModelKind.OTHER, False): 0.05,
+    },
+    launch_s=11e-6,
+)
+GPUS: dict[str, DeviceCalibration] = {"H200": H200}
+FP32_SLOWDOWN = 2.0  # fp32 matrix products run on TF32 tensor cores, at half the bf16 rate
+
+# A CPU rank's process: the interpreter with torch and the trainer imported, before any tensor; and what a
+# core sustains on a step's products and per operation, on this project's 2-core machine.
+CPU_PROCESS_BYTES = 600 * MiB
+CPU_FLOPS_PER_CORE = 50e9
+CPU_LAUNCH_S = 100e-6
+
+
+def device_calibration(gpu_name: str) -> tuple[DeviceCalibration, bool]:
+    """The calibration of this GPU model, and whether it was measured on it (else the H200's stands in)."""
+    found = next((c for fragment, c in GPUS.items() if fragment in gpu_name), None)
+    return (found, True) if found is not None else (H200, False)

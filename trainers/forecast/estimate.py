@@ -1,0 +1,103 @@
+"""The forecast of one job: its traced step (trainers/forecast/trace.py) per device under its strategy
+(devices.py), with what tracing cannot see (calibration.py), against the device it will run on."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from jobspec.forecast import Forecast
+from jobspec.plan import RunConfig
+from jobspec.spec import Precision
+from trainers.forecast import calibration
+from trainers.forecast.devices import compute_share, per_device
+from trainers.forecast.trace import Traced, model_layers, traced_step
+from trainers.lm import peak_flops
+
+# A forecast fits when its peak, grown by this share, still fits the device: the forecast's own error.
+FIT_MARGIN = 0.10
+
+
+@dataclass(frozen=True)
+class Target:
+    """The device the job will run on, as the workers' inventory describes it."""
+
+    gpu_name: str | None  # None for a CPU job
+    memory_bytes: int | None  # a GPU's memory, or the host's for a CPU job
+    cpu_cores: int = 1
+
+
+@dataclass(frozen=True)
+class Timing:
+    step_s: float
+    basis: str
+
+
+def forecast(config: RunConfig, target: Target, total_steps: int | None) -> Forecast:
+    spec, plan = config.spec, config.plan
+    traced = traced_step(config)
+    peak, strategy_share = per_device(traced, plan, model_layers(spec))
+    compiled = spec.performance.compile
+    if plan.device == "cuda":
+        gpu, measured = calibration.device_calibration(target.gpu_name or "")
+        factor = gpu.compiled_per_traced.get(traced.kind) if compiled else None
+        base = gpu.compiled_base if factor is not None else gpu.reserved_base
+        reserved = int(peak * (factor or gpu.reserved_per_traced)) + base
+        timing = _gpu_time(traced, gpu, target, compiled, plan.precision)
+        source = gpu.source if measured else f"{gpu.source}, standing in for {target.gpu_name or 'this GPU'}"
+    else:
+        reserved = peak + calibration.CPU_PROCESS_BYTES
+        timing = _cpu_time(traced, target)
+        source = "CPU defaults (trainers/forecast/calibration.py)"
+    step_s = timing.step_s * compute_share(plan)
+    fits = target.memory_bytes is None or reserved * (1 + FIT_MARGIN) <= target.memory_bytes
+    return Forecast(
+        peak_memory_bytes=reserved,
+        device_memory_bytes=target.memory_bytes,
+        step_time_s=step_s,
+        job_time_s=None if total_steps is None else step_s * total_steps,
+        fits=fits,
+        basis=f"{source}; {timing.basis}",
+        breakdown=breakdown(traced, strategy_share, reserved - peak),
+    )
+
+
+def breakdown(traced: Traced, strategy_share: dict[str, int], unseen: int) -> dict[str, int | float | str]:
+    """The busiest phase's bytes by kind, what the strategy changes, what tracing cannot see."""
+    peak = traced.peak
+    return {
+        "model_kind": str(traced.kind),
+        "peak_phase": "backward" if peak is traced.backward else "optimizer step",
+        "parameters": traced.parameter_count,
+        "trained_parameters": traced.trained_count,
+        "parameter_bytes": peak.params,
+        "frozen_parameter_and_buffer_bytes": peak.buffers,
+        "gradient_bytes": peak.grads,
+        "optimizer_bytes": peak.optimizer,
+        "activation_bytes": peak.activations,
+        "temporary_bytes": peak.temporaries,
+        **strategy_share,
+        "unseen_by_tracing_bytes": unseen,
+        "flops_per_step": traced.flops_per_step,
+        "operations_per_step": traced.ops_per_step,
+    }
+
+
+def _gpu_time(
+    traced: Traced, gpu: calibration.DeviceCalibration, target: Target, compiled: bool, precision: Precision
+) -> Timing:
+    peak = peak_flops(target.gpu_name or "")
+    if peak is None:
+        return Timing(0.0, f"no peak FLOP rate known for {target.gpu_name or 'an unnamed GPU'}: no step time")
+    efficiency = gpu.efficiency[(traced.kind, compiled)]
+    slowdown = calibration.FP32_SLOWDOWN if precision is Precision.FP32 else 1.0
+    compute = traced.flops_per_step * slowdown / (peak * efficiency)
+    # An eager step's operations are launched one by one from Python: with small ones, that is the step.
+    launches = 0.0 if compiled else traced.ops_per_step * gpu.launch_s
+    bound = "launch-bound" if launches > compute else f"{efficiency:.0%} of the {peak / 1e12:g} TFLOP/s peak"
+    return Timing(max(compute, launches), f"step time {bound}")
+
+
+def _cpu_time(traced: Traced, target: Target) -> Timing:
+    compute = traced.flops_per_step / (calibration.CPU_FLOPS_PER_CORE * max(target.cpu_cores, 1))
+    launches = traced.ops_per_step * calibration.CPU_LAUNCH_S
+    return Timing(max(compute, launches), f"{target.cpu_cores} cores at the CPU defaults")
