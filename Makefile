@@ -117,7 +117,7 @@ lint: install-test
 # The soak (bench/soak, docs/reliability.md "Soak"): the service under a mixed load from several users while
 # its processes are killed at random, then every invariant checked; SOAK_DB=postgres runs it on PostgreSQL +
 # Redis. The table goes to the terminal, report.json and summary.md to var/soak/<db>-<time>/; it exits 1 when
-# an invariant failed. `make test` runs 3 minutes of it (tests/integration/test_soak.py).
+# an invariant failed. `make test` runs 2 minutes of its light profile (tests/integration/test_soak.py).
 SOAK_MINUTES ?= 30
 SOAK_DB ?= sqlite
 soak: install-test servers

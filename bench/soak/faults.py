@@ -31,6 +31,9 @@ class Kill:
     target: str
     pid: int | None
     detail: str
+    # When the kill returned: a process is dead, or started again; PostgreSQL accepts connections again
+    # (pg_ctl's restart waits for it).
+    back_s: float
 
 
 def schedule(seed: int, duration_s: float, targets: tuple[Target, ...]) -> list[Fault]:
@@ -51,12 +54,10 @@ class Faults(threading.Thread):
         self.stack, self.plan, self.started = stack, plan, started
         self.rng = random.Random(seed + 1)  # the victims: apart from the schedule's draws
         self.kills: list[Kill] = []
-        self.stopping = threading.Event()
 
     def run(self) -> None:
         for fault in self.plan:
-            if self.stopping.wait(max(0.0, self.started + fault.at_s - time.monotonic())):
-                return
+            time.sleep(max(0.0, self.started + fault.at_s - time.monotonic()))
             self._log(self._hit(fault.target))
 
     def _hit(self, target: Target) -> Kill:
@@ -66,18 +67,24 @@ class Faults(threading.Thread):
             try:
                 killed = self.stack.kill(target, self.rng)
             except Exception as error:  # a failed kill or restart is a finding, not the end
-                return Kill(round(at_s, 1), target, None, f"failed: {type(error).__name__}: {error}")
+                return self._kill(at_s, target, None, f"failed: {type(error).__name__}: {error}")
             if killed is not None:
-                return Kill(round(at_s, 1), target, killed.pid, killed.detail)
-            if time.monotonic() > deadline or self.stopping.wait(RETRY_S):
-                return Kill(round(at_s, 1), target, None, "nothing to kill: none was running")
+                return self._kill(at_s, target, killed.pid, killed.detail)
+            if time.monotonic() > deadline:
+                return self._kill(at_s, target, None, "nothing to kill: none was running")
+            time.sleep(RETRY_S)
+
+    def _kill(self, at_s: float, target: Target, pid: int | None, detail: str) -> Kill:
+        return Kill(round(at_s, 1), target, pid, detail, round(time.monotonic() - self.started, 1))
 
     def _log(self, kill: Kill) -> None:
         self.kills.append(kill)
-        print(f"soak: {kill.at_s:7.1f}s kill {kill.target}: pid {kill.pid} ({kill.detail})", file=sys.stderr)
+        what = f"pid {kill.pid} ({kill.detail}; back at {kill.back_s:.1f}s)"
+        print(f"soak: {kill.at_s:7.1f}s kill {kill.target}: {what}", file=sys.stderr)
 
-    def stop(self) -> None:
-        self.stopping.set()
+    def finish(self) -> None:
+        """Waits for the plan's last kill: one delayed past the window by a slow return before it (a worker
+        started again on a loaded box) is still made, so that every target is hit."""
         self.join()
 
     def records(self) -> list[dict[str, object]]:

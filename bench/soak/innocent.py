@@ -7,7 +7,6 @@ from __future__ import annotations
 import itertools
 import threading
 import time
-from collections import Counter
 from dataclasses import dataclass, field
 
 import httpx
@@ -34,8 +33,9 @@ class Innocent:
     user: User
     stack: Stack
     started: float
+    closed: threading.Event  # to submissions: they look on while the service drains
     probes: list[Probe] = field(default_factory=list)
-    health: Counter[str] = field(default_factory=Counter)
+    health: list[Probe] = field(default_factory=list)  # /healthz's answers
     done: Submitted = field(default_factory=Submitted)
     stopping: threading.Event = field(default_factory=threading.Event)
     threads: list[threading.Thread] = field(default_factory=list)
@@ -48,32 +48,31 @@ class Innocent:
         for thread in self.threads:
             thread.start()
 
-    def _timed_get(self, client: httpx.Client, path: str) -> None:
+    def _timed_get(self, client: httpx.Client, path: str) -> Probe:
+        """The GET's outcome, timed; `at_s` is when its answer came."""
         began = time.perf_counter()
         try:
             outcome = str(client.get(path).status_code)
         except httpx.TransportError:
             outcome = TRANSPORT_ERROR
         seconds = time.perf_counter() - began
-        self.probes.append(Probe(round(time.monotonic() - self.started, 2), seconds, outcome))
+        return Probe(round(time.monotonic() - self.started, 2), seconds, outcome)
 
     def _probe(self) -> None:
         with self.user.client(self.stack) as client:
             for tick in itertools.count():
-                if tick % SUBMIT_EVERY == 0:
+                if tick % SUBMIT_EVERY == 0 and not self.closed.is_set():
                     submit(self.user, client, builtin("innocent", 5, tracked=False), self.done, "innocent")
                 own = max(self.done.jobs, default=None)
-                self._timed_get(client, f"/v1/jobs/{own}" if own and tick % 2 else "/v1/jobs?limit=20")
+                path = f"/v1/jobs/{own}" if own and tick % 2 else "/v1/jobs?limit=20"
+                self.probes.append(self._timed_get(client, path))
                 if self.stopping.wait(PROBE_S):
                     return
 
     def _health(self) -> None:
         with httpx.Client(base_url=self.stack.url, timeout=TIMEOUT_S) as client:
             while not self.stopping.wait(HEALTH_S):
-                try:
-                    self.health[str(client.get("/healthz").status_code)] += 1
-                except httpx.TransportError:
-                    self.health[TRANSPORT_ERROR] += 1
+                self.health.append(self._timed_get(client, "/healthz"))
 
     def stop(self) -> None:
         self.stopping.set()

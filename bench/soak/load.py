@@ -1,10 +1,12 @@
 """The users who load the service: each pushes the paced bundle, points webhooks at the three receivers, then
-keeps a few jobs of every kind in flight, runs a sweep now and then, cancels a job now and then, and
-downloads checkpoints, keeping each one's sha256 for the checks."""
+keeps a few jobs in flight (every kind once first, in a random order, then kinds at random; every other
+built-in job exported to MLflow), runs a sweep now and then (the first user one at once), cancels a job now
+and then, and downloads checkpoints, keeping each one's sha256 for the checks."""
 
 from __future__ import annotations
 
 import hashlib
+import itertools
 import random
 import threading
 import uuid
@@ -14,13 +16,12 @@ from typing import Any
 import httpx
 
 from bench.soak.client import User
+from bench.soak.profile import Profile
 from bench.soak.receivers import SECRET, Behaviour, Receiver
 from bench.soak.specs import Kind, job_spec, paced_bundle, sweep
 from tests.integration.jobs import TERMINAL
 from tests.integration.servers import Stack
 
-IN_FLIGHT = 2  # a user's unfinished jobs (a sweep's trials aside) before they submit another
-SWEEP_CHANCE = 0.1  # per look, when none of theirs runs
 CANCEL_CHANCE = 0.05  # per look: a running or queued job of theirs cancelled
 PAUSE_S = (1.0, 3.0)  # between two looks
 
@@ -65,11 +66,33 @@ def submit(user: User, client: httpx.Client, spec: dict[str, Any], done: Submitt
     return job_id
 
 
+def first_kinds(users: int, seed: int) -> list[list[Kind]]:
+    """Each user's first submissions: every kind, in one seeded order turned for each user so that their
+    first few together cover every kind (two users: two jobs each), however few jobs a short soak lets in."""
+    order = random.Random(seed).sample(list(Kind), len(Kind))
+    step = max(1, len(Kind) // users)
+    return [order[n * step :] + order[: n * step] for n in range(users)]
+
+
 class LoadUser(threading.Thread):
-    def __init__(self, user: User, stack: Stack, seed: int) -> None:
+    def __init__(
+        self,
+        user: User,
+        stack: Stack,
+        seed: int,
+        profile: Profile,
+        first_kinds: list[Kind],
+        sweeps_first: bool,
+        closed: threading.Event,
+    ) -> None:
         super().__init__(name=f"soak-user-{user.name}", daemon=True)
-        self.user, self.stack = user, stack
+        self.user, self.stack, self.profile = user, stack, profile
+        self.closed = closed  # to submissions: the user goes on looking, cancelling and downloading
         self.rng = random.Random(seed)
+        # However short the soak, it runs every kind of job, a tracked one and a sweep.
+        self.first_kinds = list(first_kinds)
+        self.tracked = itertools.cycle((True, False))
+        self.sweeps_first = sweeps_first
         self.done = Submitted()
         self.stopping = threading.Event()
         self.code = ""
@@ -91,15 +114,8 @@ class LoadUser(threading.Thread):
     def look(self, client: httpx.Client) -> None:
         jobs = self.user.call(client, "GET", "/v1/jobs", params={"limit": 100}).json()["data"]
         unfinished = [job for job in jobs if job["status"] not in TERMINAL]
-        if len([job for job in unfinished if job["sweep_id"] is None]) < IN_FLIGHT:
-            kind = self.rng.choice(list(Kind))
-            submit(self.user, client, job_spec(kind, self.code, self.rng.random() < 0.5), self.done, kind)
-        if not any(job["sweep_id"] for job in unfinished) and self.rng.random() < SWEEP_CHANCE:
-            made = self.user.call(client, "POST", "/v1/sweeps", json=sweep(self.rng.randrange(2**31)))
-            if made.status_code == 201:
-                self.done.sweeps.append(int(made.json()["id"]))
-            else:
-                self.done.refused.append(f"sweep: {made.status_code} {made.text[:200]}")
+        if not self.closed.is_set():
+            self.submit_more(client, unfinished)
         if unfinished and self.rng.random() < CANCEL_CHANCE:
             victim = self.rng.choice(unfinished)
             if self.user.call(client, "POST", f"/v1/jobs/{victim['id']}/cancel").status_code == 200:
@@ -107,6 +123,22 @@ class LoadUser(threading.Thread):
         finished = [job for job in jobs if job["status"] == "succeeded"]
         if finished:
             self.download(client, self.rng.choice(finished)["id"])
+
+    def submit_more(self, client: httpx.Client, unfinished: list[dict[str, Any]]) -> None:
+        """A job while fewer than `in_flight` of theirs are unfinished; a sweep now and then while none of
+        theirs runs."""
+        if len([job for job in unfinished if job["sweep_id"] is None]) < self.profile.in_flight:
+            kind = self.first_kinds.pop(0) if self.first_kinds else self.rng.choice(list(Kind))
+            tracked = kind is Kind.BUILTIN and next(self.tracked)
+            submit(self.user, client, job_spec(kind, self.code, tracked), self.done, kind)
+        if any(job["sweep_id"] for job in unfinished):
+            return
+        if (self.sweeps_first and not self.done.sweeps) or self.rng.random() < self.profile.sweep_chance:
+            made = self.user.call(client, "POST", "/v1/sweeps", json=sweep(self.rng.randrange(2**31)))
+            if made.status_code == 201:
+                self.done.sweeps.append(int(made.json()["id"]))
+            else:
+                self.done.refused.append(f"sweep: {made.status_code} {made.text[:200]}")
 
     def download(self, client: httpx.Client, job_id: int) -> None:
         listed = self.user.call(client, "GET", f"/v1/jobs/{job_id}/checkpoints").json()["data"]

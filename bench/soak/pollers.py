@@ -1,6 +1,6 @@
-"""64 dashboard pages left open: asyncio tasks that each ask, every POLL_S as app/web/api.js does, for a view
-of the dashboard: the jobs list, the queue, or a job's page (the job, its events, checkpoints, new metric
-points and log bytes)."""
+"""Dashboard pages left open (64 in the full soak): asyncio tasks that each ask, every POLL_S as
+app/web/api.js does, for a view of the dashboard: the jobs list, the queue, or a job's page (the job, its
+events, checkpoints, new metric points and log bytes)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,6 @@ import httpx
 
 from bench.soak.client import TIMEOUT_S, TRANSPORT_ERROR, User
 
-POLLERS = 64
 POLL_S = 2.0  # app/web/api.js's POLL_MS
 
 
@@ -46,9 +45,9 @@ class Page:
 
 
 class Pollers(threading.Thread):
-    def __init__(self, url: str, users: list[User], seed: int) -> None:
+    def __init__(self, url: str, users: list[User], seed: int, pages: int) -> None:
         super().__init__(name="soak-pollers", daemon=True)
-        self.url, self.users, self.seed = url, users, seed
+        self.url, self.users, self.seed, self.pages = url, users, seed, pages
         self.answers: Counter[str] = Counter()
         self.stopping = threading.Event()
 
@@ -56,9 +55,9 @@ class Pollers(threading.Thread):
         asyncio.run(self._all())
 
     async def _all(self) -> None:
-        limits = httpx.Limits(max_connections=POLLERS)
+        limits = httpx.Limits(max_connections=self.pages)
         async with httpx.AsyncClient(base_url=self.url, timeout=TIMEOUT_S, limits=limits) as client:
-            await asyncio.gather(*(self._page(client, number) for number in range(POLLERS)))
+            await asyncio.gather(*(self._page(client, number) for number in range(self.pages)))
 
     async def _page(self, client: httpx.AsyncClient, number: int) -> None:
         user = self.users[number % len(self.users)]

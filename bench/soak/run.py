@@ -6,6 +6,7 @@ named."""
 from __future__ import annotations
 
 import sys
+import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -17,13 +18,13 @@ from bench.soak.checks import Check
 from bench.soak.client import User, make_users
 from bench.soak.faults import Faults, schedule
 from bench.soak.innocent import Innocent
-from bench.soak.load import LoadUser
+from bench.soak.load import LoadUser, first_kinds
 from bench.soak.pollers import Pollers
+from bench.soak.profile import FULL, Profile
 from bench.soak.receivers import Behaviour, Receiver, start_receivers
 from bench.soak.stack import Db, SoakStack
 from tests.integration.jobs import TERMINAL
 
-LOAD_USERS = ("alice", "bob", "carol")
 INNOCENT_USER = "dave"
 DRAIN_S = (240.0, 900.0)  # the least and the most time the service gets to finish what it holds
 DRAIN_POLL_S = 2.0
@@ -44,6 +45,7 @@ class Outcome:
     drain_left: list[str]
     answers: dict[str, dict[str, int]]  # status codes seen, by who asked
     checks: list[Check] = field(default_factory=list)
+    phases_s: dict[str, float] = field(default_factory=dict)  # what makes a soak long
 
     @property
     def ok(self) -> bool:
@@ -64,16 +66,35 @@ def unfinished(soak: SoakStack, normal_hooks: list[int]) -> list[str]:
     return [f"{n} {what}" for what, n in left.items() if n]
 
 
+@dataclass
+class Laps:
+    """How long each phase of the soak took, each told on stderr as it ends."""
+
+    last: float = field(default_factory=time.monotonic)
+    seconds: dict[str, float] = field(default_factory=dict)
+
+    def lap(self, phase: str) -> None:
+        now = time.monotonic()
+        self.seconds[phase] = round(now - self.last, 1)
+        self.last = now
+        print(f"soak: {phase} took {self.seconds[phase]:g} s", file=sys.stderr)
+
+
+def left_to_do(soak: SoakStack, normal_hooks: list[int]) -> list[str]:
+    try:
+        return unfinished(soak, normal_hooks)
+    except Exception as error:  # the database may be coming back from its restart
+        return [f"database: {type(error).__name__}"]
+
+
 def drain(soak: SoakStack, normal_hooks: list[int], budget_s: float) -> tuple[float, list[str]]:
     began = time.monotonic()
-    while True:
-        try:
-            left = unfinished(soak, normal_hooks)
-        except Exception as error:  # the database may be coming back from its restart
-            left = [f"database: {type(error).__name__}"]
-        if not left or time.monotonic() - began > budget_s:
-            return round(time.monotonic() - began, 1), left
+    left = left_to_do(soak, normal_hooks)
+    print(f"soak: draining {left}", file=sys.stderr)
+    while left and time.monotonic() - began <= budget_s:
         time.sleep(DRAIN_POLL_S)
+        left = left_to_do(soak, normal_hooks)
+    return round(time.monotonic() - began, 1), left
 
 
 @dataclass
@@ -84,6 +105,7 @@ class Parts:
     innocent: Innocent
     pollers: Pollers
     faults: Faults
+    closed: threading.Event  # to submissions
 
     def start(self) -> None:
         self.innocent.start()
@@ -94,7 +116,8 @@ class Parts:
 
     def stop_load(self) -> None:
         """The kills and the submissions; the pages and the innocent user go on looking while it drains."""
-        self.faults.stop()
+        self.closed.set()
+        self.faults.finish()
         for loader in self.loaders:
             loader.stop()
 
@@ -130,41 +153,55 @@ def final_checks(
             checks_exports.webhooks(soak, normal, hooks),
             checks.checkpoints(soak, admin, client, downloads),
             checks_exports.mlflow(soak),
-            checks_users.healthz(parts.innocent),
+            checks_users.healthz(parts.innocent.health, parts.faults.kills),
             checks_users.innocent_gets(parts.innocent),
         ]
 
 
-def soak(minutes: float, db: Db, seed: int, workdir: Path) -> Outcome:
-    duration_s = minutes * 60
+def soak(minutes: float, db: Db, seed: int, workdir: Path, profile: Profile = FULL) -> Outcome:
+    duration_s, laps = minutes * 60, Laps()
     receivers = start_receivers()
     service = SoakStack.start(db, workdir)
     try:
-        admin, users = make_users(service.stack, (*LOAD_USERS, INNOCENT_USER))
-        loaders = [LoadUser(user, service.stack, seed * 100 + n) for n, user in enumerate(users[:-1])]
+        admin, users = make_users(service.stack, (*profile.load_users, INNOCENT_USER))
+        closed = threading.Event()
+        kinds = first_kinds(len(profile.load_users), seed)
+        loaders = [
+            LoadUser(user, service.stack, seed * 100 + n, profile, kinds[n], n == 0, closed)
+            for n, user in enumerate(users[:-1])
+        ]
         hooks = {loader.user.name: loader.setup(receivers)[Behaviour.NORMAL] for loader in loaders}
+        laps.lap("start")
         started, started_at = time.monotonic(), time.time()
         parts = Parts(
             loaders,
-            Innocent(users[-1], service.stack, started),
-            Pollers(service.stack.url, users[:-1], seed),
+            Innocent(users[-1], service.stack, started, closed),
+            Pollers(service.stack.url, users[:-1], seed, profile.pollers),
             Faults(service, schedule(seed, duration_s, service.targets()), seed, started),
+            closed,
         )
         parts.start()
         print(f"soak: {minutes:g} min on {db}, seed {seed}, service in {workdir}", file=sys.stderr)
-        time.sleep(duration_s)
+        time.sleep(duration_s * profile.submitting)
+        closed.set()
+        time.sleep(duration_s * (1 - profile.submitting))
         parts.stop_load()
+        laps.lap("window")
         drained_s, left = drain(
             service, list(hooks.values()), min(max(DRAIN_S[0], duration_s / 4), DRAIN_S[1])
         )
         parts.stop_looking()
+        laps.lap("drain")
         found = final_checks(service, admin, parts, receivers[Behaviour.NORMAL], hooks)
         found.append(checks_users.innocent_starts(service, parts.innocent, started_at))
+        laps.lap("checks")
     finally:
         service.stop()
         for receiver in receivers.values():
             receiver.close()
+    laps.lap("stop")
     found.append(checks_users.processes_left(service.tracker.left()))
+    laps.lap("processes left")
     answers: dict[str, Any] = {user.name: dict(user.answers) for user in [admin, *users]}
     answers["pollers"] = dict(parts.pollers.answers)
     answers["receivers"] = {str(b): len(receiver.received) for b, receiver in receivers.items()}
@@ -179,4 +216,5 @@ def soak(minutes: float, db: Db, seed: int, workdir: Path) -> Outcome:
         left,
         answers,
         found,
+        laps.seconds,
     )

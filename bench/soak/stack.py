@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import random
 import signal
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
@@ -17,7 +18,7 @@ import sqlalchemy
 
 from bench.soak.processes import Tracker, api_processes, waiting_standbys
 from tests.integration.jobs import rank_processes
-from tests.integration.servers import Postgres, Redis, Stack
+from tests.integration.servers import Postgres, Redis, Stack, await_exit
 from tests.unit.mlflow_fixtures import MlflowServer
 
 
@@ -70,12 +71,17 @@ class SoakStack:
     @classmethod
     def start(cls, db: Db, workdir: Path) -> SoakStack:
         (workdir / "stack").mkdir(parents=True)
-        with contextlib.ExitStack() as undo:  # the servers started so far, stopped if a later one fails
-            mlflow = MlflowServer.at_free_port(workdir / "mlflow").start()
+        # The servers started so far are stopped if a later one fails; the pool, left first, waits for MLflow.
+        with contextlib.ExitStack() as undo, ThreadPoolExecutor(1) as pool:
+            mlflow = MlflowServer.at_free_port(workdir / "mlflow")
             undo.callback(mlflow.stop)
+            # MLflow's start (seconds of imports) and the service's overlap: the service first talks to it
+            # when a tracked job runs, after the soak's start.
+            mlflow_up = pool.submit(mlflow.start)
             settings = {**SETTINGS, "TRAINYARD_MLFLOW_URI": mlflow.uri}
+            redis = postgres = None
             if db is Db.SQLITE:
-                soak = cls(Stack.embedded(workdir / "stack", None, **settings), db, mlflow)
+                stack = Stack.embedded(workdir / "stack", None, **settings)
             else:
                 redis = Redis.start(workdir)
                 undo.callback(redis.stop)
@@ -83,9 +89,10 @@ class SoakStack:
                 undo.callback(postgres.stop)
                 database = postgres.new_database()
                 stack = Stack.start(workdir / "stack", database, redis.new_url(), None, **settings)
-                soak = cls(stack, db, mlflow, redis, postgres)
+            undo.callback(stack.stop)
+            mlflow_up.result()
             undo.pop_all()
-        return soak
+        return cls(stack, db, mlflow, redis, postgres)
 
     @property
     def runs_dir(self) -> Path:
@@ -148,8 +155,9 @@ class SoakStack:
 
     def stop(self) -> None:
         self.engine.dispose()
-        self.stack.stop()
+        told = self.stack.terminate()  # their shutdowns take seconds: MLflow stops meanwhile
         self.mlflow.stop()
+        await_exit(told)
         for server in (self.redis, self.postgres):
             if server is not None:
                 server.stop()

@@ -1,0 +1,25 @@
+"""How hard a soak pushes: `make soak`'s full load, or the light one `make test` runs beside the other parts
+of the suite on two cores, which still does every kind of thing the full one does and kills every target."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Profile:
+    load_users: tuple[str, ...]
+    in_flight: int  # a user's unfinished jobs (a sweep's trials aside) before they submit another
+    pollers: int  # dashboard pages left open
+    sweep_chance: float  # per look of a user, when none of theirs runs (the first user sweeps at once)
+    # The share of the window in which jobs are submitted: what is submitted late is what the drain waits for.
+    submitting: float
+
+
+FULL = Profile(
+    load_users=("alice", "bob", "carol"), in_flight=2, pollers=64, sweep_chance=0.1, submitting=1.0
+)
+# Two users with one job each in flight, one sweep, eight pages, no submission in the last quarter (the last
+# kills still find jobs running): each user still submits every kind first (bench/soak/load.py), and a rank,
+# a webhook sender and the pollers are busy when a kill comes.
+LIGHT = Profile(load_users=("alice", "bob"), in_flight=1, pollers=8, sweep_chance=0.0, submitting=0.75)
