@@ -24,7 +24,10 @@ class DeviceCalibration:
     compiled_base: int
     # The share of the GPU's dense bf16 peak a step reaches, by kind of model and whether compiled.
     efficiency: dict[tuple[ModelKind, bool], float]
-    launch_s: float  # an eager operation's launch: a step of many small ones is bound by them
+    # An eager operation's launch from Python (cuDNN's cost more): a step of many small ones is bound by
+    # them, and the GPU's work overlaps them only in part.
+    launch_s: dict[ModelKind, float]
+    default_launch_s: float
 
 
 H200 = DeviceCalibration(
@@ -35,13 +38,16 @@ H200 = DeviceCalibration(
     compiled_base=356 * MiB,
     efficiency={
         (ModelKind.TRANSFORMER, True): 0.385,
-        (ModelKind.TRANSFORMER, False): 0.29,
+        (ModelKind.TRANSFORMER, False): 0.27,
+        (ModelKind.ADAPTED, True): 0.28,
+        (ModelKind.ADAPTED, False): 0.20,
         (ModelKind.CONVOLUTIONAL, True): 0.13,
         (ModelKind.CONVOLUTIONAL, False): 0.115,
         (ModelKind.OTHER, True): 0.05,
         (ModelKind.OTHER, False): 0.05,
     },
-    launch_s=11e-6,
+    launch_s={ModelKind.CONVOLUTIONAL: 11e-6, ModelKind.OTHER: 11e-6},
+    default_launch_s=7.5e-6,
 )
 GPUS: dict[str, DeviceCalibration] = {"H200": H200}
 FP32_SLOWDOWN = 2.0  # fp32 matrix products run on TF32 tensor cores, at half the bf16 rate

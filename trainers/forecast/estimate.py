@@ -91,13 +91,21 @@ def _gpu_time(
     efficiency = gpu.efficiency[(traced.kind, compiled)]
     slowdown = calibration.FP32_SLOWDOWN if precision is Precision.FP32 else 1.0
     compute = traced.flops_per_step * slowdown / (peak * efficiency)
-    # An eager step's operations are launched one by one from Python: with small ones, that is the step.
-    launches = 0.0 if compiled else traced.ops_per_step * gpu.launch_s
-    bound = "launch-bound" if launches > compute else f"{efficiency:.0%} of the {peak / 1e12:g} TFLOP/s peak"
-    return Timing(max(compute, launches), f"step time {bound}")
+    if compiled:
+        return Timing(compute, f"step time at {efficiency:.0%} of the {peak / 1e12:g} TFLOP/s peak")
+    # An eager step's operations are launched one by one from Python while the GPU runs the earlier ones:
+    # the longer of the two bounds it, the other adds where they do not overlap.
+    launches = traced.ops_per_step * gpu.launch_s.get(traced.kind, gpu.default_launch_s)
+    bound = "launches" if launches > compute else f"{efficiency:.0%} of the {peak / 1e12:g} TFLOP/s peak"
+    return Timing(soft_max(compute, launches), f"step time mostly {bound}")
+
+
+def soft_max(a: float, b: float) -> float:
+    """The larger of two partly overlapping durations, plus what of the smaller does not overlap."""
+    return float((a**3 + b**3) ** (1 / 3))
 
 
 def _cpu_time(traced: Traced, target: Target) -> Timing:
     compute = traced.flops_per_step / (calibration.CPU_FLOPS_PER_CORE * max(target.cpu_cores, 1))
     launches = traced.ops_per_step * calibration.CPU_LAUNCH_S
-    return Timing(max(compute, launches), f"{target.cpu_cores} cores at the CPU defaults")
+    return Timing(soft_max(compute, launches), f"{target.cpu_cores} cores at the CPU defaults")

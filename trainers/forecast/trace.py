@@ -44,6 +44,7 @@ class ModelKind(StrEnum):
     """What the step-time efficiency table is keyed by (trainers/forecast/calibration.py)."""
 
     TRANSFORMER = "transformer"
+    ADAPTED = "adapted_transformer"  # most weights frozen (LoRA): many small adapter products
     CONVOLUTIONAL = "convolutional"
     OTHER = "other"
 
@@ -155,7 +156,8 @@ def frozen_as_buffers(model: nn.Module) -> None:
 
 def _kind(model: nn.Module, spec: JobSpec) -> ModelKind:
     if isinstance(model, LanguageModel) or language_model(spec):
-        return ModelKind.TRANSFORMER
+        adapted = spec.inputs.model.lora is not None
+        return ModelKind.ADAPTED if adapted else ModelKind.TRANSFORMER
     return ModelKind.CONVOLUTIONAL if convolutional(model) else ModelKind.OTHER
 
 
