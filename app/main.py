@@ -32,6 +32,7 @@ from app.api.routes import (
 )
 from app.api.routes.prometheus import install_prometheus
 from app.api.storable import RefuseUnstorableText
+from app.services.forecasts import forecasting
 from app.services.integrations.mlflow_exporter import exporting
 from core.config import get_settings
 
@@ -40,9 +41,10 @@ API_PREFIX = "/v1"
 
 @asynccontextmanager
 async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-    """The API's own threads while it serves: the webhook sender, and the MLflow exporter if configured."""
+    """The API's own threads while it serves: the webhook sender, the MLflow exporter if configured, and the
+    forecaster process."""
     async with webhooks.lifespan(app):
-        with exporting(get_settings()):
+        with exporting(get_settings()), forecasting(get_settings()):
             yield
 
 

@@ -345,6 +345,20 @@ class Settings(BaseSettings):
         description="of those, to one destination (scheme, host and port): a slow receiver holds no more "
         "than this many",
     )
+    forecast: bool = Field(
+        True,
+        description="forecast each job's peak memory and step time before it is stored (app/services/"
+        "forecasts.py), and refuse one that will not fit its GPU",
+    )
+    forecast_timeout_s: float = Field(
+        30.0,
+        gt=0,
+        le=600,
+        description="a forecast taking longer is given up: the job is stored without one, not refused",
+    )
+    forecast_cache_entries: int = Field(
+        256, ge=1, le=100_000, description="forecasts each API process keeps, by the spec's shape"
+    )
     webhook_max_per_user: int = Field(
         20, ge=1, le=10_000, description="webhooks one user may have; each adds a delivery per state change"
     )

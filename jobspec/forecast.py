@@ -6,6 +6,10 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
+# The forecaster process's first line, once it has its imports (trainers/forecast/__main__.py): from then on
+# the API's forecaster (app/services/forecasts.py) sends it requests.
+FORECASTER_READY = "ready"
+
 
 class Forecast(BaseModel):
     # Per device: per GPU for GPU jobs, as torch.cuda.max_memory_reserved would read it; per rank's process

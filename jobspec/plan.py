@@ -15,6 +15,7 @@ from jobspec.catalog.archs import ARCHS
 from jobspec.cluster import Inventory, cluster_problems
 from jobspec.combinations import combination_problems, plan_warnings
 from jobspec.data_plan import DataPath, data_problems, plan_data
+from jobspec.forecast import Forecast
 from jobspec.layout import LAYOUTS, Layout, spanning
 from jobspec.model_fit import model_problems, model_warnings, stage_problems
 from jobspec.problems import Problem, SpecError, refuse
@@ -54,6 +55,9 @@ class Plan(BaseModel):
     runnable: bool = True
     not_runnable_because: list[str] = Field(default_factory=list)
     resume_path: str | None = None
+    # Its busiest device's peak memory, step and job time, and whether it fits (issue 44); None with why.
+    forecast: Forecast | None = None
+    forecast_note: str | None = None
 
     def public(self) -> dict[str, Any]:
         return self.model_dump(mode="json")

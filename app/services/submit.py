@@ -17,6 +17,7 @@ from app.services.code import check_code
 from app.services.confine import check_checkpoint_path, check_data_root
 from app.services.errors import CheckpointNotFound, IdempotencyConflict, InvalidSpec, JobStateConflict
 from app.services.factories import check_factories
+from app.services.forecast_check import forecast_plan
 from app.services.gpus import read_inventory
 from app.services.integrations.mlflow_exporter import check_tracking
 from app.services.jobs import check_priority, get_owned_job
@@ -110,10 +111,12 @@ def _plan(
     inventory: Inventory,
     *,
     check_files: bool = True,
+    refuse_unfit: bool = True,
 ) -> tuple[Plan, Checkpoint | None]:
     """The plan of a spec whose fields passed their own checks, on the cluster the workers registered, and
     the checkpoint it resumes from; the checks around it need the disk or the database: a code bundle and a
-    checkpoint the caller owns, the files under the data directory (unless `check_files` is off)."""
+    checkpoint the caller owns, the files under the data directory (unless `check_files` is off); and its
+    forecast, which refuses a job that will not fit its GPU (unless `refuse_unfit` is off: a dry run)."""
     check_code(session, settings, spec, caller)
     check_factories(session, settings, spec, caller)
     check_priority(settings, spec.priority, caller)
@@ -122,7 +125,9 @@ def _plan(
     check_tracking(settings, spec)
     if check_files:
         _check_files(settings, spec)
-    plan = resolve_plan(spec, inventory)
+    plan = forecast_plan(
+        session, settings, spec, resolve_plan(spec, inventory), inventory, refuse=refuse_unfit
+    )
     resumed = _resumed(session, settings, spec.checkpoint.resume_from, caller)
     plan.resume_path = None if resumed is None else resumed.path
     return plan, resumed
@@ -140,11 +145,11 @@ def dry_run(session: Session, settings: Settings, spec: JobSpec, caller: Caller)
     as the cluster would run it, with `runnable` false and why. Once the folders are there, a dry run judges
     their files as a submission does."""
     absent = absent_folders(spec, settings.data_dir)
-    plan, _ = _plan(session, settings, spec, caller, NO_HOSTS, check_files=not absent)
+    plan, _ = _plan(session, settings, spec, caller, NO_HOSTS, check_files=not absent, refuse_unfit=False)
     unrunnable = [*absent, *cluster_problems(spec.parallel, read_inventory(session, settings))]
     if unrunnable:
         plan.runnable = False
-        plan.not_runnable_because = [_reason(problem) for problem in unrunnable]
+        plan.not_runnable_because += [_reason(problem) for problem in unrunnable]
     show_planned(plan, spec, settings, DRY_RUN_ID)
     return Plan.model_validate(shown_plan(plan.public(), settings))
 

@@ -215,6 +215,9 @@ class Stack:
             # accounting: without it they would queue one behind another into their timeouts.
             "TRAINYARD_CPU_OVERCOMMIT": "4",
             "TRAINYARD_WEBHOOK_ALLOW": "127.0.0.1",  # tests' webhook receivers listen on loopback
+            # A forecaster process per API process, importing torch: on where a test asks for it
+            # (tests/integration/test_forecast.py), off elsewhere, whose jobs it would only delay.
+            "TRAINYARD_FORECAST": "off",
             "CUDA_VISIBLE_DEVICES": "",
             **extra_env,
         }

@@ -42,6 +42,8 @@ def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Settings]:
     monkeypatch.setenv("TRAINYARD_CODE_DIR", str(tmp_path / "code"))
     # TestClient's Host; the loopback names stay allowed through `host`.
     monkeypatch.setenv("TRAINYARD_ALLOWED_HOSTS", "testserver,localhost")
+    # A forecaster process importing torch: on in the tests of forecasts (test_api_forecast.py).
+    monkeypatch.setenv("TRAINYARD_FORECAST", "off")
     _clear_caches()
     yield get_settings()
     _clear_caches()

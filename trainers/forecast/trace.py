@@ -177,7 +177,7 @@ class _Ops(TorchDispatchMode):
         super().__init__()
         self.count = 0
 
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         self.count += not func.is_view
         return func(*args, **(kwargs or {}))
 
@@ -205,7 +205,7 @@ def model_layers(spec: JobSpec) -> int | None:
         return hf_layers(model)
     if model.arch is not None and ARCHS[model.arch].language_model:
         default = ARCHS[model.arch].kwargs[LAYERS_KWARG].default
-        return int(model.arch_kwargs.get(LAYERS_KWARG, default))  # type: ignore[arg-type]
+        return int(model.arch_kwargs.get(LAYERS_KWARG, default))
     return None
 
 

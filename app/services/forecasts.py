@@ -1,0 +1,236 @@
+"""Each plan's forecast (issue 44): its peak memory per device, step and job time, and whether it fits the GPU
+it will run on, made before the job is stored. The tracing needs torch, which the API never imports: one
+forecaster process per API process (`python -m trainers.forecast`), started at the first forecast and kept,
+answers a request at a time. Forecasts are cached by the spec's shape, so a sweep's trials or a resubmitted
+spec cost nothing; one that takes longer than TRAINYARD_FORECAST_TIMEOUT_S is given up (the process is
+stopped and started again next time) and the job goes ahead without one, saying so.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import selectors
+import subprocess
+import sys
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import psutil
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from core.config import Settings
+from core.launch import inherited
+from core.models import Worker
+from core.project import PROJECT_ROOT
+from jobspec.forecast import FORECASTER_READY, Forecast
+from jobspec.plan import Plan, RunConfig
+from jobspec.spec import JobSpec
+
+log = logging.getLogger(__name__)
+
+FORECAST_MODULE = "trainers.forecast"
+BUSY_WAIT_S = 5.0
+# What of a spec and its plan a step's memory and time do not depend on: left out of the cache's key.
+SPEC_NOISE = ("name", "priority", "tracking", "metrics", "checkpoint", "limits", "environment", "program")
+TRAIN_NOISE = ("lr", "seed", "max_steps", "epochs", "max_tokens", "warmup_steps", "min_lr", "schedule")
+PLAN_NOISE = (
+    *("argv", "batch_script", "warnings", "lr", "resume_path", "runnable", "not_runnable_because"),
+    *("forecast", "forecast_note", "max_steps", "host", "gpus", "strategy_reason", "data_reason"),
+)
+
+
+@dataclass(frozen=True)
+class Target:
+    """The device a job will run on, as trainers/forecast/estimate.py's Target reads it."""
+
+    gpu_name: str | None
+    memory_bytes: int | None
+    cpu_cores: int = 1
+
+
+@dataclass(frozen=True)
+class Outcome:
+    forecast: Forecast | None
+    note: str | None  # why there is none
+
+
+def target_for(session: Session, plan: Plan) -> Target:
+    """A GPU job's: the registered GPU with the least memory, where it may land; a CPU job's: this host's
+    memory shared by the ranks of one node, and the cores a worker reported."""
+    workers = session.execute(select(Worker.gpus, Worker.cpus)).all()
+    if plan.device == "cuda":
+        gpus = [gpu for row in workers for gpu in row.gpus or []]
+        smallest = min(gpus, key=lambda gpu: int(gpu.get("memory_total_mb", 0)), default=None)
+        if smallest is None:
+            return Target(None, None)
+        return Target(str(smallest.get("name", "")), int(smallest.get("memory_total_mb", 0)) * 2**20)
+    ranks = max(plan.nproc_per_node * plan.workers, 1)
+    cores = max((row.cpus or 0 for row in workers), default=0) or os.cpu_count() or 1
+    return Target(None, psutil.virtual_memory().total // ranks, max(cores // ranks, 1))
+
+
+def total_steps(spec: JobSpec, plan: Plan) -> int | None:
+    """The optimizer steps the job will run, where the spec says so before it runs."""
+    return plan.max_steps or spec.train.max_steps
+
+
+def shape_key(config: RunConfig, target: Target, data_dir: Path) -> str:
+    spec = {k: v for k, v in config.spec.model_dump(mode="json").items() if k not in SPEC_NOISE}
+    spec["train"] = {k: v for k, v in spec.get("train", {}).items() if k not in TRAIN_NOISE}
+    plan = {k: v for k, v in config.plan.model_dump(mode="json").items() if k not in PLAN_NOISE}
+    shape = {"spec": spec, "plan": plan, "target": asdict(target), "data_dir": str(data_dir)}
+    text = json.dumps(shape, sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+class Forecaster:
+    """The API process's forecaster process and its cache. Thread-safe: one request at a time."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()  # a request at a time
+        self._starting = threading.Lock()
+        self._process: subprocess.Popen[str] | None = None
+        self._ready = threading.Event()  # the process has its imports and serves
+        self._cache: OrderedDict[str, Outcome] = OrderedDict()
+
+    def forecasts(self, settings: Settings, configs: list[RunConfig], target: Target) -> list[Outcome]:
+        """One outcome per config, the cached ones without asking; none (with why) while the forecaster
+        starts, when it is busy with other submissions, or when it takes longer than the timeout: a job is
+        never held up long for its forecast, nor refused for lack of one."""
+        keys = [shape_key(config, target, settings.data_dir) for config in configs]
+        if all(key in self._cache for key in keys):
+            return [self._cache[key] for key in keys]
+        self.start()
+        if not self._ready.is_set():
+            return [self._cache.get(key) or Outcome(None, STARTING) for key in keys]
+        # Another submission's forecast holds the forecaster: a short wait, then none, so that no user's
+        # stream of new shapes holds up another's submissions for long.
+        if not self._lock.acquire(timeout=min(BUSY_WAIT_S, settings.forecast_timeout_s)):
+            return [self._cache.get(key) or Outcome(None, BUSY) for key in keys]
+        deadline = time.monotonic() + settings.forecast_timeout_s
+        try:
+            missing = [
+                (key, config) for key, config in zip(keys, configs, strict=True) if key not in self._cache
+            ]
+            answers = self._ask(settings, [config for _, config in missing], target, deadline)
+            for (key, _), outcome in zip(missing, answers, strict=True):
+                self._remember(settings, key, outcome)
+            known = dict(zip([key for key, _ in missing], answers, strict=True))
+            return [self._cache.get(key) or known[key] for key in keys]
+        finally:
+            self._lock.release()
+
+    def _remember(self, settings: Settings, key: str, outcome: Outcome) -> None:
+        if outcome.forecast is None and outcome.note is not None and not outcome.note.startswith(UNFORECAST):
+            return  # timed out or stopped: another time, less busy, it may come
+        self._cache[key] = outcome
+        self._cache.move_to_end(key)
+        while len(self._cache) > settings.forecast_cache_entries:
+            self._cache.popitem(last=False)
+
+    def _ask(
+        self, settings: Settings, configs: list[RunConfig], target: Target, deadline: float
+    ) -> list[Outcome]:
+        request = {
+            "data_dir": str(settings.data_dir),
+            "target": asdict(target),
+            "jobs": [{"config": config.model_dump(mode="json")} for config in configs],
+        }
+        process = self._process
+        assert process is not None and process.stdin is not None and process.stdout is not None
+        try:
+            process.stdin.write(json.dumps(request) + "\n")
+            process.stdin.flush()
+            line = _read_line(process, deadline)
+        except TimeoutError:
+            self.stop()
+            why = f"{TIMED_OUT} TRAINYARD_FORECAST_TIMEOUT_S={settings.forecast_timeout_s:g} s"
+            return [Outcome(None, why) for _ in configs]
+        except OSError as error:
+            self.stop()
+            return [Outcome(None, f"the forecaster stopped ({error}); it starts again") for _ in configs]
+        answers = json.loads(line)["forecasts"]
+        return [
+            Outcome(Forecast.model_validate(answer["forecast"]), None)
+            if "forecast" in answer
+            else Outcome(None, f"{UNFORECAST} {answer['error']}")
+            for answer in answers
+        ]
+
+    def start(self) -> None:
+        """Start the forecaster process unless one runs; it imports torch meanwhile (seconds, a minute on a
+        loaded box), and serves once it says it is ready."""
+        with self._starting:
+            if self._process is not None and self._process.poll() is None:
+                return
+            self._ready.clear()
+            self._process = subprocess.Popen(
+                [sys.executable, "-m", FORECAST_MODULE],
+                cwd=PROJECT_ROOT,
+                env={**inherited(os.environ), "CUDA_VISIBLE_DEVICES": ""},
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                text=True,
+                start_new_session=True,  # a Ctrl-C at the API's terminal stops the API, which stops it
+            )
+            threading.Thread(target=self._await_ready, args=(self._process,), daemon=True).start()
+
+    def _await_ready(self, process: subprocess.Popen[str]) -> None:
+        assert process.stdout is not None
+        if process.stdout.readline().strip() == FORECASTER_READY and process is self._process:
+            self._ready.set()
+
+    def wait_ready(self, timeout_s: float) -> bool:
+        return self._ready.wait(timeout_s)
+
+    def stop(self) -> None:
+        with self._starting:
+            self._ready.clear()
+            if self._process is not None:
+                self._process.kill()
+                self._process.wait()
+                self._process = None
+
+
+@contextmanager
+def forecasting(settings: Settings) -> Iterator[None]:
+    """While the API serves: its forecaster, started at once so that it has its imports before the first
+    submission."""
+    if settings.forecast:
+        FORECASTER.start()
+    try:
+        yield
+    finally:
+        FORECASTER.stop()
+
+
+STARTING = "the forecaster is still starting (importing torch); this job goes without a forecast"
+BUSY = "the forecaster was busy with other submissions; this job goes without a forecast"
+UNFORECAST = "could not be forecast:"
+TIMED_OUT = "forecasting took longer than"
+
+
+def _read_line(process: subprocess.Popen[str], deadline: float) -> str:
+    """The forecaster's answer, a line written at once, or TimeoutError once the deadline passes."""
+    assert process.stdout is not None
+    with selectors.DefaultSelector() as selector:
+        selector.register(process.stdout, selectors.EVENT_READ)
+        if not selector.select(max(deadline - time.monotonic(), 0)):
+            raise TimeoutError
+    line = process.stdout.readline()
+    if not line:
+        raise OSError(f"it exited with {process.wait()}")
+    return line
+
+
+FORECASTER = Forecaster()
