@@ -15,6 +15,7 @@ from app.schemas import (
     CheckpointsPublic,
     CodeBundleDetail,
     CodeBundlesPublic,
+    ForecastAccuracy,
     HostsPublic,
     JobEventsPublic,
     JobPublic,
@@ -251,6 +252,11 @@ class TrainyardClient:
     def compare(self, job_ids: list[int]) -> SpecDiff:
         """Where the jobs' specs and plans differ."""
         return SpecDiff.model_validate(self._call("GET", "/v1/compare", params={"job": job_ids}))
+
+    def forecast_accuracy(self, limit: int = 50) -> ForecastAccuracy:
+        """Recent finished jobs' forecasts against what they measured."""
+        body = self._call("GET", "/v1/forecast/accuracy", params={"limit": limit})
+        return ForecastAccuracy.model_validate(body)
 
     def logs(self, job_id: int, rank: int | None = None, offset: int = 0) -> LogChunk:
         params = {"rank": rank, "offset": offset}

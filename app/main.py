@@ -16,6 +16,7 @@ from app.api.routes import (
     checkpoints,
     code,
     compare,
+    forecast,
     gpus,
     health,
     jobs,
@@ -77,6 +78,7 @@ def create_app() -> FastAPI:
         keys,
         code,
         compare,
+        forecast,
         webhooks,
     ):
         # Auth and the text guard once for every /v1 route, those added later included; a route that needs

@@ -71,7 +71,10 @@ class JobPublic(BaseModel):
         description="the spec as submitted: the fields written (a retry's checkpoint.resume_from too), "
         "without defaults; the plan holds what they resolved to"
     )
-    plan: dict[str, Any] = Field(description="what the worker runs: world size, per-rank batch, argv")
+    plan: dict[str, Any] = Field(
+        description="what the worker runs: world size, per-rank batch, argv; its forecast, with the peak "
+        "memory and step time the job measured (from latest_metrics) once it reports them"
+    )
     sweep_id: int | None = Field(None, description="the sweep this job is a trial of; null for other jobs")
     trial: int | None = Field(None, description="its trial's number in that sweep")
     slurm_job_id: int | None = Field(
@@ -432,3 +435,38 @@ class TrialPublic(BaseModel):
 
 class TrialsPublic(BaseModel):
     data: list[TrialPublic] = Field(description="in trial order")
+
+
+def forecast_ratio(forecast: float | None, measured: float | None) -> float | None:
+    """Forecast over measured, as bench.forecast reports it: above 1, the forecast was high."""
+    return None if not forecast or not measured else round(forecast / measured, 4)
+
+
+class ForecastComparison(BaseModel):
+    """One finished job's forecast beside what it measured; a ratio is forecast / measured."""
+
+    job_id: int
+    name: str
+    model_kind: str | None = Field(description="the kind the forecast's calibration took it for")
+    gpu: str | None = Field(description="the model of the GPU it ran on; null for a CPU job")
+    forecast_peak_memory_bytes: int
+    measured_peak_memory_bytes: int | None
+    peak_ratio: float | None = Field(description="above 1: the forecast was high")
+    forecast_step_time_s: float | None
+    measured_step_time_s: float | None
+    step_ratio: float | None
+
+
+class ForecastSummary(BaseModel):
+    jobs: int
+    peak_ratio_median: float | None
+    step_ratio_median: float | None
+    within_10pct_peak: int = Field(description="how many jobs' peak ratio is within 0.9-1.1")
+    within_20pct_step: int = Field(description="how many jobs' step ratio is within 0.8-1.2")
+
+
+class ForecastAccuracy(BaseModel):
+    """GET /v1/forecast/accuracy: forecasts against measured over recent finished jobs, newest first."""
+
+    data: list[ForecastComparison]
+    summary: ForecastSummary

@@ -9,7 +9,7 @@ from typing import Any
 import click
 import httpx
 
-from app.cli import artifacts, cluster, code, compare, jobs, observe, sweeps
+from app.cli import artifacts, cluster, code, compare, forecast, jobs, observe, sweeps
 from app.cli.api_url import ENV_VAR, ApiUrl, find_api_url
 from app.client import ApiError, TrainyardClient
 
@@ -78,6 +78,7 @@ for command in (
     cluster.usage,
     cluster.keys,
     compare.compare,
+    forecast.forecast,
     code.code,
     sweeps.sweep,
 ):

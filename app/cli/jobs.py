@@ -10,6 +10,7 @@ import click
 
 from app.cli.code import FolderArgument, with_code
 from app.cli.follow import follow_job, outcome_line
+from app.cli.forecast import print_forecast
 from app.cli.render import (
     console,
     devices,
@@ -190,6 +191,7 @@ def print_status(job: JobPublic) -> None:
     if job.timings is not None:
         wrap(startup_text(job.timings), "start-up")
     wrap(phrases([progress_text(job), f"ETA {duration(job.progress.eta_s)}"]), "progress")
+    print_forecast(job)
     latest = phrases(f"{name} {number(value)}" for name, value in sorted(job.latest_metrics.items()))
     wrap(latest or "-", "latest")
 

@@ -9,6 +9,7 @@ from sqlalchemy.orm import Session
 
 from app.schemas import JobProgress, JobPublic, as_utc
 from app.services.errors import InvalidSpec, JobNotFound, JobStateConflict
+from app.services.forecast_accuracy import with_measured
 from app.services.keys import Caller
 from app.services.queue_index import QueuedJob, queue_positions
 from app.services.runs import discard_run_dir, put_run_dir_back, set_run_dir_aside
@@ -63,7 +64,8 @@ def _public(job: Job, position: int | None, now: datetime) -> JobPublic:
     shown.update(
         queue_position=position,
         progress=progress_of(job, now),
-        plan=shown_plan(job.plan, get_settings()),
+        # The forecast's measured figures from the metrics read with the row: no query of their own.
+        plan=with_measured(shown_plan(job.plan, get_settings()), job.latest_metrics or {}),
         timings=job_timings(job.timings),
     )
     return JobPublic.model_validate(shown)

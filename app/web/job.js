@@ -1,6 +1,6 @@
 "use strict";
-// One job: status and progress, live curves, what it ran (spec and plan), its start-up, its profile, logs per
-// rank, state events, checkpoints, and Cancel while it can still be cancelled.
+// One job: status and progress, live curves, what it ran (spec and plan), its forecast, its start-up, its
+// profile, logs per rank, state events, checkpoints, and Cancel while it can still be cancelled.
 
 const LOG_TAIL_CHARS = 200_000;
 
@@ -12,11 +12,12 @@ function jobView(root, signal, jobId) {
   const curves = h("div");
   const record = h("div", { class: "columns" });
   const startup = h("div");
+  const forecast = h("div");
   const tools = h("div");
   const events = h("div");
   const checkpoints = h("div");
   const logs = logPanel(jobId, signal);
-  root.append(header, latest, curves, record, startup, tools,
+  root.append(header, latest, curves, record, forecast, startup, tools,
     h("section", { class: "card" }, h("h3", {}, "Logs"), logs.element),
     h("div", { class: "columns" },
       h("section", { class: "card" }, h("h3", {}, "State events"), events),
@@ -50,6 +51,8 @@ function jobView(root, signal, jobId) {
     logs.setRanks(job.plan.world_size || 0);
     // Its marks arrive while the job starts, and a restart begins a new record.
     startup.replaceChildren(...(job.timings ? [startupCard(job.timings)] : []));
+    // Its measured figures arrive with the job's metrics.
+    forecast.replaceChildren(forecastCard(job.plan));
   };
 
   const refresh = async () => {

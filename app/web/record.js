@@ -68,6 +68,25 @@ function planCard(plan) {
   ]), plan.argv?.length ? h("pre", { class: "argv" }, plan.argv.join(" ")) : null, allFields(plan));
 }
 
+/** The plan's forecast of peak memory and step time beside what the job measured (filled in by the API from
+ *  its latest metrics), or why it has none. A ratio is forecast / measured: above 1, the forecast was high. */
+function forecastCard(plan) {
+  const f = plan.forecast;
+  if (!f) return card("Forecast", null, h("p", { class: "empty" }, `no forecast: ${plan.forecast_note || "none was made at submit"}`));
+  const gib = (bytes) => `${(bytes / 2 ** 30).toFixed(1)} GiB`;
+  const seconds = (s) => `${formatNumber(s)} s`;
+  const against = (measured, forecast, shown) => measured == null ? null : `${shown(measured)} (forecast ${(forecast / measured).toFixed(2)}×)`;
+  return card("Forecast", f, factList([
+    ["peak memory", `${gib(f.peak_memory_bytes)}${f.device_memory_bytes ? ` of ${gib(f.device_memory_bytes)}` : ""}`],
+    ["fits", f.fits ? "yes" : "no"],
+    ["measured peak", against(f.measured_peak_memory_bytes, f.peak_memory_bytes, gib)],
+    ["step time", seconds(f.step_time_s)],
+    ["measured step", against(f.measured_step_time_s, f.step_time_s, seconds)],
+    ["job time", f.job_time_s == null ? null : formatDuration(f.job_time_s)],
+    ["basis", f.basis],
+  ]));
+}
+
 /** Where the current attempt's start-up went, phase by phase: the job's timings. */
 function startupCard(timings) {
   const seconds = (value) => (value === null ? null : `${value.toFixed(2)} s`);
