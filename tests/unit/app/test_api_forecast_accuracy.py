@@ -170,3 +170,14 @@ def test_accuracy_of_no_jobs_is_an_empty_list(client: TestClient) -> None:
             "within_20pct_step": 0,
         },
     }
+
+
+def test_accuracy_looks_back_over_ten_times_limit_finished_jobs_at_most(client: TestClient) -> None:
+    """However many of a user's newest jobs have no forecast (programs, forecasting off), one request reads
+    a bounded number of rows: an older forecast job beyond them is not looked for."""
+    older = submit(client)["id"]
+    ran(older, {"peak_mem_mb": 1024, "step_time_s": 0.1}, forecast=forecast(1.0, 0.1))
+    for _ in range(10):
+        ran(submit(client)["id"], {"peak_mem_mb": 1024, "step_time_s": 0.1}, forecast_note="no step to trace")
+    assert client.get("/v1/forecast/accuracy", params={"limit": 1}).json()["data"] == []
+    assert [row["job_id"] for row in client.get("/v1/forecast/accuracy").json()["data"]] == [older]
