@@ -7,7 +7,7 @@ other parts' work fills. `stacks` is every test on one of the shared running ser
 modules that start services of their own (the Slurm cluster, hosts, workers and object stores of their own),
 which wait the most and say so with `pytestmark = pytest.mark.own_services`, then the unit tests of the API
 and the core. `rest` is everything else: the worker's and the trainer's unit tests, the trainer's runs under
-torchrun; the linters run beside it. `soak` is the modules marked `soak` (the 2-minute light soak of bench/soak),
+torchrun; the linters run beside it. `soak` is the modules marked `soak` (bench/soak, light, 2 minutes),
 which run minutes on their own service from the start, beside the others, so that their length is not added
 to any part's. The work that needs nothing running is split so that the parts end together: a part left
 alone at the end waits on one core. Without `--part`, pytest runs everything, as before.
