@@ -196,6 +196,8 @@ class Worker(Base):
     address: Mapped[str] = mapped_column(String(255), default="127.0.0.1")
     gpus: Mapped[list[dict[str, Any]]] = mapped_column(JSON, default=list)
     cpus: Mapped[int | None] = mapped_column(Integer)  # the cores it may use; None: a worker from before 0008
+    # Its host's memory, which a CPU job's ranks share; None: a worker from before 0021.
+    memory_mb: Mapped[int | None] = mapped_column(Integer)
     heartbeat_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     started_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 

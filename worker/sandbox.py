@@ -8,34 +8,18 @@ sandbox fails the launch with the fix rather than the job with bwrap's exit stat
 from __future__ import annotations
 
 import os
-import resource
 import subprocess
-import sys
 from pathlib import Path
 
 from core.code_store import ensure_unpacked
 from core.config import SandboxMode, Settings
-from core.sandbox import (
-    GPU_SUPPORT_FILES,
-    SYSTEM_ETC,
-    SYSTEM_FOLDERS,
-    BoundFile,
-    HostSystem,
-    Rlimits,
-    Sandbox,
-    sandbox_argv,
-    service_state,
-)
-from jobspec.datadir import resolve_data_root
-from jobspec.files import largest_job_file, open_under
+from core.sandbox import GPU_SUPPORT_FILES, BoundFile, Sandbox, sandbox_argv, service_state
+from core.sandbox_host import host_system, named_data_folders, python_paths, rlimits
+from jobspec.files import open_under
 from jobspec.plan import Plan
 from jobspec.spec import JobSpec
 from worker.gpus import gpu_devices
 
-# What the ranks import of the project (the job contract, trainers.run, and `trainyard` for a program's
-# `import trainyard.job`); the rest of the checkout (the service, its tests, a var/ with its state) is not
-# theirs to see.
-RANK_PACKAGES = ("jobspec", "trainers", "app/sdk/trainyard")
 PROBE_TIMEOUT_S = 30.0
 FIX = (
     "install bubblewrap (`make servers` does), allow unprivileged user namespaces (docs/security.md says "
@@ -64,42 +48,6 @@ def job_bundle(settings: Settings, spec: JobSpec) -> Path | None:
     return ensure_unpacked(settings, spec.code)
 
 
-def _under_hard_limit(limit: int, wanted: int) -> int:
-    # Inside the sandbox nothing may raise a hard limit, so one above the worker's own would fail the start.
-    hard = resource.getrlimit(limit)[1]
-    return wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
-
-
-def rlimits(settings: Settings) -> Rlimits:
-    return Rlimits(
-        processes=_under_hard_limit(resource.RLIMIT_NPROC, settings.job_max_processes),
-        open_files=_under_hard_limit(resource.RLIMIT_NOFILE, settings.job_max_open_files),
-        file_bytes=_under_hard_limit(resource.RLIMIT_FSIZE, largest_job_file(settings.job_max_file_gb)),
-    )
-
-
-def _python_paths(project: Path) -> tuple[Path, ...]:
-    """What the ranks import from: the project's runtime packages, the Python environment and the worker's
-    PYTHONPATH."""
-    entries = os.environ.get("PYTHONPATH", "").split(os.pathsep)
-    extra = [Path(p) for p in entries if os.path.isabs(p) and os.path.exists(p)]  # else bwrap cannot bind it
-    packages = [project / name for name in RANK_PACKAGES]
-    paths = (*packages, Path(sys.prefix), Path(sys.base_prefix), *extra)
-    return tuple(path.resolve() for path in paths)
-
-
-def host_system() -> HostSystem:
-    """SYSTEM_FOLDERS and SYSTEM_ETC as this host has them: real ones shown, links made again as links."""
-    shown: list[Path] = []
-    links: list[tuple[Path, str]] = []
-    for path in (*SYSTEM_FOLDERS, *SYSTEM_ETC):
-        if path.is_symlink() and path.parent == Path("/"):  # /bin -> usr/bin: the link, not the way out
-            links.append((path, os.readlink(path)))
-        elif path.exists():
-            shown.append(path)
-    return HostSystem(tuple(shown), tuple(links))
-
-
 def resume_binding(settings: Settings, resume_path: str | None, run_dir: Path) -> BoundFile | None:
     """The checkpoint a job resumes from, opened for its sandbox when it lies outside the job's own run
     directory (another job's, on a retry or checkpoint.resume_from): inside the runs directory and never
@@ -119,15 +67,7 @@ def sandbox_for(
     read_only = [] if bundle is None else [bundle]
     if spec.environment is not None:  # a registered venv may live in the worker's home, which is hidden
         read_only.append(Path(settings.environment_pythons[spec.environment]).parent.parent)
-    # The data folders the spec names, and no other: data.root, data.dataset text's tokenizer, and
-    # hf_causal_lm's model.path.
-    data, model = spec.data, spec.model
-    named = () if data is None else (("data.root", data.root), ("data.tokenizer", data.tokenizer))
-    if model is not None:
-        named = (*named, ("model.path", model.path))
-    for field, folder in named:
-        if folder is not None:
-            read_only.append(resolve_data_root(settings.data_dir, folder, field))
+    read_only += named_data_folders(settings, spec)
     # Fake GPUs (tests) have no device files; a real GPU job gets exactly its own.
     gpus = gpu_devices(plan.gpus or []) if plan.device == "cuda" and settings.gpu_inventory is None else []
     return Sandbox(
@@ -138,7 +78,7 @@ def sandbox_for(
         # tmpfs covers only a folder that exists (a shown folder is read-only); one that does not hides
         # nothing.
         state=tuple(folder for folder in service_state(settings) if folder.is_dir()),
-        shown=_python_paths(project),
+        shown=python_paths(project),
         read_only=tuple(read_only),
         resume=resume_binding(settings, plan.resume_path, run_dir),
         gpus=tuple(gpus),

@@ -9,7 +9,8 @@ from dataclasses import dataclass
 
 from sqlalchemy.orm import Session
 
-from app.services.forecasts import FORECASTER, Target, target_for, total_steps
+from app.services.bundle_forecasts import bundle_forecasts, runs_bundle_code
+from app.services.forecasts import FORECASTER, Outcome, Target, target_for, total_steps
 from core.config import Settings
 from jobspec.cluster import Inventory
 from jobspec.forecast import Forecast
@@ -20,7 +21,6 @@ from jobspec.spec import JobSpec, Precision, Strategy
 GiB = 2**30
 SHOWN_FIXES = 3
 NO_STEP = "a program builds its own model and reads its own data: there is no step to trace before it runs"
-FACTORY = "model.factory's model is built only inside the sandbox once the job runs: not forecast before"
 
 
 @dataclass(frozen=True)
@@ -37,15 +37,15 @@ def forecast_plan(
     it will not fit. Returns the plan to store: under `auto`, fsdp's where only that fits."""
     if not settings.forecast:
         return plan
-    if spec.program is not None or spec.inputs.model.factory is not None:
-        plan.forecast_note = NO_STEP if spec.program is not None else FACTORY
+    if spec.program is not None:
+        plan.forecast_note = NO_STEP
         return plan
-    target = target_for(session, plan)
-    (outcome,) = FORECASTER.forecasts(settings, [_config(spec, plan)], target)
+    target = target_for(session, settings, plan)
+    (outcome,) = _forecasts(settings, spec, [_config(spec, plan)], target)
     plan.forecast, plan.forecast_note = _with_job_time(outcome.forecast, spec, plan), outcome.note
     if plan.forecast is None or plan.forecast.fits:
         return plan
-    fixes = _fitting(settings, target, list(_fixes(spec, plan, inventory)))
+    fixes = _fitting(settings, spec, target, list(_fixes(spec, plan, inventory)))
     auto = spec.parallel.strategy is Strategy.AUTO
     if auto and (fsdp := next((fix for fix in fixes if fix.plan.strategy is Strategy.FSDP), None)):
         assert fsdp.plan.forecast is not None
@@ -64,6 +64,13 @@ def forecast_plan(
 
 def _config(spec: JobSpec, plan: Plan) -> RunConfig:
     return RunConfig(job_id=0, attempt=1, spec=spec, plan=plan)
+
+
+def _forecasts(settings: Settings, spec: JobSpec, configs: list[RunConfig], target: Target) -> list[Outcome]:
+    """The forecasts of `spec`'s configs (its plan, its fixes'): those whose step calls the spec's code
+    bundle in the sandbox, the others by the shared forecaster."""
+    ask = bundle_forecasts if runs_bundle_code(spec) else FORECASTER.forecasts
+    return ask(settings, configs, target)
 
 
 def _with_job_time(forecast: Forecast | None, spec: JobSpec, plan: Plan) -> Forecast | None:
@@ -123,9 +130,9 @@ def _all_of(spec: JobSpec, changed: list[JobSpec]) -> JobSpec:
     return merged
 
 
-def _fitting(settings: Settings, target: Target, fixes: list[Fix]) -> list[Fix]:
-    """The fixes whose own forecast fits, quickest first."""
-    outcomes = FORECASTER.forecasts(settings, [_config(fix.spec, fix.plan) for fix in fixes], target)
+def _fitting(settings: Settings, spec: JobSpec, target: Target, fixes: list[Fix]) -> list[Fix]:
+    """The fixes of `spec` whose own forecast fits, quickest first."""
+    outcomes = _forecasts(settings, spec, [_config(fix.spec, fix.plan) for fix in fixes], target)
     fitting = []
     for fix, outcome in zip(fixes, outcomes, strict=True):
         if outcome.forecast is not None and outcome.forecast.fits:

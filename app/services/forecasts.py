@@ -3,7 +3,8 @@ it will run on, made before the job is stored. The tracing needs torch, which th
 forecaster process per API process (`python -m trainers.forecast`), started at the first forecast and kept,
 answers a request at a time. Forecasts are cached by the spec's shape, so a sweep's trials or a resubmitted
 spec cost nothing; one that takes longer than TRAINYARD_FORECAST_TIMEOUT_S is given up (the process is
-stopped and started again next time) and the job goes ahead without one, saying so.
+stopped and started again next time) and the job goes ahead without one, saying so. A spec whose step calls
+its code bundle is forecast in the sandbox instead (bundle_forecasts.py), into the same cache.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import sys
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -27,7 +28,9 @@ import psutil
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from core.clock import as_utc
 from core.config import Settings
+from core.hosts import freshest_per_host, heartbeat_cutoff
 from core.launch import inherited
 from core.models import Worker
 from core.project import PROJECT_ROOT
@@ -63,10 +66,20 @@ class Outcome:
     note: str | None  # why there is none
 
 
-def target_for(session: Session, plan: Plan) -> Target:
-    """A GPU job's: the registered GPU with the least memory, where it may land; a CPU job's: this host's
-    memory shared by the ranks of one node, and the cores a worker reported."""
-    workers = session.execute(select(Worker.gpus, Worker.cpus)).all()
+# Asks a forecaster for the outcomes of configs before a deadline (time.monotonic()).
+Ask = Callable[[list[RunConfig], float], list[Outcome]]
+
+
+def target_for(session: Session, settings: Settings, plan: Plan) -> Target:
+    """A GPU job's: the registered GPU with the least memory, where it may land; a CPU job's: the memory of
+    the live worker with the least, shared by the ranks of one node, and the cores a worker reported. While
+    no worker is live (restarting) the last report of each stands in, as the planner's inventory does; while
+    none has reported its memory (a worker from before 0021), this host's."""
+    rows = session.execute(
+        select(Worker.host, Worker.gpus, Worker.cpus, Worker.memory_mb, Worker.heartbeat_at)
+    ).all()
+    live = [row for row in rows if as_utc(row.heartbeat_at) > heartbeat_cutoff(settings)]
+    workers = list(freshest_per_host(live or rows).values())
     if plan.device == "cuda":
         gpus = [gpu for row in workers for gpu in row.gpus or []]
         smallest = min(gpus, key=lambda gpu: int(gpu.get("memory_total_mb", 0)), default=None)
@@ -75,7 +88,9 @@ def target_for(session: Session, plan: Plan) -> Target:
         return Target(str(smallest.get("name", "")), int(smallest.get("memory_total_mb", 0)) * 2**20)
     ranks = max(plan.nproc_per_node * plan.workers, 1)
     cores = max((row.cpus or 0 for row in workers), default=0) or os.cpu_count() or 1
-    return Target(None, psutil.virtual_memory().total // ranks, max(cores // ranks, 1))
+    reported = [row.memory_mb * 2**20 for row in workers if row.memory_mb]
+    memory = min(reported, default=psutil.virtual_memory().total)
+    return Target(None, memory // ranks, max(cores // ranks, 1))
 
 
 def total_steps(spec: JobSpec, plan: Plan) -> int | None:
@@ -112,22 +127,37 @@ class Forecaster:
         self.start()
         if not self._ready.is_set():
             return [self._cache.get(key) or Outcome(None, STARTING) for key in keys]
-        # Another submission's forecast holds the forecaster: a short wait, then none, so that no user's
-        # stream of new shapes holds up another's submissions for long.
-        if not self._lock.acquire(timeout=min(BUSY_WAIT_S, settings.forecast_timeout_s)):
+        return self.asking(
+            settings,
+            keys,
+            configs,
+            self._lock,
+            lambda missing, deadline: self._ask(settings, missing, target, deadline),
+        )
+
+    def cached(self, key: str) -> Outcome | None:
+        return self._cache.get(key)
+
+    def asking(
+        self, settings: Settings, keys: list[str], configs: list[RunConfig], lock: threading.Lock, ask: Ask
+    ) -> list[Outcome]:
+        """The outcomes of `configs` (by their `keys`), those not cached from `ask` while holding `lock`.
+        Another submission's forecast holds it: a short wait, then none, so that no user's stream of new
+        shapes holds up another's submissions for long."""
+        if not lock.acquire(timeout=min(BUSY_WAIT_S, settings.forecast_timeout_s)):
             return [self._cache.get(key) or Outcome(None, BUSY) for key in keys]
         deadline = time.monotonic() + settings.forecast_timeout_s
         try:
             missing = [
                 (key, config) for key, config in zip(keys, configs, strict=True) if key not in self._cache
             ]
-            answers = self._ask(settings, [config for _, config in missing], target, deadline)
+            answers = ask([config for _, config in missing], deadline)
             for (key, _), outcome in zip(missing, answers, strict=True):
                 self._remember(settings, key, outcome)
             known = dict(zip([key for key, _ in missing], answers, strict=True))
             return [self._cache.get(key) or known[key] for key in keys]
         finally:
-            self._lock.release()
+            lock.release()
 
     def _remember(self, settings: Settings, key: str, outcome: Outcome) -> None:
         if outcome.forecast is None and outcome.note is not None and not outcome.note.startswith(UNFORECAST):
@@ -140,31 +170,19 @@ class Forecaster:
     def _ask(
         self, settings: Settings, configs: list[RunConfig], target: Target, deadline: float
     ) -> list[Outcome]:
-        request = {
-            "data_dir": str(settings.data_dir),
-            "target": asdict(target),
-            "jobs": [{"config": config.model_dump(mode="json")} for config in configs],
-        }
         process = self._process
         assert process is not None and process.stdin is not None and process.stdout is not None
         try:
-            process.stdin.write(json.dumps(request) + "\n")
+            process.stdin.write(request_line(settings, configs, target))
             process.stdin.flush()
-            line = _read_line(process, deadline)
+            line = read_line(process, deadline)
         except TimeoutError:
             self.stop()
-            why = f"{TIMED_OUT} TRAINYARD_FORECAST_TIMEOUT_S={settings.forecast_timeout_s:g} s"
-            return [Outcome(None, why) for _ in configs]
+            return [Outcome(None, timed_out(settings)) for _ in configs]
         except OSError as error:
             self.stop()
             return [Outcome(None, f"the forecaster stopped ({error}); it starts again") for _ in configs]
-        answers = json.loads(line)["forecasts"]
-        return [
-            Outcome(Forecast.model_validate(answer["forecast"]), None)
-            if "forecast" in answer
-            else Outcome(None, f"{UNFORECAST} {answer['error']}")
-            for answer in answers
-        ]
+        return outcomes(line)
 
     def start(self) -> None:
         """Start the forecaster process unless one runs; it imports torch meanwhile (seconds, a minute on a
@@ -220,7 +238,31 @@ UNFORECAST = "could not be forecast:"
 TIMED_OUT = "forecasting took longer than"
 
 
-def _read_line(process: subprocess.Popen[str], deadline: float) -> str:
+def request_line(settings: Settings, configs: list[RunConfig], target: Target) -> str:
+    """A request as trainers/forecast/__main__.py reads it."""
+    request = {
+        "data_dir": str(settings.data_dir),
+        "target": asdict(target),
+        "jobs": [{"config": config.model_dump(mode="json")} for config in configs],
+    }
+    return json.dumps(request) + "\n"
+
+
+def outcomes(line: str) -> list[Outcome]:
+    """The forecaster's answer, an outcome per job of its request."""
+    return [
+        Outcome(Forecast.model_validate(answer["forecast"]), None)
+        if "forecast" in answer
+        else Outcome(None, f"{UNFORECAST} {answer['error']}")
+        for answer in json.loads(line)["forecasts"]
+    ]
+
+
+def timed_out(settings: Settings) -> str:
+    return f"{TIMED_OUT} TRAINYARD_FORECAST_TIMEOUT_S={settings.forecast_timeout_s:g} s"
+
+
+def read_line(process: subprocess.Popen[str], deadline: float) -> str:
     """The forecaster's answer, a line written at once, or TimeoutError once the deadline passes."""
     assert process.stdout is not None
     with selectors.DefaultSelector() as selector:

@@ -23,9 +23,9 @@ import psutil
 import pytest
 
 from core.sandbox import SYSTEM_ETC, Sandbox, sandbox_argv
+from core.sandbox_host import RANK_PACKAGES
 from tests.integration.sandbox_launch import SECRET, Deployment, deploy, sandboxed_job, start
 from worker.executors.local.kill import kill_job
-from worker.sandbox import RANK_PACKAGES
 
 HOSTILE = Path(__file__).with_name("sandbox_hostile_rank.py")
 WORKER_SECRETS = {

@@ -1,7 +1,8 @@
 """`python -m trainers.forecast`: the forecasts of the jobs a request names, as the API asks for them
 (app/services/forecasts.py): a JSON request a line on stdin, a JSON answer a line on stdout, one entry per
 job, each a forecast or why there is none; it serves until stdin closes. A process of its own: torch stays
-out of the API's (its memory with it), and is imported once for every request.
+out of the API's (its memory with it), and is imported once for every request. A spec with a code bundle
+is forecast by one of its own, in the sandbox, with RunConfig.code_dir set (app/services/bundle_forecasts.py).
 
 Request: {"data_dir": str, "target": {"gpu_name", "memory_bytes", "cpu_cores"},
           "jobs": [{"config": RunConfig, "total_steps": int | None}]}
@@ -13,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from contextlib import redirect_stdout
 from typing import Any
 
 from jobspec.datadir import DATA_DIR_ENV
@@ -38,7 +40,10 @@ def answer(request: dict[str, Any]) -> dict[str, Any]:
 def main() -> None:
     print(FORECASTER_READY, flush=True)
     for line in sys.stdin:
-        print(json.dumps(answer(json.loads(line))), flush=True)
+        # A code bundle's factory may print: its words go to stderr, stdout carries only answers.
+        with redirect_stdout(sys.stderr):
+            found = answer(json.loads(line))
+        print(json.dumps(found), flush=True)
 
 
 if __name__ == "__main__":

@@ -28,7 +28,7 @@ from jobspec.plan import RunConfig
 from jobspec.spec import JobSpec, Precision
 from trainers.components import LAYERS_KWARG, language_model, make_model
 from trainers.data.batches import Batch
-from trainers.forecast.batch import micro_batch, stand_in_data
+from trainers.forecast.batch import factory_batch, micro_batch, stand_in_data
 from trainers.lm import LanguageModel
 from trainers.models.hf import hf_layers, own_blocks
 from trainers.objectives import Objective, build_objective
@@ -101,6 +101,7 @@ def trace(config: RunConfig, layers: int | None = None) -> Traced:
     bundle = None if config.code_dir is None else Bundle(config.code_dir)
     # fp16 and bf16 hold the same bytes; fp16's scaler has no fake-tensor path worth tracing.
     precision = Precision.BF16 if plan.precision is Precision.FP16 else plan.precision
+    collated = factory_batch(spec, plan, bundle)
     # Built on the meta device, then given fake storage: a fake parameter cannot be moved in place (a
     # Hugging Face model's adapters are moved to their base layer's device), a meta one can.
     with torch.device("meta"):
@@ -118,7 +119,7 @@ def trace(config: RunConfig, layers: int | None = None) -> Traced:
         optimizer = build_optimizer(trained, spec.train, plan.lr, CPU, sparse_parameters(model))
         objective = build_objective(spec.train.loss, bundle, language_model=language_model(spec))
         mixed = MixedPrecision(precision, CPU)
-        batch = micro_batch(spec, plan, data)
+        batch = micro_batch(spec, plan, data, collated)
         backward(model, batch, objective, mixed)  # the first step makes the optimizer's state
         update(model, optimizer, spec.train.clip_grad_norm)
         # The second runs as every later one does. Its two phases peak apart, each with its own tensors

@@ -6,6 +6,7 @@ with a memory chosen from the forecasts themselves so that the test does not dep
 from __future__ import annotations
 
 from collections.abc import Iterator
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -15,7 +16,7 @@ from sqlalchemy.orm import Session
 
 from app.services.forecasts import FORECASTER
 from core.config import Settings, get_settings
-from core.models import Worker
+from core.models import Worker, utcnow
 from tests.unit.app.test_api_code import GZIP
 from tests.unit.app.test_api_program import FILES, program_body
 from tests.unit.code_archives import bundle_archive
@@ -86,6 +87,31 @@ def test_a_job_that_will_not_fit_its_gpu_is_refused_with_what_would_fit(
     refused = client.post("/v1/jobs", json=job_body(**gpu_job(batch=64)))
     assert_problem(refused, "forecast", "it would fit with ")
     assert "GiB" in refused.json()["detail"]
+
+
+def test_a_cpu_job_that_will_not_fit_the_smallest_live_workers_memory_is_refused_with_what_would_fit(
+    client: TestClient, session: Session
+) -> None:
+    cpu_job = {
+        "model": GPT,
+        "data": {**TOKENS, "block_size": 256},
+        "train": {"max_steps": 5, "batch_size": 64},
+    }
+    session.add(Worker(id="big:1", host="big", gpus=[], cpus=16, memory_mb=1_000_000))
+    session.commit()
+    fits = dry_run(client, **cpu_job)["forecast"]
+    assert fits["fits"] is True and fits["device_memory_bytes"] == 1_000_000 * 2**20
+    # A live worker 10 % smaller than the job's peak, beside the big one; a smaller one, long gone, is not
+    # where the job may land.
+    small_mb = int(fits["peak_memory_bytes"] * 0.9 / 2**20)
+    gone = utcnow() - timedelta(days=1)
+    session.add(Worker(id="small:1", host="small", gpus=[], cpus=16, memory_mb=small_mb))
+    session.add(Worker(id="gone:1", host="gone", gpus=[], cpus=16, memory_mb=1, heartbeat_at=gone))
+    session.commit()
+
+    refused = client.post("/v1/jobs", json=job_body(**cpu_job))
+    assert_problem(refused, "forecast", "it would fit with train.grad_accum_steps")
+    assert f"{small_mb * 2**20 / 2**30:.1f} GiB" in refused.json()["detail"]
 
 
 def test_auto_takes_fsdp_where_only_fsdp_fits(client: TestClient, session: Session) -> None:

@@ -11,6 +11,7 @@ import threading
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
+import psutil
 from sqlalchemy import ColumnElement, and_, delete, or_, select, update
 
 from core.clock import as_utc
@@ -48,7 +49,8 @@ class Rings:
 
 
 def beat() -> None:
-    """Upsert this worker's row: who it is, where, and what its GPUs look like now."""
+    """Upsert this worker's row: who it is, where, what its GPUs look like now and its host's memory (what
+    the API forecasts a CPU job against)."""
     settings = get_settings()
     gpus = [gpu.public() for gpu in host_gpus(settings)]
     with session_scope() as session:
@@ -59,6 +61,7 @@ def beat() -> None:
                 address=settings.advertise_address,
                 gpus=gpus,
                 cpus=len(os.sched_getaffinity(0)),  # the cores this worker may run on, not the machine's
+                memory_mb=psutil.virtual_memory().total // 2**20,
                 heartbeat_at=utcnow(),
             )
         )
