@@ -151,7 +151,8 @@ def make_model(
 ) -> nn.Module:
     """The bare model: model.factory(**kwargs), or a built-in architecture sized by its dataset: a language
     model by the vocabulary and windows of its token dataset, its head untied when spread over devices.
-    `layers` makes a language model of that many blocks instead (a forecast traces a few: trainers/forecast/)."""
+    `layers` makes a language model of that many blocks instead (a forecast traces a few:
+    trainers/forecast/)."""
     model, data_spec = spec.inputs
     if model.factory is not None:
         return build_user_model(needed(bundle, "model.factory"), model.factory, model.kwargs)

@@ -27,7 +27,9 @@ from trainers.user_errors import UserCodeError
 Model = Callable[..., Any]  # the module as the strategy runs it: wrapped, compiled, placed
 LossOutput = tuple[torch.Tensor, dict[str, torch.Tensor]]
 # What the loop reports itself; a loss's own metrics take other names.
-RESERVED = frozenset({"loss", "lr", "samples_per_s", "step_time_s", "peak_mem_mb", "peak_reserved_mb", "tokens_per_s", "mfu"})
+RESERVED = frozenset(
+    {"loss", "lr", "samples_per_s", "step_time_s", "peak_mem_mb", "peak_reserved_mb", "tokens_per_s", "mfu"}
+)
 # Targets of this value count in no loss: padding, and whatever a language model's data masks out.
 IGNORE_INDEX = -100
 # How many logits evaluation casts to fp32 at once (256 MB of them): a held-out batch's whole (tokens, vocab)

@@ -14,7 +14,6 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -22,11 +21,11 @@ from pathlib import Path
 from typing import IO
 
 from app.services.forecasts import (
-    FORECAST_MODULE,
     FORECASTER,
     UNFORECAST,
     Outcome,
     Target,
+    forecaster_process,
     outcomes,
     read_line,
     request_line,
@@ -35,7 +34,6 @@ from app.services.forecasts import (
 )
 from core.code_store import BundleUnavailable, ensure_unpacked
 from core.config import SandboxMode, Settings
-from core.launch import inherited
 from core.project import PROJECT_ROOT
 from core.sandbox import Sandbox, sandbox_argv, service_state
 from core.sandbox_host import host_system, named_data_folders, python_paths, rlimits
@@ -108,16 +106,7 @@ def _sandboxed(
             argv = sandbox_argv(_sandbox(settings, configs[0].spec, bundle, Path(scratch)))
         except ValueError as error:  # a data folder not there yet (a dry run), state holding the project
             return [Outcome(None, f"not forecast: {error}") for _ in configs]
-        process = subprocess.Popen(
-            [*argv, sys.executable, "-m", FORECAST_MODULE],
-            cwd=PROJECT_ROOT,
-            env={**inherited(os.environ), "CUDA_VISIBLE_DEVICES": ""},
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            start_new_session=True,  # its own group, killed whole
-        )
+        process = forecaster_process(argv, stderr=subprocess.PIPE)
         assert process.stderr is not None
         stderr = _Tail(process.stderr)
         try:

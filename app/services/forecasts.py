@@ -191,16 +191,7 @@ class Forecaster:
             if self._process is not None and self._process.poll() is None:
                 return
             self._ready.clear()
-            self._process = subprocess.Popen(
-                [sys.executable, "-m", FORECAST_MODULE],
-                cwd=PROJECT_ROOT,
-                env={**inherited(os.environ), "CUDA_VISIBLE_DEVICES": ""},
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.DEVNULL,
-                text=True,
-                start_new_session=True,  # a Ctrl-C at the API's terminal stops the API, which stops it
-            )
+            self._process = forecaster_process([], stderr=subprocess.DEVNULL)
             threading.Thread(target=self._await_ready, args=(self._process,), daemon=True).start()
 
     def _await_ready(self, process: subprocess.Popen[str]) -> None:
@@ -218,6 +209,22 @@ class Forecaster:
                 self._process.kill()
                 self._process.wait()
                 self._process = None
+
+
+def forecaster_process(prefix: list[str], stderr: int) -> subprocess.Popen[str]:
+    """`python -m trainers.forecast` behind `prefix` (a sandbox's argv, or none), talking over pipes, in a
+    process group of its own: a Ctrl-C at the API's terminal stops the API, which stops it, and a kill of
+    the group stops all of it."""
+    return subprocess.Popen(
+        [*prefix, sys.executable, "-m", FORECAST_MODULE],
+        cwd=PROJECT_ROOT,
+        env={**inherited(os.environ), "CUDA_VISIBLE_DEVICES": ""},
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=stderr,
+        text=True,
+        start_new_session=True,
+    )
 
 
 @contextmanager

@@ -102,7 +102,7 @@ def test_cancel_of_a_warm_job_stops_the_rank_cleanly_and_leaves_no_process_of_th
         process.wait(timeout=10)
         assert survivors == []
         assert (deployment.run_dir / "stopped").read_text() == "on SIGTERM\n"
-        # The held sandbox's bwrap exits once its pid 1 has: a moment after the job's processes, on a busy box.
+        # The held sandbox's bwrap exits once its pid 1 has: after the job's processes, on a busy box.
         _, alive = psutil.wait_procs(list(sandbox), timeout=5)
         left = [p for p in alive if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
         assert left == [], f"left behind: {[p.cmdline() for p in left]}"
