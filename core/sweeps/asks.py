@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from pydantic import ValidationError
-from sqlalchemy import func, select
+from sqlalchemy import func, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -118,9 +118,13 @@ def _ask(session: Session, sweep: Sweep, spec: SweepSpec, trials: list[SweepTria
 
 
 def _locked(session: Session, sweep_id: int) -> Sweep | None:
-    """The sweep's row, held until the caller commits (PostgreSQL; SQLite holds the whole database once the
-    transaction has written), so two askers record their trials one after the other."""
-    query = select(Sweep).where(Sweep.id == sweep_id).with_for_update()
+    """The sweep's row, held until the caller commits, before anything of it is read: so two askers record
+    their trials one after the other, and a trial's end (core/sweeps/told.py) commits wholly before or after
+    what the caller reads and writes. The write holds the row on PostgreSQL and the database on SQLite, where
+    a SELECT ... FOR UPDATE holds nothing and reads outside any transaction: a settle that read a trial still
+    running, then cleared `trials_due` over the end that set it meanwhile, left its sweep running for good."""
+    session.execute(update(Sweep).where(Sweep.id == sweep_id).values(trials_due=Sweep.trials_due))
+    query = select(Sweep).where(Sweep.id == sweep_id)
     return session.execute(query.execution_options(populate_existing=True)).scalar_one_or_none()
 
 
