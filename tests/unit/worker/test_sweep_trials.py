@@ -17,6 +17,7 @@ from sqlalchemy.exc import IntegrityError
 from core.db import session_scope
 from core.models import Checkpoint, Job, Metric, Sweep, SweepTrial
 from core.states import JobStatus, SweepStatus
+from core.sweeps import asks
 from core.sweeps.asks import reconcile_sweeps, top_up
 from core.sweeps.spec import SweepSpec
 from core.transitions import move
@@ -183,3 +184,38 @@ def test_a_pruned_trial_stops_at_a_checkpoint_and_ends_pruned(
         assert (trial.state, trial.steps) == ("pruned", 5)  # its last report
         assert session.get_one(Sweep, sweep_id).status == SweepStatus.COMPLETED
         assert session.scalar(select(func.count()).select_from(Job)) == 2
+
+
+def test_a_trial_ending_while_the_sweep_settles_still_completes_it(
+    database: WorkerDb, doorbell: Doorbell, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A reconciler settles the sweep for its first trial's end while the last trial ends: the settle must not
+    read the last trial running and then clear the `trials_due` its end set meanwhile, which left the sweep
+    running for good (a make test run hung on it)."""
+    sweep_id = make_sweep(database, max_trials=2)
+    first, last = job_of(sweep_id, 0), job_of(sweep_id, 1)
+    run(first, {5: 0.3})
+    with session_scope() as session:  # the first's end marks the sweep due; the reconciler settles it below
+        move(session, first, JobStatus.RUNNING, JobStatus.SUCCEEDED)
+    run(last, {5: 0.2})
+    read, told = threading.Event(), threading.Event()
+    real_trials_of = asks.trials_of
+
+    def trials_read_before_the_end(session: Any, sweep_id: int) -> Any:
+        rows = real_trials_of(session, sweep_id)
+        read.set()
+        told.wait(2)  # the end commits now, or waits for this settle where the settle holds the sweep
+        return rows
+
+    monkeypatch.setattr(asks, "trials_of", trials_read_before_the_end)
+    settling = threading.Thread(target=asks._settle, args=(sweep_id,))
+    settling.start()
+    assert read.wait(30)
+    with session_scope() as session:
+        move(session, last, JobStatus.RUNNING, JobStatus.SUCCEEDED)
+    told.set()
+    settling.join(30)
+    monkeypatch.undo()
+    reconcile_sweeps()
+    with session_scope() as session:
+        assert session.get_one(Sweep, sweep_id).status == SweepStatus.COMPLETED
