@@ -116,17 +116,20 @@ class Forecaster:
         self._process: subprocess.Popen[str] | None = None
         self._ready = threading.Event()  # the process has its imports and serves
         self._cache: OrderedDict[str, Outcome] = OrderedDict()
+        # The shared forecaster and the sandboxed ones (bundle_forecasts.py) fill it from their own threads.
+        self._cache_lock = threading.Lock()
 
     def forecasts(self, settings: Settings, configs: list[RunConfig], target: Target) -> list[Outcome]:
         """One outcome per config, the cached ones without asking; none (with why) while the forecaster
         starts, when it is busy with other submissions, or when it takes longer than the timeout: a job is
         never held up long for its forecast, nor refused for lack of one."""
         keys = [shape_key(config, target, settings.data_dir) for config in configs]
-        if all(key in self._cache for key in keys):
-            return [self._cache[key] for key in keys]
+        known = self.known(keys)
+        if all(outcome is not None for outcome in known):
+            return [outcome for outcome in known if outcome is not None]
         self.start()
         if not self._ready.is_set():
-            return [self._cache.get(key) or Outcome(None, STARTING) for key in keys]
+            return [outcome or Outcome(None, STARTING) for outcome in known]
         return self.asking(
             settings,
             keys,
@@ -136,7 +139,11 @@ class Forecaster:
         )
 
     def cached(self, key: str) -> Outcome | None:
-        return self._cache.get(key)
+        return self.known([key])[0]
+
+    def known(self, keys: list[str]) -> list[Outcome | None]:
+        with self._cache_lock:
+            return [self._cache.get(key) for key in keys]
 
     def asking(
         self, settings: Settings, keys: list[str], configs: list[RunConfig], lock: threading.Lock, ask: Ask
@@ -145,27 +152,31 @@ class Forecaster:
         Another submission's forecast holds it: a short wait, then none, so that no user's stream of new
         shapes holds up another's submissions for long."""
         if not lock.acquire(timeout=min(BUSY_WAIT_S, settings.forecast_timeout_s)):
-            return [self._cache.get(key) or Outcome(None, BUSY) for key in keys]
+            return [outcome or Outcome(None, BUSY) for outcome in self.known(keys)]
         deadline = time.monotonic() + settings.forecast_timeout_s
         try:
+            before = self.known(keys)
             missing = [
-                (key, config) for key, config in zip(keys, configs, strict=True) if key not in self._cache
+                (key, config)
+                for key, config, outcome in zip(keys, configs, before, strict=True)
+                if outcome is None
             ]
             answers = ask([config for _, config in missing], deadline)
             for (key, _), outcome in zip(missing, answers, strict=True):
                 self._remember(settings, key, outcome)
             known = dict(zip([key for key, _ in missing], answers, strict=True))
-            return [self._cache.get(key) or known[key] for key in keys]
+            return [outcome or known[key] for key, outcome in zip(keys, self.known(keys), strict=True)]
         finally:
             lock.release()
 
     def _remember(self, settings: Settings, key: str, outcome: Outcome) -> None:
         if outcome.forecast is None and outcome.note is not None and not outcome.note.startswith(UNFORECAST):
             return  # timed out or stopped: another time, less busy, it may come
-        self._cache[key] = outcome
-        self._cache.move_to_end(key)
-        while len(self._cache) > settings.forecast_cache_entries:
-            self._cache.popitem(last=False)
+        with self._cache_lock:
+            self._cache[key] = outcome
+            self._cache.move_to_end(key)
+            while len(self._cache) > settings.forecast_cache_entries:
+                self._cache.popitem(last=False)
 
     def _ask(
         self, settings: Settings, configs: list[RunConfig], target: Target, deadline: float

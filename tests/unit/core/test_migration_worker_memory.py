@@ -7,25 +7,20 @@ from __future__ import annotations
 import psutil
 import pytest
 from alembic import command
-from sqlalchemy import MetaData, Table, insert, select
+from sqlalchemy import insert, select
 
-from core.config import Settings, get_settings
+from core.config import Settings
 from core.db import get_engine
 from core.models import utcnow
 from tests.unit.conftest import alembic_config
+from tests.unit.core.worker_rows import as_worker_of_vm, workers
 from worker.executors.local.reaper import beat
-
-
-def workers() -> Table:
-    return Table("workers", MetaData(), autoload_with=get_engine())
 
 
 def test_upgrade_adds_nullable_memory_that_a_heartbeat_fills_in(
     env: Settings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("TRAINYARD_HOSTNAME", "vm")
-    monkeypatch.setenv("TRAINYARD_GPU_INVENTORY", "")
-    get_settings.cache_clear()
+    as_worker_of_vm(monkeypatch)
     config = alembic_config()
     command.upgrade(config, "0020")
     old = {
