@@ -53,10 +53,15 @@ migrate: install
 # Both processes share the terminal's process group, so Ctrl-C reaches both; the trap also stops the
 # other one when either exits on its own. The API prints its address and auth mode (app/serve.py); its
 # connection limits are TRAINYARD_* settings (docs/operations.md, "Configuration").
-run: migrate sandbox
+# The key that seals users' secrets (docs/secrets.md), made once and kept: readable by its owner alone.
+var/secrets.key:
+	@mkdir -p var && umask 077 && $(PY) -m core.secrets new-key > $@.tmp && mv $@.tmp $@
+
+run: migrate sandbox var/secrets.key
 	@echo "make run: the API and a worker ($(EXECUTOR) executor); Ctrl-C stops both. The CLI is $(VENV)/bin/trainyard (or run"
 	@echo "  \`source $(VENV)/bin/activate\` once); from this checkout it finds the API by itself (var/api-url)."
 	@trap 'kill -TERM $$api $$wrk 2>/dev/null; wait' INT TERM EXIT; \
+	export TRAINYARD_SECRETS_KEY="$${TRAINYARD_SECRETS_KEY:-$$(cat var/secrets.key)}"; \
 	$(PY) -m worker & wrk=$$!; \
 	$(PY) -m app.serve & api=$$!; \
 	wait -n; exit 0
@@ -83,18 +88,19 @@ slurm: install slurm-packages
 
 # The suite as four pytest processes at once (tests/parts.py), with the linters beside them: the tests on the
 # shared running services (then the benchmarks' smoke runs) in the foreground; those with services of their
-# own (then the API's and the core's unit tests), the soak, the linters and everything else in the
-# background, their output shown once the foreground part ends. Each part prints its 15 slowest tests, so
-# that what makes the suite long shows.
+# own, the soak (then the API's and the core's unit tests), the linters and everything else in the
+# background, their output shown once the foreground part ends. Each part prints its 15 slowest tests and its
+# 15 costliest in CPU (tests/cpu_report.py, every test's in var/test-<part>.cpu), so that what makes the suite
+# long shows: on two cores, the CPU the parts take from each other.
 PYTEST := $(VENV)/bin/pytest -q -p no:cacheprovider --durations=15
 test: install-test servers
 	@mkdir -p var; \
-	$(PYTEST) --part soak > var/test-soak.log 2>&1 & soak=$$!; \
+	$(PYTEST) --part soak --cpu-report var/test-soak.cpu > var/test-soak.log 2>&1 & soak=$$!; \
 	$(MAKE) --no-print-directory lint > var/test-lint.log 2>&1 & lint=$$!; \
-	$(PYTEST) --part rest > var/test-rest.log 2>&1 & rest=$$!; \
-	$(PYTEST) --part services > var/test-services.log 2>&1 & services=$$!; \
+	$(PYTEST) --part rest --cpu-report var/test-rest.cpu > var/test-rest.log 2>&1 & rest=$$!; \
+	$(PYTEST) --part services --cpu-report var/test-services.cpu > var/test-services.log 2>&1 & services=$$!; \
 	trap 'kill $$soak $$lint $$rest $$services 2>/dev/null' INT TERM; \
-	$(PYTEST) --part stacks; stacks=$$?; \
+	$(PYTEST) --part stacks --cpu-report var/test-stacks.cpu; stacks=$$?; \
 	wait $$rest; others=$$?; wait $$services; own=$$?; wait $$soak; soaked=$$?; wait $$lint; linters=$$?; \
 	echo "--- the rest (var/test-rest.log) ---"; cat var/test-rest.log; \
 	echo "--- the tests with services of their own (var/test-services.log) ---"; cat var/test-services.log; \
@@ -132,7 +138,7 @@ compose-check: install-test
 # Wheels of the web/queue/db stack for the GPU machine's Python 3.12 (see bench/README.md).
 LM_WHEELS := transformers|peft|accelerate|tokenizers|safetensors|huggingface[-_]hub|hf-xet|regex|fsspec|filelock|PyYAML|requests|charset-normalizer
 gpu-wheels: install-test
-	../shared/tools/gpu-wheels.sh nvidia-ml-py psutil prometheus_client boto3
+	../shared/tools/gpu-wheels.sh nvidia-ml-py psutil prometheus_client boto3 cryptography uvloop
 	# Language models' stack, at the versions this venv resolved, without their dependencies: pip would
 	# otherwise fetch a torch of its own, far beyond what a device call carries; the image's torch, numpy
 	# and tqdm serve.

@@ -10,6 +10,7 @@ from fastapi import Depends, FastAPI
 
 from app.api.deps import get_caller
 from app.api.errors import install_error_handlers
+from app.api.fair_share import take_turn
 from app.api.guards import install_request_guards
 from app.api.openapi import install_openapi, problems
 from app.api.routes import (
@@ -25,6 +26,8 @@ from app.api.routes import (
     metrics,
     profile,
     queue,
+    secrets,
+    stacks,
     stream,
     sweeps,
     usage,
@@ -32,6 +35,7 @@ from app.api.routes import (
     webhooks,
 )
 from app.api.routes.prometheus import install_prometheus
+from app.api.slow_requests import SlowRequestLog
 from app.api.storable import RefuseUnstorableText
 from app.services.forecasts import forecasting
 from app.services.integrations.mlflow_exporter import exporting
@@ -62,8 +66,12 @@ def create_app() -> FastAPI:
     # The one body that is not a JSON spec: a code bundle's archive, capped by TRAINYARD_CODE_MAX_BYTES.
     raw_bodies = [("POST", f"{API_PREFIX}{code.router.prefix}")]
     install_error_handlers(app, streamed=raw_bodies)
-    # Auth first: text is checked only for a caller who may send it.
-    v1_dependencies = [Depends(get_caller), Depends(RefuseUnstorableText(raw_bodies))]
+    # Auth first: a turn is taken (app/api/fair_share.py), and text checked, only for a caller who may.
+    v1_dependencies = [
+        Depends(get_caller),
+        Depends(take_turn, scope="function"),
+        Depends(RefuseUnstorableText(raw_bodies)),
+    ]
     for module in (
         jobs,
         sweeps,
@@ -75,11 +83,13 @@ def create_app() -> FastAPI:
         queue,
         usage,
         profile,
+        stacks,
         keys,
         code,
         compare,
         forecast,
         webhooks,
+        secrets,
     ):
         # Auth and the text guard once for every /v1 route, those added later included; a route that needs
         # to know who is asking takes CallerDep, which FastAPI resolves once per request.
@@ -91,6 +101,7 @@ def create_app() -> FastAPI:
     app.include_router(web.router)
     install_openapi(app)
     install_request_guards(app, raw_bodies=raw_bodies)
+    app.add_middleware(SlowRequestLog)  # added last: outermost, it times the guards' refusals too
     return app
 
 

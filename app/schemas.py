@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from datetime import datetime
-from enum import StrEnum
 from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
+from app.retry_from import RetryFrom as RetryFrom
 from app.timings import JobTimings
 from core.clock import as_utc
 from core.integrations.webhook_events import EVENT_NAMES, unknown_events
@@ -80,13 +80,6 @@ class JobPublic(BaseModel):
     slurm_job_id: int | None = Field(
         None, description="its Slurm job id, once handed to Slurm (TRAINYARD_EXECUTOR=slurm); null otherwise"
     )
-
-
-class RetryFrom(StrEnum):
-    """Where a retry starts."""
-
-    LATEST = "latest"  # the job's latest checkpoint; its spec's own start when it has none
-    SCRATCH = "scratch"  # the job's spec as it was submitted
 
 
 class JobSubmitted(BaseModel):
@@ -183,6 +176,24 @@ class LogChunk(BaseModel):
     eof: bool = Field(description="the job has finished and there is nothing more to read")
 
 
+class RankStack(BaseModel):
+    rank: int
+    host: str
+    stack: str = Field(description="every thread's Python stack (faulthandler's dump); the end of a long one")
+
+
+class StacksPublic(BaseModel):
+    captured_at: datetime
+    reason: str | None = Field(description="requested (POST /v1/jobs/{id}/stacks) or stalled")
+    ranks: list[RankStack]
+    collectives: list[dict[str, Any]] = Field(
+        description="NCCL jobs: {pg, seq, collective, waiting, missing} per process group, from torch's "
+        "flight recorder where the ranks dumped it"
+    )
+    message: str | None = Field(None, description="what the capture could not read, and why")
+    requested_at: datetime | None = Field(None, description="the latest capture asked for")
+
+
 class GpuPublic(BaseModel):
     """A GPU as its worker reported it (utilisation and memory fields pass through), plus who holds it."""
 
@@ -233,6 +244,14 @@ class QueueEntry(BaseModel):
     status_reason: str | None
     reason: str = Field(description="why it waits, as the worker last wrote it")
     created_at: UtcDatetime
+    starts_in_s: float | None = Field(
+        None,
+        description=(
+            "seconds until it would start if the running jobs and those ahead run as long as forecast "
+            "(an estimate: no backfill, no preemption); null with starts_in_note saying why"
+        ),
+    )
+    starts_in_note: str | None = Field(None, description="why starts_in_s is null")
 
 
 class QueuePublic(BaseModel):
@@ -410,7 +429,10 @@ class SweepPublic(BaseModel):
     trials: TrialCounts = Field(description="trials by state")
     best: BestTrial | None = Field(description="the best completed trial so far; null before one completes")
     steps_used: int = Field(description="optimizer steps every trial ran, pruned ones up to their stop")
-    steps_if_unpruned: int = Field(description="the steps the same trials would have run without pruning")
+    steps_if_unpruned: int = Field(
+        description="the steps the same trials would have run by now without pruning: steps_used and what "
+        "each pruned trial did not run of its total (a running trial's steps to come are not counted)"
+    )
     config: dict[str, Any] = Field(description="the sweep as created")
 
 

@@ -182,10 +182,17 @@ def _is_section(annotation: Any) -> TypeGuard[type[BaseModel]]:
     return isinstance(annotation, type) and issubclass(annotation, BaseModel)
 
 
+def _nested(annotation: Any) -> Iterator[Any]:
+    """The annotation and every type inside it: a section may be a dict's value (env's secret references)."""
+    yield annotation
+    for arg in get_args(annotation):
+        yield from _nested(arg)
+
+
 def subsections(model: type[BaseModel], path: str = "") -> Iterator[tuple[str, type[BaseModel]]]:
     """Every section inside `model`, depth first, with its dotted path (`data.augment`)."""
     for name, field in model.model_fields.items():
-        for inner in (field.annotation, *get_args(field.annotation)):
+        for inner in _nested(field.annotation):
             if _is_section(inner):
                 yield f"{path}{name}", inner
                 yield from subsections(inner, f"{path}{name}.")
@@ -281,7 +288,7 @@ def render() -> str:
     out += [f"`precision` also accepts apex opt levels: {aliases}.", ""]
     for name, field in JobSpec.model_fields.items():
         # A section may be optional (`model: ModelSpec | None`): its model is then one of the union's members.
-        model = next((t for t in (field.annotation, *get_args(field.annotation)) if _is_section(t)), None)
+        model = next((t for t in _nested(field.annotation) if _is_section(t)), None)
         if model is not None:
             out += section(f"## {name}", model)
             for path, inner in subsections(model, f"{name}."):

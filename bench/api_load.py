@@ -15,7 +15,9 @@ plan, store the job and ring the broker's doorbell, but nothing trains. Then, wi
    with the clock.
 4. The same jobs as the dashboard polls them: each client asks again POLL_S after its answer, POLL_ROUNDS
    times; the load a page per running job puts on the API, where phases 2 and 3 are its ceiling.
-5. The same GETs as phase 2 against `noop_app`, a server that answers at once: the floor this client sets.
+5. GET /v1/jobs?limit=LIST_LIMIT, the dashboard's jobs page (a full page once that many are stored), and
+   6. GET /v1/queue, its queue page, `requests` / LIST_SHARE times each from GET_CONCURRENCY clients.
+7. The same GETs as phase 2 against `noop_app`, a server that answers at once: the floor this client sets.
 
 Every answer is checked (a 201 whose body holds the new job's id; a 200 whose body is the asked-for job), and
 what failed is counted by kind below the table. Each phase stops by itself after PHASE_LIMIT_S. Client and
@@ -35,6 +37,7 @@ import asyncio
 import contextlib
 import gc
 import json
+import os
 import shutil
 import statistics
 import subprocess
@@ -60,6 +63,7 @@ from bench.profile_stacks import summarize
 from bench.report import record, section
 from bench.table import markdown, number
 from core.models import Job
+from core.queue_order import JOBS
 from tests.integration.servers import ROOT, Stack, free_port, stop, wait_for
 
 SUBMIT_CONCURRENCY, GET_CONCURRENCY = 32, 64
@@ -69,6 +73,9 @@ STUCK_S = 30.0
 FLOOR = "GET, no-op server (floor)"
 # About as many as a box trains at once (a job per GPU or CPU slot), with room to spare.
 RUNNING_JOBS = 64
+# The dashboard's jobs page asks for this many (app/web/views.js); its pages cost more than one job's, so
+# they are asked for a LIST_SHARE of the single-job requests.
+LIST_LIMIT, LIST_SHARE = 100, 10
 # app/web/api.js's POLL_MS: how often an open job page asks for its job again.
 POLL_S, POLL_ROUNDS = 2.0, 10
 NOOP_JOB_ID = 1
@@ -248,10 +255,33 @@ def fill_queue(url: str, database_url: str, queued: int) -> None:
     httpx.post(f"{url}/v1/jobs", json=SPEC, timeout=60).raise_for_status()
     engine = create_engine(database_url)
     with engine.begin() as connection:
-        row = connection.execute(select(Job.__table__).limit(1)).mappings().one()
+        row = connection.execute(select(JOBS).limit(1)).mappings().one()
         copy = {**row, "id": None}
-        connection.execute(insert(Job.__table__), [copy] * (queued - 1))
+        connection.execute(insert(JOBS), [copy] * (queued - 1))
     engine.dispose()
+
+
+def check_page(least: int) -> Check:
+    """A list's page must answer 200 with a `data` list of at least `least` entries."""
+
+    def check(_index: int, reply: Reply) -> str | None:
+        if reply.status != 200:
+            return f"HTTP {reply.status}"
+        try:
+            data = json.loads(reply.body)["data"]
+        except (ValueError, KeyError, TypeError):
+            return "HTTP 200 without a data list"
+        return (
+            None if isinstance(data, list) and len(data) >= least else f"HTTP 200 with under {least} entries"
+        )
+
+    return check
+
+
+async def pages(url: str, server: psutil.Process, path: str, least: int, requests: int) -> Phase:
+    async with clients(url, GET_CONCURRENCY, "/healthz") as readers:
+        gets = [encode_request("GET", path, readers[0].host)] * requests
+        return await hammer(f"GET {path}", gets, readers, check_page(least), server)
 
 
 async def lookups(
@@ -284,10 +314,15 @@ async def load(
     running = ids[:RUNNING_JOBS]
     mark_running(database_url, running)
     polled = await lookups(url, server, "GET /v1/jobs/{id}, running jobs", running, requests)
-    pages = POLL_ROUNDS * GET_CONCURRENCY
+    polls = POLL_ROUNDS * GET_CONCURRENCY
     name = f"GET /v1/jobs/{{id}}, running jobs, each polled every {POLL_S:g} s"
-    dashboards = await lookups(url, server, name, running, pages, think_s=POLL_S)
-    return [post_phase, waiting, polled, dashboards]
+    dashboards = await lookups(url, server, name, running, polls, think_s=POLL_S)
+    listed = await pages(
+        url, server, f"/v1/jobs?limit={LIST_LIMIT}", min(LIST_LIMIT, len(ids)), requests // LIST_SHARE
+    )
+    still_queued = min(1, len(ids) - len(running))  # with a queue before the phases, more
+    queue = await pages(url, server, "/v1/queue", still_queued, requests // LIST_SHARE)
+    return [post_phase, waiting, polled, dashboards, listed, queue]
 
 
 async def floor(url: str, server: psutil.Process, requests: int) -> Phase:
@@ -370,6 +405,15 @@ def measure_floor(requests: int) -> Phase:
         stop(server)
 
 
+SERVER_LOG_TAIL_BYTES = 20_000
+
+
+def tail_text(path: Path, size: int) -> str:
+    with path.open("rb") as file:
+        file.seek(max(path.stat().st_size - size, 0))
+        return file.read().decode(errors="replace")
+
+
 def run_at_depth(
     args: argparse.Namespace, submissions: int, requests: int, queued: int
 ) -> tuple[list[Phase], str]:
@@ -387,12 +431,21 @@ def run_at_depth(
             database_url = stack.env["TRAINYARD_DATABASE_URL"]
             fill_queue(stack.url, database_url, queued)
             phases = on_uvloop(load(stack.url, database_url, api, submissions, requests))
+            if any(phase.failures for phase in phases):  # what the server said of them, before it is deleted
+                print(tail_text(workdir / "api.log", SERVER_LOG_TAIL_BYTES), file=sys.stderr)
         finally:
             if spy is not None:
                 spy.send_signal(2)  # SIGINT: py-spy writes what it sampled and exits
                 spy.wait(30)
             stack.stop()
         return phases, summarize(raw.read_text()) if raw.exists() else ""
+
+
+def host_label(load_average: float) -> str:
+    """The machine as RESULTS.md's heading names it: its own core count, and how busy other work kept it
+    (client and server share it, so a loaded machine's figures are not an idle one's)."""
+    physical = psutil.cpu_count(logical=False)
+    return f"{os.cpu_count()}-core host ({physical} physical), load average {load_average:.1f} at the start"
 
 
 def main() -> int:
@@ -407,6 +460,7 @@ def main() -> int:
     parser.add_argument("--api-workers", type=int, default=1, help="API processes (TRAINYARD_API_WORKERS)")
     args = parser.parse_args()
     submissions, requests = (50, 200) if args.smoke else (args.submissions, args.requests)
+    load_at_start = os.getloadavg()[0]
     phases: list[Phase] = []
     profiles: list[str] = []
     for queued in (int(depth) for depth in args.queued.split(",")):
@@ -425,7 +479,7 @@ def main() -> int:
         "Targets: GET p99 <= 50 ms, >= 200 accepted POST/s."
     )
     body = "\n\n".join([note, results_table(phases), *profiles])
-    record(section("2-core dev machine (shared with other work)", None, body), args.smoke)
+    record(section(host_label(load_at_start), None, body), args.smoke)
     return 0
 
 

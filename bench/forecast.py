@@ -6,10 +6,14 @@ median step_time_s after --warmup steps.
 
     python -m bench.forecast [--only NAME,...] [--gpus N] [--warmup N] [--steps N] [--budget-s S]
                              [--json PATH] [--smoke]
+    python -m bench.forecast --against PATH [--gpus N] [--strategy S]
 
 Targets: peak memory within 10 % and step time within 20 % of what was measured. --json writes every row's
 figures (the breakdown too), which calibration.py's constants are fitted to. --smoke runs two tiny
-configurations on the CPU: every row fills, nothing is recorded.
+configurations on the CPU: every row fills, nothing is recorded. --against PATH forecasts again, with this
+checkout's code and on this host's CPU, the rows of a --json file written on the GPU machine, beside the
+figures measured there (give the --gpus and --strategy it ran with): how a change of the forecast would have
+fared, without a GPU. It prints, never records.
 """
 
 from __future__ import annotations
@@ -34,7 +38,7 @@ from bench.run import CHILD_TIMEOUT_S
 from bench.runtime import device_name
 from bench.table import markdown, number, ratio, times
 from jobspec.datadir import DATA_DIR_ENV
-from jobspec.forecast import Forecast
+from jobspec.forecast import GPU_MODEL, Forecast
 from tests.integration.trainer_helpers import TrainerRun, launch, write_config
 from trainers.forecast.estimate import Target, forecast
 
@@ -194,6 +198,27 @@ def table(rows: list[Row]) -> str:
     return markdown(COLUMNS, body)
 
 
+def against(path: Path, args: argparse.Namespace, scratch: Path) -> list[Row]:
+    """The rows of a --json file, forecast again on the GPU it was measured on."""
+    rows = []
+    for measured in json.loads(path.read_text()):
+        if measured["forecast"] is None:
+            continue
+        breakdown = measured["forecast"]["breakdown"]
+        where = Target(breakdown[GPU_MODEL], measured["forecast"]["device_memory_bytes"])
+        config = CONFIGS[measured["name"]]
+        if args.strategy:
+            config = {**config, "parallel": {"strategy": args.strategy}}
+        run_config = write_config(scratch / measured["name"], job_spec(config, args))
+        started = time.perf_counter()
+        predicted = forecast(run_config, where, args.warmup + args.steps)
+        took = time.perf_counter() - started
+        rows.append(
+            Row(measured["name"], predicted, took, measured["measured_peak_mb"], measured["measured_step_s"])
+        )
+    return rows
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", default=",".join(CONFIGS), help="configurations: " + ", ".join(CONFIGS))
@@ -204,6 +229,7 @@ def main() -> int:
     parser.add_argument("--budget-s", type=float, default=540, help="no configuration starts past it")
     parser.add_argument("--json", type=Path, default=None, help="write every row's figures here")
     parser.add_argument("--smoke", action="store_true", help="two tiny configurations on the CPU")
+    parser.add_argument("--against", type=Path, default=None, help="a --json file to forecast again, here")
     args = parser.parse_args()
     names = list(SMOKES) if args.smoke else args.only.split(",")
     if unknown := [n for n in names if n not in CONFIGS]:
@@ -216,6 +242,9 @@ def main() -> int:
         data_dir = Path(scratch) / "data"
         write_model_and_data(data_dir, SMOKE if args.smoke else LLAMA_1B, 4096)
         os.environ[DATA_DIR_ENV] = str(data_dir)
+        if args.against is not None:
+            print(table(against(args.against, args, Path(scratch))))
+            return 0
         for name in names:
             config = CONFIGS[name]
             if args.strategy:

@@ -34,7 +34,8 @@ from bench.report import record, section
 from bench.result import SKIPPED, parse
 from bench.run import CHILD_TIMEOUT_S
 from bench.table import markdown, number, percent, ratio, times
-from tests.integration.trainer_helpers import TrainerRun, launch, write_config
+from bench.warm_start import launch_run
+from tests.integration.trainer_helpers import TrainerRun, write_config
 from trainers.lm import flops_per_token, peak_flops
 
 GPT2 = {"n_layer": 12, "n_head": 12, "n_embd": 768, "block_size": 1024, "vocab_size": 50304}
@@ -101,7 +102,7 @@ def trainer_row(shape: dict[str, int], args: argparse.Namespace, run_dir: Path, 
         return Row(f"{variant} ({SKIPPED}: out of time)", None, None, None)
     write_config(run_dir, trainer_spec(shape, args))
     gpus = ",".join(str(gpu) for gpu in range(args.gpus))
-    done = launch(run_dir, nproc=args.gpus, timeout=timeout, cuda_devices="" if args.smoke else gpus)
+    done = launch_run(run_dir, nproc=args.gpus, timeout=timeout, cuda_devices="" if args.smoke else gpus)
     run = TrainerRun(run_dir, args.gpus)
     if done.returncode:
         print(done.stdout[-2000:], done.stderr[-2000:], run.log(0)[-4000:], file=sys.stderr)
@@ -180,7 +181,7 @@ def main() -> int:
     args = parser.parse_args()
     budget = Budget(args.budget_s)
     if args.smoke:
-        args.batch, args.warmup, args.steps = 4, 5, 5
+        args.batch, args.warmup, args.steps = 4, 1, 4  # one report (every 5th step) after warm-up
     shape = SMOKE if args.smoke else GPT2
     with tempfile.TemporaryDirectory(prefix="bench-gpt-") as scratch:
         trainer = trainer_row(shape, args, Path(scratch) / "run", budget)

@@ -34,8 +34,9 @@ from bench.report import record, section
 from bench.run import CHILD_TIMEOUT_S
 from bench.runtime import device_name
 from bench.table import markdown, number, percent, ratio, times
+from bench.warm_start import launch_run
 from jobspec.datadir import DATA_DIR_ENV
-from tests.integration.trainer_helpers import TrainerRun, launch, write_config
+from tests.integration.trainer_helpers import TrainerRun, write_config
 
 # TinyLlama-1.1B's shape: 22 layers of 2048 with grouped-query attention (4 key/value heads).
 LLAMA_1B = {
@@ -145,7 +146,7 @@ def trainer_row(
         return Row(f"{variant.label} (skipped: out of time)", None, None, None, None)
     write_config(run_dir, trainer_spec(shape, args, variant))
     gpus = "" if args.smoke else ",".join(str(i) for i in range(args.gpus))
-    done = launch(run_dir, nproc=args.gpus, timeout=timeout, cuda_devices=gpus)
+    done = launch_run(run_dir, nproc=args.gpus, timeout=timeout, cuda_devices=gpus)
     run = TrainerRun(run_dir, args.gpus)
     if done.returncode:
         print(done.stdout[-2000:], done.stderr[-2000:], run.log(0)[-4000:], file=sys.stderr)
@@ -192,7 +193,7 @@ def main() -> int:
         parser.error(f"--only names {', '.join(unknown)}; choose from {', '.join(VARIANTS)}")
     budget = Budget(args.budget_s)
     if args.smoke:
-        args.batch, args.block, args.warmup, args.steps = 2, 16, 5, 5
+        args.batch, args.block, args.warmup, args.steps = 2, 16, 1, 4  # one report after warm-up
     shape = SMOKE if args.smoke else LLAMA_1B
     tokens = (args.warmup + args.steps) * args.batch * args.gpus * args.block + args.block + 1
     with tempfile.TemporaryDirectory(prefix="bench-hf-") as scratch:

@@ -2,7 +2,7 @@
 resized crop + flip, on an ImageNet-like JPEG folder this script writes to the machine's disk.
 
     python -m bench.streaming [--images N] [--classes C] [--picture-px P] [--image-size S] [--dir DIR]
-        [--steps N] [--budget-s S] [--smoke]
+        [--steps N] [--budget-s S] [--smoke] [--s3]
 
 The folder (--images JPEGs of about 400 x 350, or of about P x P with --picture-px, default 50,000, in
 --classes folders, default 100, written by every core at once and kept for the next run) is read by, one
@@ -10,7 +10,9 @@ after another on GPU 0:
   - the Trainyard trainer streaming it (data.placement=stream), decoded by cores-2 loader workers;
   - the same, decoded on the GPU (data.decode=gpu);
   - the same job with the folder decoded once onto the GPU before step 1 (data.placement=gpu);
-  - bench/folder_loop.py: torchvision ImageFolder + PIL transforms + DataLoader(num_workers=cores-2).
+  - bench/folder_loop.py: torchvision ImageFolder + PIL transforms + DataLoader(num_workers=cores-2);
+  - with --s3, the first one again on the folder uploaded to moto's S3 server on loopback (bench/s3_root.py):
+    data.root s3://..., each image a GET, the job's cache on.
 The trainer runs under torchrun as the worker starts it (tests/integration/trainer_helpers.py), without the
 service: "start→first step" runs from the launch to the trainer's first step. Its img/s is the median of its
 samples_per_s reports after warm-up. GPU utilisation (nvidia-smi) and the CPU cores busy machine-wide
@@ -38,12 +40,14 @@ from bench.budget import Budget
 from bench.report import record, section
 from bench.result import SKIPPED, Result, exit_code, failed, parse
 from bench.run import CHILD_TIMEOUT_S, child_argv
+from bench.s3_root import s3_root
 from bench.service import Finished, job_result
 from bench.table import markdown, name, number, ratio, times
+from bench.warm_start import launch_run
 from bench.workload import LR, MOMENTUM, WINDOW_PREFIX, Workload, default_workers, preset
 from jobspec.datadir import DATA_DIR_ENV
 from jobspec.events import MetricsEvent
-from tests.integration.trainer_helpers import TrainerRun, launch, write_config
+from tests.integration.trainer_helpers import TrainerRun, write_config
 from tests.unit.trainers.image_sets import Pictures, write_folder
 
 BUDGET_S = 560
@@ -58,10 +62,11 @@ COLUMNS = (
     "CPU cores busy",
     "start→first step s",
 )
-STREAMED, GPU_DECODE, RESIDENT = (
+STREAMED, GPU_DECODE, RESIDENT, FROM_S3 = (
     "streamed (loader workers)",
     "streamed (data.decode=gpu)",
     "decoded once, resident",
+    "streamed from a local S3 server",
 )
 
 
@@ -135,14 +140,16 @@ def ensure_folder(data_dir: Path, wanted: Pictures) -> Path:
     return root
 
 
-def job_spec(workload: Workload, placement: str, decode: str, workers: int) -> dict[str, Any]:
+def job_spec(
+    workload: Workload, placement: str, decode: str, workers: int, root: str = FOLDER
+) -> dict[str, Any]:
     on_gpu = workload.device == "cuda"
     return {
         "name": f"bench-streaming-{placement}-{decode}",
         "model": {"arch": workload.arch},
         "data": {
             "dataset": "image_folder",
-            "root": FOLDER,
+            "root": root,
             "image_size": workload.image_size,
             "load_size": round(workload.image_size * 8 / 7),  # 256 for 224: ImageNet's usual resize
             "placement": placement,
@@ -181,7 +188,7 @@ def trainer_row(variant: str, spec: dict[str, Any], workload: Workload, run_dir:
     write_config(run_dir, spec)
     monitor = Monitor(on_gpu)
     started = time.time()
-    done = launch(run_dir, nproc=1, timeout=timeout, cuda_devices="0" if on_gpu else "")
+    done = launch_run(run_dir, nproc=1, timeout=timeout, cuda_devices="0" if on_gpu else "")
     monitor.stop.set()
     run = TrainerRun(run_dir, 1)
     if done.returncode:
@@ -229,7 +236,7 @@ def target(label: str, result: Result, reference: Result, goal: str) -> list[str
 
 def tables(rows: list[Row]) -> str:
     """The rows, x the resident job's and the hand-written loop's img/s; then the issue's targets."""
-    streamed, gpu, resident, hand = (row.result for row in rows)
+    streamed, gpu, resident, hand = (row.result for row in rows[:4])
     body = [
         [
             name(row.result),
@@ -254,6 +261,11 @@ def tables(rows: list[Row]) -> str:
             # issue 34's, at 128 px on pictures of about 160 px
             target("data.decode=gpu: resident img/s", gpu, resident, "≥ 0.90x"),
             target("data.decode=gpu: hand-written img/s", gpu, hand, "≥ 1.50x"),
+            # issue 46's: the same streamed job, its folder in an object store
+            *[
+                target("from S3: streamed from disk img/s", row.result, streamed, "≥ 0.90x")
+                for row in rows[4:]
+            ],
         ],
     )
     return markdown(COLUMNS, body) + "\n\n" + targets
@@ -286,6 +298,10 @@ def measure(args: argparse.Namespace) -> tuple[str, list[Row]]:
         for i, (variant, spec) in enumerate(variants)
     ]
     rows.append(folder_loop_row(root, workload, workers, budget))
+    if args.s3:
+        with s3_root(root) as stored:
+            spec = job_spec(workload, "stream", "cpu", workers, stored)
+            rows.append(trainer_row(FROM_S3, spec, workload, runs / "s3", budget))
     device = "cpu" if not on_gpu else next((r.result.device for r in rows if r.result.device), "GPU")
     return device, rows
 
@@ -307,6 +323,7 @@ def main() -> int:
     parser.add_argument("--steps", type=int, help="timed steps (after warm-up) per variant")
     parser.add_argument("--budget-s", type=float, default=BUDGET_S, help="skip variants past this")
     parser.add_argument("--smoke", action="store_true", help="tiny sizes on the CPU; prints only")
+    parser.add_argument("--s3", action="store_true", help="also stream the folder from moto's S3 server")
     args = parser.parse_args()
     device, rows = measure(args)
     heading, body = section(device, 1, tables(rows)).split("\n", 1)

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import base64
+import binascii
 import socket
 from enum import StrEnum
 from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from core.code_unpack import MAX_DEPTH
@@ -230,7 +232,10 @@ class Settings(BaseSettings):
     )
     heartbeat_s: float = Field(2.0, gt=0, le=300)
     reconcile_s: float = Field(
-        1.0, gt=0, le=300, description="how often each worker acts on recorded facts (a sweep's next trials)"
+        1.0,
+        gt=0,
+        le=300,
+        description="how often each worker acts on recorded facts: sweeps' next trials, jobs' dependants",
     )
     lease_timeout_s: float = Field(30.0, gt=0, le=3600, description="older heartbeat: reaped")
     requeue_after_s: float = Field(10.0, gt=0, le=3600, description="re-ring the doorbell for queued jobs")
@@ -277,6 +282,20 @@ class Settings(BaseSettings):
     quota_max_jobs: int = Field(32, ge=1, le=100_000, description="a user's queued and active jobs")
     quota_max_gpus: int = Field(64, ge=0, le=100_000, description="GPUs a user's unfinished jobs ask for")
     quota_retry_after_s: int = Field(30, ge=1, le=86400, description="Retry-After of a 429 over quota")
+    # A process serves one request's Python at a time: more of one user's at once only queue them inside it,
+    # ahead of other users' (the soak: 3 users' dashboards at 8 each put 17 requests ahead of a 4th's).
+    user_max_requests: int = Field(
+        2,
+        ge=1,
+        le=10_000,
+        description="one user's requests each API process serves at once; the rest wait their turn",
+    )
+    slow_request_s: float = Field(
+        1.0, gt=0, le=86400, description="a request answered slower than this is logged with its time"
+    )
+    user_max_waiting: int = Field(
+        256, ge=0, le=100_000, description="one user's requests waiting their turn; past it, 429"
+    )
     sweep_max_choices: int = Field(
         256,
         ge=2,
@@ -320,6 +339,21 @@ class Settings(BaseSettings):
     upload_drain_s: float = Field(
         600.0, ge=0, le=86400, description="s3: how long a job's end waits for its last uploads to finish"
     )
+    data_cache_max_bytes: int = Field(
+        64 * 2**30,
+        ge=0,
+        le=2**40,
+        description="the most data.cache_bytes a job may ask: what it keeps of an s3:// data.root per host",
+    )
+    data_list_max_objects: int = Field(
+        10_000,
+        ge=1,
+        le=1_000_000,
+        description="an s3:// data.root: the most objects a submission or dry run lists (the rest uncounted)",
+    )
+    data_list_timeout_s: float = Field(
+        10.0, gt=0, le=300, description="an s3:// data.root: the longest a submission or dry run lists it"
+    )
     gpu_inventory: str | None = Field(
         None, description="test only: comma-separated fake GPU ids that replace NVML discovery"
     )
@@ -358,6 +392,15 @@ class Settings(BaseSettings):
     )
     forecast_cache_entries: int = Field(
         256, ge=1, le=100_000, description="forecasts each API process keeps, by the spec's shape"
+    )
+    secrets_key: SecretStr | None = Field(
+        None,
+        description="the key that seals users' secrets at rest (AES-256-GCM): 32 bytes in base64 "
+        "(`python -m core.secrets new-key`); the API and every worker need the same one. Unset: secrets "
+        "are refused (503), never stored in the clear",
+    )
+    secrets_max_per_user: int = Field(
+        100, ge=0, le=10_000, description="secrets one user may hold (an admin's shared ones count too)"
     )
     webhook_max_per_user: int = Field(
         20, ge=1, le=10_000, description="webhooks one user may have; each adds a delivery per state change"
@@ -402,6 +445,22 @@ class Settings(BaseSettings):
     @classmethod
     def absolute(cls, path: Path) -> Path:
         return path.resolve()
+
+    @field_validator("secrets_key")
+    @classmethod
+    def aes_256_key(cls, key: SecretStr | None) -> SecretStr | None:
+        if key is None or not key.get_secret_value():  # compose passes an unset key as empty
+            return None
+        try:
+            size = len(base64.b64decode(key.get_secret_value(), validate=True))
+        except (binascii.Error, ValueError):
+            size = -1
+        if size != 32:
+            raise ValueError(
+                "TRAINYARD_SECRETS_KEY must be 32 bytes in base64; make one with "
+                "`python -m core.secrets new-key`"
+            )
+        return key
 
     @field_validator("s3_prefix")
     @classmethod

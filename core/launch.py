@@ -12,8 +12,8 @@ from core.executors import executor_traits
 from jobspec.datadir import DATA_DIR_ENV, RUN_DIR_ENV
 from jobspec.plan import Plan
 from jobspec.spec import JobSpec
-
-JOB_TOKEN_ENV = "TRAINYARD_JOB_TOKEN"
+from jobspec.stacks import JOB_TOKEN_ENV as JOB_TOKEN_ENV
+from jobspec.stacks import NCCL_TRACE_PREFIX, STACKS_DIR
 
 # What a rank may inherit from the worker's environment: what the interpreter, the locale, CUDA and the
 # collectives need to work, and the admin's tuning of them. Nothing else passes, so the database and broker
@@ -164,6 +164,18 @@ def launch_env(
         "HF_HUB_OFFLINE": "1",
         "TRANSFORMERS_OFFLINE": "1",
         **cache,
+        **(flight_recorder(run_dir) if plan.device == "cuda" else {}),
+    }
+
+
+def flight_recorder(run_dir: Path) -> dict[str, str]:
+    """torch's NCCL flight recorder: the last collectives of each rank kept in a ring, and dumped into the
+    run directory when a collective times out, where the worker reduces them to which rank is missing from
+    which collective (worker/attempts/flight.py). A gloo job's stacks alone say who waits where."""
+    return {
+        "TORCH_NCCL_TRACE_BUFFER_SIZE": "2000",
+        "TORCH_NCCL_DUMP_ON_TIMEOUT": "1",
+        "TORCH_NCCL_DEBUG_INFO_TEMP_FILE": str(run_dir / STACKS_DIR / NCCL_TRACE_PREFIX),
     }
 
 
@@ -181,11 +193,15 @@ def build_launch(
     cpu_count: int | None = None,
     rendezvous: Rendezvous | None = None,
     compile_cache: Path | None = None,
+    job_env: Mapping[str, str] | None = None,
 ) -> Launch:
     """`worker_env` (default: os.environ) passes through the allow-list. `compile_cache`: the host's
-    torch.compile cache the job may share; None keeps the job's compilations to itself."""
+    torch.compile cache the job may share; None keeps the job's compilations to itself. `job_env`: the
+    spec's env with its secrets' values (core/secrets.py::ranks_env), which only this environment carries:
+    never the argv, the run directory or a log."""
     if plan.device == "cuda" and len(gpu_ids) != plan.num_gpus:
         raise ValueError(f"plan needs {plan.num_gpus} GPUs but {len(gpu_ids)} were leased: {gpu_ids}")
+    # The spec refuses the names launch_env sets (jobspec/spec_env.py): neither can replace the other's.
     env = launch_env(
         os.environ if worker_env is None else worker_env,
         plan,
@@ -196,4 +212,4 @@ def build_launch(
         cpu_count or os.cpu_count() or 1,
         compile_cache,
     )
-    return Launch(argv=torchrun_argv(plan, run_dir, python, rendezvous), env=env)
+    return Launch(argv=torchrun_argv(plan, run_dir, python, rendezvous), env={**(job_env or {}), **env})

@@ -14,6 +14,7 @@ from sqlalchemy import (
     ForeignKey,
     Index,
     Integer,
+    LargeBinary,
     String,
     Text,
     UniqueConstraint,
@@ -86,6 +87,13 @@ class Job(Base):
     # current attempt runs as (worker/slurm/follow.py); null for a job no Slurm ever saw.
     slurm_job_id: Mapped[int | None] = mapped_column(Integer, index=True)
     slurm_restarts: Mapped[int | None] = mapped_column(Integer)
+    # Its spec's depends_on not succeeded yet: placement passes over a job while this is above 0
+    # (core/dependencies.py).
+    waiting_on: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    # Some job depends on this one; then its end sets dependants_due in the same UPDATE (core/transitions.py),
+    # and the dependencies' reconciler releases or cancels the dependants and clears it.
+    has_dependants: Mapped[bool] = mapped_column(Boolean, default=False, server_default="0")
+    dependants_due: Mapped[bool] = mapped_column(Boolean, default=False, server_default="0", index=True)
 
     __table_args__ = (
         UniqueConstraint("owner", "idempotency_key", name="uq_jobs_owner_idempotency"),
@@ -94,6 +102,18 @@ class Job(Base):
         # Without AUTOINCREMENT SQLite hands the newest deleted job's id to the next one, which would then be
         # taken for the deleted job in paths, links and logs.
         {"sqlite_autoincrement": True},
+    )
+
+
+class JobDependency(Base):
+    """A dependency of a queued job not settled yet: deleted once its job (depends_on_id) has ended and the
+    dependant was released (one fewer waiting_on) or cancelled. A dependency met at submission has no row."""
+
+    __tablename__ = "job_dependencies"
+
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True)
+    depends_on_id: Mapped[int] = mapped_column(
+        ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True, index=True
     )
 
 
@@ -110,6 +130,22 @@ class JobEvent(Base):
     message: Mapped[str | None] = mapped_column(Text)
     attempt: Mapped[int] = mapped_column(Integer, default=0)
     at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class JobStacks(Base):
+    """A job's latest capture of its ranks' stacks (worker/attempts/stack_capture.py), bounded per rank and in
+    ranks, and a capture asked for (POST /v1/jobs/{id}/stacks) that the worker running the job has yet to
+    take."""
+
+    __tablename__ = "job_stacks"
+
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True)
+    requested_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    captured_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    reason: Mapped[str | None] = mapped_column(String(32))  # "requested" or "stalled"
+    ranks: Mapped[list[dict[str, Any]]] = mapped_column(JSON, default=list)  # [{rank, host, stack}]
+    collectives: Mapped[list[dict[str, Any]]] = mapped_column(JSON, default=list)  # flight recorder's
+    message: Mapped[str | None] = mapped_column(Text)  # what the capture could not read, and why
 
 
 class Metric(Base):
@@ -377,3 +413,38 @@ class MlflowCursor(Base):
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     job_id: Mapped[int] = mapped_column(Integer)
+
+
+class Secret(Base):
+    """A user's secret, sealed with AES-GCM under TRAINYARD_SECRETS_KEY (core/secrets.py): the plain value is
+    never stored. An admin's `shared` one may be named by every user's jobs."""
+
+    __tablename__ = "secrets"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    owner: Mapped[str] = mapped_column(String(128))
+    name: Mapped[str] = mapped_column(String(64))
+    shared: Mapped[bool] = mapped_column(Boolean, default=False, server_default="0")
+    sealed: Mapped[bytes] = mapped_column(LargeBinary)  # a 12-byte nonce, then the ciphertext and its tag
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    last_used_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+    __table_args__ = (
+        UniqueConstraint("owner", "name", name="uq_secrets_owner_name"),
+        Index("ix_secrets_shared_name", "shared", "name"),
+        {"sqlite_autoincrement": True},
+    )
+
+
+class JobSecretValue(Base):
+    """A secret's value as a launch of the job handed it to the ranks, sealed as secrets are
+    (core/secrets.py::record_launched): the API masks the job's logs with these, so a secret deleted or
+    replaced later is still masked in what the job printed. At most jobspec.spec_env.MAX_ENV per job."""
+
+    __tablename__ = "job_secret_values"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), index=True)
+    sealed: Mapped[bytes] = mapped_column(LargeBinary)  # a 12-byte nonce, then the ciphertext and its tag
+
+    __table_args__ = ({"sqlite_autoincrement": True},)

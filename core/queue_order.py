@@ -5,10 +5,11 @@ One definition for the workers, which claim in this order (worker/executors/loca
 which shows it as queue positions (app/services/queue.py, app/services/queue_index.py): the position a user
 sees is the order jobs start.
 
-Every change to the queue (a job that enters or leaves it, or changes priority while in it) is a row of
-queue_changes, written by triggers on the jobs table whoever makes the change (API, worker, reaper): the API's
-index of the queue reads only the rows after the last it applied, so a position costs the same at any
-depth. The migration 0017 creates the same triggers on a migrated database."""
+Every change to the queue (a job that enters or leaves it, changes priority while in it, or starts or stops
+waiting for its depends_on) is a row of queue_changes, written by triggers on the jobs table whoever makes the
+change (API, worker, reaper): the API's index of the queue reads only the rows after the last it applied, so a
+position costs the same at any depth. The migrations 0017 and 0023 create the same triggers on a migrated
+database."""
 
 from __future__ import annotations
 
@@ -49,9 +50,10 @@ _SQLITE_LOG = f"""INSERT INTO queue_changes (version, job_id) SELECT coalesce(ma
 _SQLITE_TRIGGERS = (
     f"""CREATE TRIGGER queue_change_insert AFTER INSERT ON jobs WHEN NEW.status = 'queued'
     BEGIN {_SQLITE_LOG.format(row="NEW")} END""",
-    f"""CREATE TRIGGER queue_change_update AFTER UPDATE OF status, priority ON jobs
+    f"""CREATE TRIGGER queue_change_update AFTER UPDATE OF status, priority, waiting_on ON jobs
     WHEN (OLD.status = 'queued' OR NEW.status = 'queued')
-    AND (OLD.status IS NOT NEW.status OR OLD.priority IS NOT NEW.priority)
+    AND (OLD.status IS NOT NEW.status OR OLD.priority IS NOT NEW.priority
+    OR OLD.waiting_on IS NOT NEW.waiting_on)
     BEGIN {_SQLITE_LOG.format(row="NEW")} END""",
     f"""CREATE TRIGGER queue_change_delete AFTER DELETE ON jobs WHEN OLD.status = 'queued'
     BEGIN {_SQLITE_LOG.format(row="OLD")} END""",
@@ -71,9 +73,10 @@ _POSTGRES_TRIGGERS = (
     END $$""",
     """CREATE TRIGGER queue_change_insert AFTER INSERT ON jobs FOR EACH ROW
     WHEN (NEW.status = 'queued') EXECUTE FUNCTION queue_change()""",
-    """CREATE TRIGGER queue_change_update AFTER UPDATE OF status, priority ON jobs FOR EACH ROW
+    """CREATE TRIGGER queue_change_update AFTER UPDATE OF status, priority, waiting_on ON jobs FOR EACH ROW
     WHEN ((OLD.status = 'queued' OR NEW.status = 'queued')
-    AND (OLD.status IS DISTINCT FROM NEW.status OR OLD.priority IS DISTINCT FROM NEW.priority))
+    AND (OLD.status IS DISTINCT FROM NEW.status OR OLD.priority IS DISTINCT FROM NEW.priority
+    OR OLD.waiting_on IS DISTINCT FROM NEW.waiting_on))
     EXECUTE FUNCTION queue_change()""",
     """CREATE TRIGGER queue_change_delete AFTER DELETE ON jobs FOR EACH ROW
     WHEN (OLD.status = 'queued') EXECUTE FUNCTION queue_change()""",

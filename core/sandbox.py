@@ -5,9 +5,9 @@ host's system (/usr, its libraries, /sys and the few files of /etc that programs
 Python environment, read-only; of the project only the runtime packages the ranks import; this job's run
 directory read-write; its bundle, its data and exactly the checkpoint file it resumes from read-only; their
 own /tmp, process table, SysV IPC and /dev/shm; only their own GPUs' device files; no network but loopback
-unless the job spans hosts; a uid of no account. Nothing else of the host is there at all: not its other
-folders, not the service's state, not the worker's home. docs/security.md is the threat model and says why
-each flag is there.
+unless the job spans hosts or reads its data from an object store; a uid of no account. Nothing else of the
+host is there at all: not its other folders, not the service's state, not the worker's home.
+docs/security.md is the threat model and says why each flag is there.
 """
 
 from __future__ import annotations
@@ -84,7 +84,8 @@ class Sandbox:
     resume: BoundFile | None = None  # the checkpoint it resumes from, when that lies outside its run dir
     gpus: tuple[GpuDevice, ...] = ()
     gpu_support: tuple[str, ...] = ()  # those of GPU_SUPPORT_FILES present on the host
-    share_network: bool = False  # a multi-host job: its ranks and rendezvous reach other hosts
+    # A multi-host job (its ranks and rendezvous reach other hosts), or one whose data is in an object store.
+    share_network: bool = False
     run_as: int | None = None  # a root worker's job uid; None: the worker's own, in a user namespace
 
 

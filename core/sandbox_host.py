@@ -12,7 +12,7 @@ from pathlib import Path
 
 from core.config import Settings
 from core.sandbox import SYSTEM_ETC, SYSTEM_FOLDERS, HostSystem, Rlimits
-from jobspec.datadir import resolve_data_root
+from jobspec.datadir import data_folders, resolve_data_root
 from jobspec.files import largest_job_file
 from jobspec.spec import JobSpec
 
@@ -59,12 +59,8 @@ def host_system() -> HostSystem:
 
 
 def named_data_folders(settings: Settings, spec: JobSpec) -> list[Path]:
-    """The data folders the spec names, and no other: data.root, data.dataset text's tokenizer, and
-    hf_causal_lm's model.path."""
-    data, model = spec.data, spec.model
-    named = () if data is None else (("data.root", data.root), ("data.tokenizer", data.tokenizer))
-    if model is not None:
-        named = (*named, ("model.path", model.path))
+    """The data folders the spec names, and no other: data.root (unless in an object store), data.dataset
+    text's tokenizer, and hf_causal_lm's model.path."""
     return [
-        resolve_data_root(settings.data_dir, folder, field) for field, folder in named if folder is not None
+        resolve_data_root(settings.data_dir, folder, field) for field, folder in data_folders(spec).items()
     ]

@@ -9,6 +9,7 @@ every attempt, since Slurm runs it again as it is when it requeues the job.
 from __future__ import annotations
 
 import shlex
+from collections.abc import Sequence
 from pathlib import Path
 
 from core.config import Settings
@@ -57,7 +58,9 @@ def cpus_per_task(plan: Plan, settings: Settings) -> int:
     return plan.num_gpus * settings.slurm_cpus_per_gpu if plan.num_gpus else max(1, plan.cpu_cores)
 
 
-def sbatch_options(plan: Plan, spec: JobSpec, job_id: int | str, settings: Settings) -> list[str]:
+def sbatch_options(
+    plan: Plan, spec: JobSpec, job_id: int | str, settings: Settings, after_ok: Sequence[int] = ()
+) -> list[str]:
     options = [
         f"--job-name={job_name(job_id)}",
         f"--nodes={plan.nnodes}",
@@ -77,6 +80,12 @@ def sbatch_options(plan: Plan, spec: JobSpec, job_id: int | str, settings: Setti
         options.append(f"--time={time_limit(spec.limits.max_runtime_s, settings)}")
     if settings.slurm_partition:
         options.append(f"--partition={settings.slurm_partition}")
+    if after_ok:
+        # The Slurm jobs of its depends_on: Slurm starts it once each has completed, and cancels it at once
+        # when one fails rather than hold it pending for good; Trainyard's own record of them
+        # (core/dependencies.py) still decides when it may start and why it was cancelled.
+        options.append(f"--dependency=afterok:{':'.join(map(str, after_ok))}")
+        options.append("--kill-on-invalid-dep=yes")
     return options
 
 
@@ -87,6 +96,7 @@ def batch_script(
     settings: Settings,
     python: str,
     project: Path = PROJECT_ROOT,
+    after_ok: Sequence[int] = (),
 ) -> str:
     # One task per node, its cores said again (since Slurm 22.05 srun no longer takes --cpus-per-task from
     # the allocation, and would bind each task to one core); a node that fails takes the step down with it,
@@ -99,7 +109,7 @@ def batch_script(
     return "\n".join(
         [
             "#!/bin/bash",
-            *(f"#SBATCH {option}" for option in sbatch_options(plan, spec, job_id, settings)),
+            *(f"#SBATCH {option}" for option in sbatch_options(plan, spec, job_id, settings, after_ok)),
             "set -eu",
             f"cd {shlex.quote(str(project))}",
             f"exec {shlex.join([*srun, *node])}",

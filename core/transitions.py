@@ -39,6 +39,9 @@ def move(
         values["message"] = message
     if to_status.is_terminal:
         values.setdefault("finished_at", utcnow())
+        # Its dependants are released or cancelled after the commit (core/dependencies.py); read in the
+        # same UPDATE, so a job without any costs nothing more.
+        values["dependants_due"] = Job.has_dependants
     result = session.execute(update(Job).where(Job.id == job_id, Job.status == from_status).values(**values))
     if result.rowcount != 1:  # type: ignore[attr-defined]
         return False

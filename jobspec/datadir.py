@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from jobspec.data_store import is_store_root
 from jobspec.files import inside
 from jobspec.problems import Problem
 from jobspec.shown_paths import with_placeholders
@@ -59,13 +60,13 @@ def resolve_data_root(data_dir: Path, root: str, field: str = "data.root") -> Pa
 
 def data_folders(spec: JobSpec) -> dict[str, str]:
     """The folders a spec names under TRAINYARD_DATA_DIR, by field; a program names none (it reads its data
-    itself)."""
+    itself), nor does an s3:// data.root."""
     named = {
         "data.root": spec.data and spec.data.root,
         "data.tokenizer": spec.data and spec.data.tokenizer,
         "model.path": spec.model and spec.model.path,
     }
-    return {field: folder for field, folder in named.items() if folder}
+    return {field: folder for field, folder in named.items() if folder and not is_store_root(folder)}
 
 
 def absent_folders(spec: JobSpec, data_dir: Path) -> list[Problem]:

@@ -4,6 +4,10 @@ trainers/forecast/ (which needs torch); this is its torch-free shape, which the 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+
 from pydantic import BaseModel, Field
 
 # The forecaster process's first line, once it has its imports (trainers/forecast/__main__.py): from then on
@@ -24,3 +28,43 @@ class Forecast(BaseModel):
     # Filled in once the job has run: what it did.
     measured_peak_memory_bytes: int | None = None
     measured_step_time_s: float | None = None
+
+
+# What a forecast's step time was computed for, in its breakdown: the learned calibration
+# (app/services/forecast_learning.py) scales a forecast by the runs of the same key. A forecast so scaled
+# keeps the table's own figure, which later runs are compared with, so that a factor never learns from itself.
+GPU_MODEL, MODEL_KIND, EXECUTION = "gpu_model", "model_kind", "execution"
+TABLE_STEP_TIME = "table_step_time_s"
+
+
+class Execution(StrEnum):
+    COMPILED = "compiled"
+    EAGER = "eager"
+
+
+@dataclass(frozen=True)
+class StepKey:
+    """What a measured step time says something about: the GPU model, the kind of model, compiled or not."""
+
+    gpu_model: str
+    model_kind: str
+    execution: str
+
+    def __str__(self) -> str:
+        return f"{self.model_kind}, {self.execution}, on {self.gpu_model}"
+
+
+def step_key(breakdown: Mapping[str, object]) -> StepKey | None:
+    """The key of a GPU job's forecast; None for a CPU job's, or one made before forecasts named it."""
+    parts = (breakdown.get(GPU_MODEL), breakdown.get(MODEL_KIND), breakdown.get(EXECUTION))
+    if not all(isinstance(part, str) and part for part in parts):
+        return None
+    return StepKey(*(str(part) for part in parts))
+
+
+def table_step_time(forecast: Mapping[str, object]) -> float | None:
+    """The step time the fitted table gave, before any learned factor (a stored forecast as JSON)."""
+    breakdown = forecast.get("breakdown")
+    table = breakdown.get(TABLE_STEP_TIME) if isinstance(breakdown, Mapping) else None
+    figure = table if table is not None else forecast.get("step_time_s")
+    return float(figure) if isinstance(figure, int | float) and figure > 0 else None

@@ -15,6 +15,7 @@ from jobspec.catalog.archs import ARCHS
 from jobspec.cluster import Inventory, cluster_problems
 from jobspec.combinations import combination_problems, plan_warnings
 from jobspec.data_plan import DataPath, data_problems, plan_data
+from jobspec.data_store import StoreListing
 from jobspec.forecast import Forecast
 from jobspec.layout import LAYOUTS, Layout, spanning
 from jobspec.model_fit import model_problems, model_warnings, stage_problems
@@ -58,6 +59,7 @@ class Plan(BaseModel):
     # Its busiest device's peak memory, step and job time, and whether it fits (issue 44); None with why.
     forecast: Forecast | None = None
     forecast_note: str | None = None
+    data_found: StoreListing | None = None  # an s3:// data.root: what its bounded listing found
 
     def public(self) -> dict[str, Any]:
         return self.model_dump(mode="json")

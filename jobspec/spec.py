@@ -12,6 +12,7 @@ from typing import Annotated, NamedTuple
 
 from pydantic import Field, PrivateAttr, ValidatorFunctionWrapHandler, field_validator, model_validator
 
+from jobspec.spec_env import JobEnv
 from jobspec.spec_fields import Choice, Section
 from jobspec.spec_inputs import DataPlacement as DataPlacement
 from jobspec.spec_inputs import DataSpec as DataSpec
@@ -146,6 +147,13 @@ class CheckpointSpec(Section):
     save_final: bool = True
     # le: checkpoint ids are 32-bit on PostgreSQL, and a larger one would overflow the query.
     resume_from: int | None = Field(None, ge=1, le=2**31 - 1, description="checkpoint id to continue from")
+    resume_from_job: int | None = Field(
+        None,
+        ge=1,
+        le=2**31 - 1,
+        description="continue from this job's latest checkpoint, read when this job starts; the job must be "
+        "in depends_on, so that it has succeeded by then",
+    )
 
 
 class MetricsSpec(Section):
@@ -172,6 +180,15 @@ class LimitsSpec(Section):
     max_pending_s: int | None = Field(None, ge=1, le=30 * 86400)
     max_restarts: int = Field(0, ge=0, le=100, description="retryable failures restart from a checkpoint")
     collective_timeout_s: int = Field(600, ge=10, le=86400, description="a hung collective fails after this")
+    stall_timeout_s: int | None = Field(
+        None,
+        ge=5,
+        le=30 * 86400,
+        description="no step for this long after the attempt's first: stalled (every rank's stack kept, then "
+        "failed, or restarted as limits.max_restarts allows); unset: the larger of 600 s and 20x the median "
+        "time between its step counter's advances; before the first step, the start-up allowance "
+        "(TRAINYARD_SLURM_STARTUP_S, at least 600 s), which a longer value set here extends",
+    )
     max_disk_gb: float | None = Field(
         None, gt=0, le=2**30, description="the run directory's size (checkpoints, logs); past it: disk_limit"
     )
@@ -181,6 +198,9 @@ class LimitsSpec(Section):
 
 
 CODE_ID_PATTERN = r"^sha256:[0-9a-f]{64}$"
+# Each id listed is a row and a check at submission: a user's list is bounded, never taken whole.
+MAX_DEPENDENCIES = 16
+JobId = Annotated[int, Field(ge=1, le=2**31 - 1)]
 
 
 class Inputs(NamedTuple):
@@ -217,6 +237,13 @@ class JobSpec(Section):
     limits: LimitsSpec = Field(default_factory=LimitsSpec)
     profile: ProfileSpec = Field(default_factory=ProfileSpec)
     tracking: TrackingSpec = Field(default_factory=TrackingSpec)
+    env: JobEnv = Field(default_factory=dict)
+    depends_on: list[JobId] = Field(
+        default_factory=list,
+        max_length=MAX_DEPENDENCIES,
+        description="job ids (yours) that must all succeed before this one starts; it waits queued, and is "
+        "cancelled (dependency_failed) if one of them ends otherwise",
+    )
     priority: int = Field(
         0,
         ge=-100,
@@ -234,6 +261,13 @@ class JobSpec(Section):
         if isinstance(value, str) and value.upper() in APEX_LEVELS:
             return APEX_LEVELS[value.upper()]
         return value
+
+    @field_validator("depends_on")
+    @classmethod
+    def distinct_dependencies(cls, ids: list[int]) -> list[int]:
+        if len(set(ids)) != len(ids):
+            raise ValueError(f"depends_on lists a job twice: {ids}; list each job once")
+        return ids
 
     @model_validator(mode="before")
     @classmethod

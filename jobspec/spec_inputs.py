@@ -12,7 +12,9 @@ from pydantic import Field, JsonValue, TypeAdapter, ValidationInfo, field_valida
 
 from jobspec.catalog.archs import Arch
 from jobspec.catalog.datasets import DatasetName
+from jobspec.data_store import STORED_DATASETS, is_store_root, parse_store_root
 from jobspec.spec_augment import AugmentSpec, Decode, OnBadSample
+from jobspec.spec_env import SECRET_NAME_PATTERN
 from jobspec.spec_fields import Choice, EntryPoint, KwargValue, Section, known
 
 _ARCH_KWARGS: TypeAdapter[dict[str, float]] = TypeAdapter(dict[str, KwargValue])
@@ -139,6 +141,17 @@ class TokenDtype(StrEnum):
         return int(self.value.removeprefix("uint")) // 8
 
 
+class DataCredentials(Section):
+    """The secret that opens an s3:// data.root: a JSON object of the store's keys, which the worker hands to
+    the ranks' environment alone when it starts each attempt (docs/data.md)."""
+
+    secret: str = Field(
+        pattern=SECRET_NAME_PATTERN,
+        description="the name of a secret of yours (POST /v1/secrets), or one an admin shared: "
+        '{"access_key_id": ..., "secret_access_key": ..., "endpoint_url": ..., "region": ...}',
+    )
+
+
 class DataSpec(Section):
     """A built-in dataset (`dataset`) or your own (`factory`, a function of the code bundle: see
     [User code](#user-code)); exactly one of them."""
@@ -157,7 +170,21 @@ class DataSpec(Section):
         max_length=1024,
         description="cifar10, mnist, image_folder, shards, tokens, text, factory: a directory relative to "
         "TRAINYARD_DATA_DIR "
-        "(a factory gets it resolved, as root=)",
+        "(a factory gets it resolved, as root=); image_folder, shards, tokens: or s3://bucket/prefix in an "
+        "object store, streamed",
+    )
+    credentials: DataCredentials | None = Field(
+        None,
+        description='an s3:// data.root: {"secret": NAME}, a secret holding a JSON object of access_key_id, '
+        "secret_access_key and optionally session_token, endpoint_url, region; unset: the worker's own "
+        "(its AWS_* variables), for jobs without a code bundle",
+    )
+    cache_bytes: int = Field(
+        2**30,
+        ge=0,
+        le=2**40,
+        description="an s3:// data.root: bytes of what was read that each host keeps in the job's run "
+        "directory for the next epoch (0: none); at most TRAINYARD_DATA_CACHE_MAX_BYTES",
     )
     num_samples: int = Field(
         4096, ge=16, le=10_000_000, description="synthetic: training samples; synthetic_tokens: windows"
@@ -240,6 +267,10 @@ class DataSpec(Section):
     @field_validator("root", "tokenizer")
     @classmethod
     def relative_root(cls, root: str | None, info: ValidationInfo) -> str | None:
+        if info.field_name == "root" and is_store_root(root):
+            assert root is not None
+            parse_store_root(root)
+            return root
         return relative_path(f"data.{info.field_name}", root)
 
     @model_validator(mode="after")
@@ -251,5 +282,20 @@ class DataSpec(Section):
             raise ValueError(
                 "data.kwargs.root: set data.root instead; it is kept inside TRAINYARD_DATA_DIR and passed to "
                 "the factory resolved, as root="
+            )
+        return self.stored_root()
+
+    def stored_root(self) -> DataSpec:
+        """An object store holds what is read by name and range: image_folder, shards and tokens."""
+        if is_store_root(self.root) and self.dataset not in STORED_DATASETS:
+            kinds = ", ".join(sorted(STORED_DATASETS))
+            raise ValueError(
+                f"data.root: an s3:// root is read for data.dataset {kinds}, not "
+                f"{self.dataset or 'data.factory'}; copy the data under TRAINYARD_DATA_DIR, or use one of "
+                "them"
+            )
+        if self.credentials is not None and not is_store_root(self.root):
+            raise ValueError(
+                "data.credentials open an object store, and data.root is no s3:// root; drop data.credentials"
             )
         return self

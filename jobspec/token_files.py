@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from jobspec.catalog.datasets import DatasetName
+from jobspec.data_store import is_store_root
 from jobspec.datadir import confined_file, resolve_data_root, shown_data_path
 from jobspec.problems import Problem, SpecError, refuse
 from jobspec.spec import DataSpec, JobSpec
@@ -48,12 +49,15 @@ class TokenSplits:
 def token_count(data_dir: Path, path: Path, dtype: TokenDtype) -> int:
     """The ids in a flat file; refused when its size is no whole number of them (the wrong width, or cut
     short)."""
-    size = path.stat().st_size
+    return ids_in(path.stat().st_size, dtype, shown_data_path(data_dir, path))
+
+
+def ids_in(size: int, dtype: TokenDtype, shown: str) -> int:
+    """The ids in `size` bytes of a flat file (on disk or in an object store) that messages call `shown`."""
     if size % dtype.itemsize:
         raise refuse(
             "data.token_dtype",
-            f"{shown_data_path(data_dir, path)} is {size} bytes, not a whole number of {dtype} ids "
-            f"({dtype.itemsize} bytes each)",
+            f"{shown} is {size} bytes, not a whole number of {dtype} ids ({dtype.itemsize} bytes each)",
             "set data.token_dtype to the width the file was written with, or write it again (it may be cut "
             "short)",
         )
@@ -211,8 +215,8 @@ def text_sources(data: DataSpec, data_dir: Path) -> tuple[list[Path], Path]:
 def check_token_data(spec: JobSpec, data_dir: Path) -> None:
     """What the API can tell of a token dataset's files at submit; raises SpecError naming each problem."""
     data, batch_size = spec.inputs.data, spec.train.batch_size
-    if data.root is None:
-        return  # the planner names it
+    if data.root is None or is_store_root(data.root):
+        return  # the planner names a missing one; an object store's is listed (app/services/data_listing.py)
     if data.dataset is DatasetName.TEXT:
         text_sources(data, data_dir.resolve())
     if data.dataset is not DatasetName.TOKENS:

@@ -5,23 +5,36 @@ service, for Slurm to start, signal or requeue one, for a killed worker's lease 
 other parts' work fills. `stacks` is every test on one of the shared running services
 (tests/integration/conftest.py), so that each starts once, then the benchmarks' smoke runs. `services` is the
 modules that start services of their own (the Slurm cluster, hosts, workers and object stores of their own),
-which wait the most and say so with `pytestmark = pytest.mark.own_services`, then the unit tests of the API
-and the core. `rest` is everything else: the worker's and the trainer's unit tests, the trainer's runs under
-torchrun; the linters run beside it. `soak` is the modules marked `soak` (bench/soak, light, 2 minutes),
-which run minutes on their own service from the start, beside the others, so that their length is not added
-to any part's. The work that needs nothing running is split so that the parts end together: a part left
-alone at the end waits on one core. Without `--part`, pytest runs everything, as before.
+which wait the most and say so with `pytestmark = pytest.mark.own_services`. `rest` is everything else: the
+worker's and the trainer's unit tests, the trainer's runs under torchrun; the linters run beside it. `soak`
+is the modules marked `soak` (bench/soak, light, 2 minutes), which run minutes on their own service from the
+start, beside the others, so that their length is not added to any part's, then the unit tests of the API
+and the core, which would otherwise keep `services` running long after the soak's end. The work that needs
+nothing running is split so that the parts end together: a part left alone at the end waits on one core.
+Without `--part`, pytest runs everything, as before.
 """
 
 from __future__ import annotations
 
 import functools
+import os
 import re
 from pathlib import Path
 
 import pytest
 
 PARTS = ("stacks", "rest", "services", "soak")
+# Every test's jobs run at the tests' own priority. The suite's parts take both cores at full priority all the
+# time, as the service never does: under TRAINYARD_RANK_NICE's default a job's ranks (each of its sessions
+# niced, jobspec/session_nice.py) got a sliver of the cores, and jobs crawled into their tests' timeouts.
+# The tests of the priority set it themselves (tests/unit/worker/test_rank_nice.py); the full soak, run
+# apart from the suite, runs the service's default.
+os.environ.setdefault("TRAINYARD_RANK_NICE", "0")
+# libgomp's threads wait for each other spinning, by default: on a box whose cores every part keeps busy, a
+# torch op's threads spun through their neighbours' time slices (a resnet18 case in a test's own process:
+# 4.4-6.2 CPU s, 0.5-0.8 with passive waits). Set before anything imports torch (this plugin loads first);
+# the processes the tests start inherit it.
+os.environ.setdefault("OMP_WAIT_POLICY", "passive")
 TESTS = Path(__file__).parent
 # Test files that never use a shared running service (its fixtures are tests/integration's).
 OFF_THE_STACKS = (TESTS / "unit", TESTS / "gpu")
@@ -63,9 +76,9 @@ def _marked(path: Path, name: str) -> bool:
 def _part_of_file(path: Path) -> str | None:
     """The part every test of this file is in, where the file alone tells: a test module that never names a
     shared stack's fixture cannot ask for one (no other fixture of tests/integration's conftest does)."""
-    if _marked(path, SOAK):
+    if _marked(path, SOAK) or _within(path, UNIT_TESTS):
         return "soak"
-    if _marked(path, OWN_SERVICES) or _within(path, UNIT_TESTS):
+    if _marked(path, OWN_SERVICES):
         return "services"
     if _within(path, BENCH_SMOKE):
         return "stacks"

@@ -92,7 +92,7 @@ def train_hogwild(config: RunConfig, run_dir: Path, env: DistEnv) -> bool:
     done = resume(plan, run_dir, c)
     per_epoch = steps_per_epoch(config, c)
     total = total_steps(spec.train, per_epoch)
-    output = RunOutput(run_dir, spec, total, env.is_main)
+    output = RunOutput(run_dir, spec, total, env.is_main, env.stop)
     reports: dict[int, list[Report]] = defaultdict(list)
     paused: dict[int, list[dict[str, Any] | None]] = defaultdict(list)
     stop_at = 0

@@ -161,7 +161,7 @@ def train(config: RunConfig, run_dir: Path, env: DistEnv) -> bool:
     per_epoch = c.batches.steps_per_epoch
     total = total_steps(spec.train, per_epoch)
     schedule = LrSchedule.from_spec(spec.train, plan.lr, total, per_epoch)
-    output = RunOutput(run_dir, spec, total, env.is_main)
+    output = RunOutput(run_dir, spec, total, env.is_main, env.stop)
     metrics = TrainMetrics(
         c.strategy,
         env.device,

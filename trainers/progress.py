@@ -18,8 +18,10 @@ from jobspec.events import DoneEvent, MetricsEvent, PhaseEvent, StartupEvent, Wa
 from jobspec.spec import CheckpointSpec, JobSpec, MetricsSpec, OnNonFinite, TrainSpec
 from jobspec.startup import Mark, mark, marks
 from trainers.checkpoint import Checkpointer
+from trainers.dist_env import StopRequest
 from trainers.metrics import EventLog, Report
 from trainers.precision import MixedPrecision
+from trainers.pruner_wait import GateWait
 from trainers.tensorboard import TensorBoard
 
 NONFINITE_METRIC = "nonfinite_steps"  # per report, unless train.on_nonfinite=fail
@@ -75,10 +77,13 @@ class RunOutput:
     report in the rank's log. Every rank holds one so that callers need no rank checks; only rank 0's
     writes."""
 
-    def __init__(self, run_dir: Path, spec: JobSpec, total: int, is_main: bool) -> None:
+    def __init__(
+        self, run_dir: Path, spec: JobSpec, total: int, is_main: bool, stop: StopRequest | None = None
+    ) -> None:
         self.total = total
         self.is_main = is_main
         self.events = EventLog(run_dir, is_main)
+        self._gate = GateWait(run_dir, is_main, stop)  # a sweep's trial waits for its pruner's verdict
         self._checkpointer = Checkpointer(run_dir, spec.checkpoint.keep_last, spec.name, self.events)
         self._board = TensorBoard(run_dir, spec.metrics.tensorboard and is_main)
         self.on_nonfinite = spec.train.on_nonfinite
@@ -109,6 +114,7 @@ class RunOutput:
         """Metrics reduced over the job (training or evaluation) as of `at`."""
         self.events.append(MetricsEvent(step=at.step, total_steps=self.total, epoch=at.epoch, values=values))
         self._board.add(at.step, values)
+        self._gate.after_report(at.step, values)
 
     def report_training(self, at: Position, report: Report) -> None:
         """Also a line in the log, where a user reading it sees the run move. Steps whose loss was not finite

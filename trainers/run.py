@@ -13,7 +13,9 @@ from typing import NoReturn
 from jobspec import startup
 from jobspec.events import LOG_DIR, SPEC_FILE, rank_log_name
 from jobspec.plan import RunConfig
+from jobspec.session_nice import give_session_my_nice
 from jobspec.spec import Strategy
+from trainers.stack_dump import register_stack_dump
 from trainers.warm import forked
 
 # The exit status of a rank that stopped early on request (SIGTERM) after its final checkpoint: not a success,
@@ -68,10 +70,13 @@ def train_rank(run_dir: Path) -> int:
 
 def main(argv: list[str] | None = None) -> None:
     startup.restart()  # a rank forked from a warm process starts its own clock
+    give_session_my_nice()  # torchrun started this rank in a session of its own
     parser = argparse.ArgumentParser(prog="python -m trainers.run")
     parser.add_argument("--run-dir", type=Path, required=True, help="holds spec.json; events, logs go here")
     args = parser.parse_args(argv)
-    redirect_output(args.run_dir, int(os.environ.get("RANK", "0")))
+    rank = int(os.environ.get("RANK", "0"))
+    redirect_output(args.run_dir, rank)
+    register_stack_dump(args.run_dir, rank)  # before torch's import, which a hung rank may be stuck in
     # torch is imported only now, so that whatever it prints while loading lands in the rank's log too.
     import torch
     from torch.distributed.elastic.multiprocessing.errors import record

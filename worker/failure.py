@@ -1,4 +1,6 @@
-"""The root cause of a failed run, for the user: torchrun's error file, else the last lines of the logs.
+"""The root cause of a failed run, for the user: torchrun's error file, else the last lines of the logs, with
+the values of the job's secrets masked (core/log_mask.py), as the job's message is stored and shown to all
+who may read the job.
 
 The run directory is the job's: every file here is opened through the confined opener (jobspec/files.py), so
 a rank cannot turn `error.json` or its log into a view of a file the worker may read and the job may not, nor
@@ -10,10 +12,12 @@ from __future__ import annotations
 import json
 import re
 import signal
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 from enum import StrEnum
 from pathlib import Path
 
+from core.log_mask import masked_text
 from jobspec.events import LAUNCHER_LOG, LOG_DIR
 from jobspec.files import JobFileError, job_files, open_job_file
 
@@ -72,14 +76,18 @@ class FailureKind(StrEnum):
 
 def _read_tail(run_dir: Path, name: str, limit: int, max_bytes: int | None = None) -> str | None:
     """The last `limit` bytes of the run directory's file `name`, opened through the confined opener (no
-    link, no FIFO, at most `max_bytes`); None when it is not there or refused."""
+    link, no FIFO, at most `max_bytes`), from its first whole line; None when it is not there or refused."""
     try:
         opened = open_job_file(run_dir, name, max_bytes)
     except JobFileError:
         return None
     with opened:
-        opened.file.seek(max(0, opened.size - limit))
-        return opened.file.read(limit).decode("utf-8", errors="replace")
+        start = max(0, opened.size - limit)
+        opened.file.seek(start)
+        data = opened.file.read(limit)
+    if start:  # a line cut in two may hold the end of a secret's value, which no mask would recognise
+        data = data.partition(b"\n")[2]
+    return data.decode("utf-8", errors="replace")
 
 
 def describe_exit(code: int) -> str:
@@ -179,12 +187,13 @@ def classify_failure(run_dir: Path, code: int) -> FailureKind:
     return FailureKind.COMMUNICATION if _COMMUNICATION.search(message) else FailureKind.EXCEPTION
 
 
-def root_cause(run_dir: Path, code: int) -> str:
+def root_cause(run_dir: Path, code: int, secrets: Sequence[str] = ()) -> str:
     """The first failure: a rank killed by a signal, before the errors its peers then raised; else the
-    recorded error's message (for the user's code: what failed and the user's own frames)."""
+    recorded error's message (for the user's code: what failed and the user's own frames). `secrets`: the
+    values the attempt's ranks were given, masked wherever the text quotes them."""
     message = error_file_message(run_dir)
     if died := _died_first(run_dir, message):
         rank, rank_code = died
         then = f"; the other ranks then failed talking to it: {message.splitlines()[-1]}" if message else ""
-        return f"rank {rank} was {describe_exit(rank_code)}{then}"
-    return message or f"{describe_exit(code)}; {log_excerpt(run_dir)}"
+        return masked_text(f"rank {rank} was {describe_exit(rank_code)}{then}", secrets)
+    return masked_text(message or f"{describe_exit(code)}; {log_excerpt(run_dir)}", secrets)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -35,15 +36,45 @@ def _text(value: str | bytes) -> str:
     return value.decode() if isinstance(value, bytes) else value
 
 
-def nvml_gpus() -> list[GpuInfo]:
-    """Every GPU NVML sees; [] on a box without a driver, where init fails."""
+# The pynvml module whose library could not be loaded: asked again at every heartbeat, it searched the
+# library path anew each time, most of an idle worker's CPU on a box without a driver. A library that is
+# not installed does not appear under a running worker.
+_library_missing: list[object] = []
+
+
+@contextmanager
+def _nvml(what: str) -> Iterator[Any]:
+    """pynvml, initialised, for the block (shut down after it); None on a box without NVML."""
     try:
         import pynvml
-
+    except ImportError as exc:
+        log.debug("no NVML, so no %s: %s", what, exc)
+        yield None
+        return
+    if pynvml in _library_missing:
+        yield None
+        return
+    try:
         pynvml.nvmlInit()
-    except Exception as exc:  # ImportError, or NVMLError_LibraryNotFound / DriverNotLoaded on a CPU box
-        log.debug("no NVML, so no GPUs: %s", exc)
-        return []
+    except Exception as exc:  # NVMLError_LibraryNotFound, or DriverNotLoaded, on a CPU box
+        if isinstance(exc, getattr(pynvml, "NVMLError_LibraryNotFound", ())):
+            _library_missing.append(pynvml)
+        log.debug("no NVML, so no %s: %s", what, exc)
+        yield None
+        return
+    try:
+        yield pynvml
+    finally:
+        pynvml.nvmlShutdown()
+
+
+def nvml_gpus() -> list[GpuInfo]:
+    """Every GPU NVML sees; [] on a box without a driver, where init fails."""
+    with _nvml("GPUs") as pynvml:
+        return [] if pynvml is None else _listed(pynvml)
+
+
+def _listed(pynvml: Any) -> list[GpuInfo]:
     try:
         gpus = []
         for index in range(pynvml.nvmlDeviceGetCount()):
@@ -63,20 +94,16 @@ def nvml_gpus() -> list[GpuInfo]:
     except pynvml.NVMLError as exc:
         log.warning("NVML failed while listing GPUs, reporting none: %s", exc)
         return []
-    finally:
-        pynvml.nvmlShutdown()
 
 
 def sample_gpus(indices: list[int]) -> dict[int, dict[GpuQuantity, float]]:
     """Each of these physical GPUs' telemetry now; {} where NVML cannot say (no driver, or it failed), since
     a missed sample must not cost the heartbeat that takes it."""
-    try:
-        import pynvml
+    with _nvml("GPU telemetry") as pynvml:
+        return {} if pynvml is None else _sampled(pynvml, indices)
 
-        pynvml.nvmlInit()
-    except Exception as exc:  # as in nvml_gpus: no NVML on this box
-        log.debug("no NVML, so no GPU telemetry: %s", exc)
-        return {}
+
+def _sampled(pynvml: Any, indices: list[int]) -> dict[int, dict[GpuQuantity, float]]:
     try:
         samples = {}
         for index in indices:
@@ -94,8 +121,6 @@ def sample_gpus(indices: list[int]) -> dict[int, dict[GpuQuantity, float]]:
     except pynvml.NVMLError as exc:
         log.warning("NVML failed while sampling GPUs %s, skipping this sample: %s", indices, exc)
         return {}
-    finally:
-        pynvml.nvmlShutdown()
 
 
 def gpu_devices(indices: list[int]) -> list[GpuDevice]:

@@ -6,14 +6,19 @@ keep a final checkpoint) and records it `pruned`.
 A judgement costs what is new since the last one: the sweep's study lives in this process's memory
 (core.sweeps.study.LiveStudy), shared by the supervisors of its trials here, and takes in only the rows added
 since it last looked. Everything is read outside any write; the verdict is written by one short UPDATE, so
-SQLite's one writer is never held while Optuna works."""
+SQLite's one writer is never held while Optuna works.
+
+Each judgement opens the trial's gate (jobspec/pruner_gate.py) up to the step judged: the trial never trains
+more than GATE_LAG_S past a report of the objective that is not judged yet."""
 
 from __future__ import annotations
 
 import logging
 import threading
 import weakref
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import and_, or_, select, update
@@ -25,6 +30,10 @@ from core.models import Job, Metric, Sweep, SweepTrial
 from core.states import TrialState
 from core.sweeps.rows import trials_of
 from core.sweeps.spec import PrunerName, SweepSpec, config
+from jobspec.events import SQL_INT_MAX, MetricsEvent
+from jobspec.pruner_gate import GATE_DIR, GATE_FILE, PrunerGate
+from worker.event_lines import Read
+from worker.rundir import write_fresh
 
 if TYPE_CHECKING:
     from core.sweeps.study import LiveStudy
@@ -64,9 +73,11 @@ class TrialPruning:
     number: int
     spec: SweepSpec
     memory: _SweepMemory  # held, so the sweep's study lives while this trial is supervised here
+    run_dir: Path
+    gate_at: int | None = None  # the step the trial's gate was last opened to
 
     @classmethod
-    def for_job(cls, job_id: int) -> TrialPruning | None:
+    def for_job(cls, job_id: int, run_dir: Path) -> TrialPruning | None:
         """None for a job that is no sweep's trial, or whose sweep prunes nothing."""
         with session_scope() as session:
             job = session.get(Job, job_id)
@@ -78,7 +89,13 @@ class TrialPruning:
             sweep_id, number = job.sweep_id, job.trial
         # Optuna, imported while the trial starts rather than at its first report: the import takes seconds on
         # a loaded host, which a small trial's epochs outran, so that it trained to its end before a verdict.
-        return cls(job_id, sweep_id, number, spec, _memory_of(sweep_id, spec))
+        return cls(job_id, sweep_id, number, spec, _memory_of(sweep_id, spec), run_dir)
+
+    def has_news(self, events: Sequence[Read]) -> bool:
+        """Whether `events` report the objective: the pruner judges nothing else, and a trial's other reports
+        (its loss every few steps) would cost a judgement each, on a worker that supervises all its trials."""
+        metric = self.spec.objective.metric
+        return any(isinstance(event, MetricsEvent) and metric in event.values for event in events)
 
     def verdict(self) -> str | None:
         """Why the trial should stop now, or None. Each new report is judged once, in step order, as the
@@ -92,7 +109,11 @@ class TrialPruning:
             with self.memory.lock:
                 mine = self._catch_up(session, trial.judged_step)
                 judged = self._judge(mine)
+            judged_before = -1 if trial.judged_step is None else trial.judged_step
         if judged is None:
+            # Past its bound on reports the trial is judged no more: nothing it reports is waited for.
+            past_bound = self.memory.taken.get(self.number, 0) >= get_settings().sweep_pruner_max_reports
+            self._open_gate(SQL_INT_MAX if past_bound else judged_before)
             return None
         step, message, attrs = judged
         with session_scope() as session:  # one short write; a trial ended meanwhile keeps its end
@@ -105,7 +126,16 @@ class TrialPruning:
                 )
                 .values(judged_step=step, system_attrs=attrs, message=message)
             )
+        self._open_gate(step)  # a trial told to stop is stopped by its SIGTERM, at its next report step
         return message
+
+    def _open_gate(self, step: int) -> None:
+        """Let the trial train on past its reports up to `step`; written only when that moves."""
+        if step == self.gate_at:
+            return
+        gate = PrunerGate(metric=self.spec.objective.metric, judged=step).model_dump_json().encode()
+        write_fresh(self.run_dir, GATE_DIR, GATE_FILE, lambda file: file.write(gate))
+        self.gate_at = step
 
     def _judge(self, mine: dict[int, float]) -> tuple[int, str | None, dict[str, Any]] | None:
         """This trial's new reports, taken into the study one by one, each judged as it is taken in: the
@@ -140,7 +170,10 @@ class TrialPruning:
                 memory.taken[row.number] = memory.taken.get(row.number, 0) + len(reports)
             if row.number == self.number:
                 done = -1 if judged_step is None else judged_step
-                mine = {step: value for step, value in reports.items() if step > done}
+                # Another trial's supervisor may have taken in this trial's newest reports already (it
+                # reads every trial's): those are this trial's to judge all the same.
+                taken = memory.study.reports(row.number) if row.number < len(memory.study) else {}
+                mine = {step: value for step, value in {**taken, **reports}.items() if step > done}
                 reports = {step: value for step, value in reports.items() if step <= done}
             record = TrialRecord(
                 number=row.number,

@@ -1,15 +1,19 @@
 """Which checkpoint an attempt resumes from: the job's newest sound one on a requeued attempt, else the one
-the API chose (checkpoint.resume_from, or a retry's parent's latest)."""
+the API chose (checkpoint.resume_from, or a retry's parent's latest), else the latest of
+checkpoint.resume_from_job, read as the first attempt starts (that job has succeeded by then: it is in the
+spec's depends_on)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from sqlalchemy import select
+from sqlalchemy.orm import Session
 
 from core.db import session_scope
 from core.models import Checkpoint, Job
 from jobspec.plan import Plan
+from jobspec.spec import JobSpec
 from worker.publish import UnusableCheckpoint, resume_file
 from worker.tail import note
 
@@ -26,7 +30,7 @@ def _resume_from(job: Job, plan: Plan, attempt: int, run_dir: Path) -> str | Non
             .order_by(Checkpoint.step.desc(), Checkpoint.id.desc())
         )
         saved = session.execute(newest_first).all() if attempt > 1 else []
-        chosen = plan.resume_path
+        chosen = plan.resume_path or _latest_of(session, JobSpec.model_validate(job.spec))
         recorded = select(Checkpoint.sha256).where(Checkpoint.path == chosen).limit(1)
         chosen_sha256 = None if chosen is None else session.scalar(recorded)
     passed_over: list[str] = []
@@ -48,6 +52,20 @@ def _resume_from(job: Job, plan: Plan, attempt: int, run_dir: Path) -> str | Non
         return resume_file(chosen, chosen_sha256, run_dir)
     except UnusableCheckpoint as why:
         raise UnusableCheckpoint(f"cannot resume from checkpoint.resume_from: {why}") from why
+
+
+def _latest_of(session: Session, spec: JobSpec) -> str | None:
+    """The path of checkpoint.resume_from_job's newest checkpoint; None without one (a job that saved none
+    starts over, as the job event then says)."""
+    if spec.checkpoint.resume_from_job is None:
+        return None
+    newest = (
+        select(Checkpoint.path)
+        .where(Checkpoint.job_id == spec.checkpoint.resume_from_job)
+        .order_by(Checkpoint.step.desc(), Checkpoint.id.desc())
+        .limit(1)
+    )
+    return session.scalar(newest)
 
 
 def _note_passed_over(job_id: int, passed_over: list[str], then: str) -> None:

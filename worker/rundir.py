@@ -52,7 +52,7 @@ def append_no_follow(path: Path) -> int:
         raise RunDirTampered(f"{path}: {exc.strerror}; delete the job") from exc
 
 
-def write_fresh(run_dir: Path, folder: str, name: str, fill: Callable[[BinaryIO], None]) -> Path:
+def write_fresh(run_dir: Path, folder: str, name: str, fill: Callable[[BinaryIO], object]) -> Path:
     """`run_dir/folder/name`, written whole by `fill`: the folder made, or opened, without following a link;
     the file created fresh beside its name and renamed into place, so that a link the job left there is
     replaced, never written through, and the name never holds half a file. The run directory itself is the

@@ -15,6 +15,7 @@ from core.code_store import ensure_unpacked
 from core.config import SandboxMode, Settings
 from core.sandbox import GPU_SUPPORT_FILES, BoundFile, Sandbox, sandbox_argv, service_state
 from core.sandbox_host import host_system, named_data_folders, python_paths, rlimits
+from jobspec.data_store import is_store_root
 from jobspec.files import open_under
 from jobspec.plan import Plan
 from jobspec.spec import JobSpec
@@ -83,7 +84,7 @@ def sandbox_for(
         resume=resume_binding(settings, plan.resume_path, run_dir),
         gpus=tuple(gpus),
         gpu_support=tuple(path for path in GPU_SUPPORT_FILES if gpus and os.path.exists(path)),
-        share_network=plan.nnodes > 1,
+        share_network=plan.nnodes > 1 or (spec.data is not None and is_store_root(spec.data.root)),
         run_as=settings.job_uid if os.geteuid() == 0 else None,
     )
 

@@ -100,14 +100,14 @@ def _metric_rows(job_id: int, event: MetricsEvent) -> list[dict[str, Any]]:
 
 def pump(
     tail: EventTail, job_id: int, uploads: Uploads, counts: MetricCounts, *, drain: bool = False
-) -> bool:
-    """The tail's new events (all of them with `drain`) into SQL in one transaction, True if there were any;
-    on a database error the offset goes back and the counts are forgotten, so the next call reads the same
-    events again."""
+) -> list[Read]:
+    """The tail's new events (all of them with `drain`) into SQL in one transaction, returned (none: nothing
+    new); on a database error the offset goes back and the counts are forgotten, so the next call reads the
+    same events again."""
     start = tail.offset
     events = tail.drain() if drain else tail.read()
     if not events:
-        return False
+        return events
     try:
         with session_scope() as session:
             apply_events(session, job_id, events, uploads, counts)
@@ -115,7 +115,7 @@ def pump(
         tail.offset = start
         counts.forget()
         raise
-    return True
+    return events
 
 
 def apply_events(

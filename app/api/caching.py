@@ -24,6 +24,13 @@ CACHE_HEADERS: dict[str, Any] = {
 }
 
 
+def revalidated(what: str) -> dict[int | str, dict[str, Any]]:
+    """The OpenAPI `responses` of a route answered by revalidated_json: its 200's headers, and its 304 for
+    `what` ("the job")."""
+    description = f"the client's copy (its If-None-Match) is still {what} as it is"
+    return {200: {"headers": CACHE_HEADERS}, 304: {"description": description}}
+
+
 def etag_of(body: bytes) -> str:
     return '"' + hashlib.sha256(body).hexdigest()[:32] + '"'
 

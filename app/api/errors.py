@@ -41,6 +41,9 @@ from app.services.errors import (
     WebhookLimitReached,
     WebhookNotFound,
 )
+from app.services.secrets import SecretLimitReached, SecretNameTaken, SecretNotFound, SharingRefused
+from app.services.stacks import StacksNotFound
+from core.secrets import SecretsKeyMissing
 from core.transitions import InvalidTransition
 from jobspec.files import JobFileMissing, JobFileRefused, JobFileTooLarge
 from jobspec.problems import SpecError
@@ -78,6 +81,12 @@ STATUS_OF: dict[type[Exception], int] = {
     InvalidTransition: 409,
     QuotaExceeded: 429,
     RunDirStuck: 500,
+    StacksNotFound: 404,
+    SecretNotFound: 404,
+    SecretLimitReached: 422,
+    SecretNameTaken: 409,
+    SharingRefused: 403,
+    SecretsKeyMissing: 503,
 }
 
 _SOURCES = ("body", "query", "path", "header", "cookie")

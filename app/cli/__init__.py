@@ -7,9 +7,8 @@ from pathlib import Path
 from typing import Any
 
 import click
-import httpx
 
-from app.cli import artifacts, cluster, code, compare, forecast, jobs, observe, sweeps
+from app.cli import artifacts, cluster, code, compare, forecast, jobs, observe, secrets, stacks, sweeps
 from app.cli.api_url import ENV_VAR, ApiUrl, find_api_url
 from app.client import ApiError, TrainyardClient
 
@@ -30,15 +29,25 @@ class ApiGroup(click.Group):
             raise click.ClickException(
                 f"{exc.detail} (HTTP {exc.status} at {api.url}, {api.origin})"
             ) from exc
-        except httpx.ConnectError as exc:
-            api = ctx.meta[API_URL_KEY]
-            raise click.ClickException(
-                f"nothing listening at {api.url} ({api.origin}): {exc}; start the API with `make run`, or "
-                "point --url or TRAINYARD_URL at it"
-            ) from exc
-        except httpx.TransportError as exc:
-            api = ctx.meta[API_URL_KEY]
-            raise click.ClickException(f"the API at {api.url} ({api.origin}) did not answer: {exc}") from exc
+        except (click.ClickException, click.exceptions.Exit):
+            raise  # click's own errors and exits (--help) say all they need to
+        except Exception as exc:
+            # httpx is imported here, as in the client, only once a request may have failed: it is most of
+            # the CPU of a call that makes none (--help).
+            import httpx
+
+            if isinstance(exc, httpx.ConnectError):
+                api = ctx.meta[API_URL_KEY]
+                raise click.ClickException(
+                    f"nothing listening at {api.url} ({api.origin}): {exc}; start the API with `make run`, "
+                    "or point --url or TRAINYARD_URL at it"
+                ) from exc
+            if isinstance(exc, httpx.TransportError):
+                api = ctx.meta[API_URL_KEY]
+                raise click.ClickException(
+                    f"the API at {api.url} ({api.origin}) did not answer: {exc}"
+                ) from exc
+            raise
 
 
 @click.group(cls=ApiGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -69,6 +78,7 @@ for command in (
     observe.logs,
     observe.metrics,
     observe.events,
+    stacks.stacks,
     artifacts.checkpoints,
     artifacts.export,
     artifacts.tensorboard,
@@ -77,6 +87,7 @@ for command in (
     cluster.queue,
     cluster.usage,
     cluster.keys,
+    secrets.secret,
     compare.compare,
     forecast.forecast,
     code.code,

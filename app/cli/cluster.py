@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
 import click
 
 from app.cli.render import console, duration, local_time
 from app.cli.table import Column, Output, listing, output_option, print_table, table_wanted
 from app.client import TrainyardClient
-from app.schemas import HostGpus
+
+if TYPE_CHECKING:
+    from app.schemas import HostGpus, QueueEntry
 
 GPU_COLUMNS = (
     Column("host"),
@@ -59,16 +62,25 @@ QUEUE_COLUMNS = (
     Column("priority", rank=5, justify="right"),
     Column("wants", rank=3),
     Column("waited", rank=4, justify="right"),
+    Column("starts in", rank=2, justify="right"),
     Column("reason", wraps=True),
 )
+
+
+def starts_in(entry: QueueEntry) -> str:
+    """When the job would start if the jobs ahead run as long as forecast; '-' where that is not known."""
+    if entry.starts_in_s is None:
+        return "-"
+    return "now" if entry.starts_in_s == 0 else duration(entry.starts_in_s)
 
 
 @click.command()
 @listing
 @click.pass_obj
 def queue(client: TrainyardClient, wide: bool, output: Output) -> None:
-    """Jobs waiting to start, in the order they will start, and why each waits: the reason wrapped onto
-    further lines to fit, never cut (on one line with --wide)."""
+    """Jobs waiting to start, in the order they will start, when each would start if the jobs ahead run as
+    long as forecast, and why each waits: the reason wrapped onto further lines to fit, never cut (on one
+    line with --wide)."""
     entries = client.queue()
     if not table_wanted(entries, output, "the queue is empty"):
         return
@@ -82,6 +94,7 @@ def queue(client: TrainyardClient, wide: bool, output: Output) -> None:
             str(entry.priority),
             entry.wants,
             duration((now - entry.created_at).total_seconds()),
+            starts_in(entry),
             entry.reason,
         )
         for entry in entries.data

@@ -4,22 +4,26 @@ from __future__ import annotations
 
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from app.cli.code_ids import resolve_code_id
-from app.cli.pack import PackError, pack
 from app.cli.render import console, local_time, size
 from app.cli.table import Column, Output, listing, output_option, print_table, table_wanted
 from app.client import TrainyardClient
-from app.schemas import CodeBundleDetail
+
+if TYPE_CHECKING:
+    from app.schemas import CodeBundleDetail
 
 FolderArgument = click.Path(exists=True, file_okay=False, path_type=Path)
 
 
 def push_folder(client: TrainyardClient, folder: Path) -> CodeBundleDetail:
     """Packs and uploads `folder`; says on stderr what went up, so that stdout can carry the id alone."""
+    # Imported here, as pathspec with it, by the commands that push alone: every other call loads this module.
+    from app.cli.pack import PackError, pack
+
     with tempfile.TemporaryFile() as archive:
         try:
             pack(folder, archive)

@@ -9,7 +9,6 @@ import re
 import click
 
 from app.client import TrainyardClient
-from jobspec.spec import CODE_ID_PATTERN
 
 ID_PREFIX = "sha256:"
 MIN_DIGITS = 4
@@ -18,6 +17,9 @@ HEX = re.compile(r"[0-9a-f]+")
 
 def resolve_code_id(client: TrainyardClient, given: str) -> str:
     """The whole id that `given` (a whole id, or its first hex digits with or without `sha256:`) names."""
+    # Imported here: jobspec.spec builds the job spec's pydantic models, which no other step of a call needs.
+    from jobspec.spec import CODE_ID_PATTERN
+
     if re.fullmatch(CODE_ID_PATTERN, given):
         return given
     digits = given.removeprefix(ID_PREFIX)

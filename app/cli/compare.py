@@ -5,43 +5,19 @@ field."""
 from __future__ import annotations
 
 import statistics
-from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import click
-from pydantic import BaseModel
 from rich.cells import cell_len
 
 from app.cli.render import between, console, devices, duration, number
+from app.cli.summary import Summary
 from app.cli.table import FREE_TEXT_MIN, Column, Output, listing, print_table, table_wanted
 from app.client import TrainyardClient
-from app.schemas import JobPublic, MetricPublic, SpecDiff
 from core.gpu_series import GpuQuantity, split_series
 
-
-@dataclass(frozen=True)
-class Summary:
-    job_id: int
-    name: str
-    status: str
-    strategy: str
-    precision: str
-    devices: str
-    wall_s: float | None  # running -> finished: start-up and queueing are not training
-    samples_per_s: float | None  # the median, so warm-up and eval pauses do not pull it around
-    final_loss: float | None
-    final_eval_accuracy: float | None
-    peak_mem_mb: float | None
-    gpu_util_pct: float | None  # the mean over every GPU and sample the worker took
-    tokens_per_s: float | None  # language models only, like the two below
-    mfu: float | None
-    final_eval_perplexity: float | None
-
-
-class Comparison(BaseModel):
-    """What --output json prints: each job's numbers unrounded, and how the specs differ (with --diff)."""
-
-    jobs: list[Summary]
-    diff: SpecDiff | None
+if TYPE_CHECKING:
+    from app.schemas import JobPublic, MetricPublic, SpecDiff
 
 
 def _series(rows: list[MetricPublic], name: str) -> list[float]:
@@ -151,6 +127,8 @@ def compare(
 ) -> None:
     """Compare jobs: strategy, precision, devices, wall time, throughput, final loss and accuracy, memory,
     mean GPU utilisation; for language models tokens/s, MFU and eval perplexity."""
+    from app.cli.answers import Comparison  # pydantic: see app/cli/answers.py
+
     summaries = [summarize(client.get_job(job_id), client.all_metrics(job_id)) for job_id in job_ids]
     differences = client.compare(list(job_ids)) if diff else None
     if not table_wanted(Comparison(jobs=summaries, diff=differences), output):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from typing import TYPE_CHECKING
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from rich.table import Column
@@ -10,8 +11,10 @@ from rich.text import Text
 
 from app.cli.render import console, duration, number, waiting_or_message
 from app.client import TrainyardClient
-from app.schemas import JobPublic
 from core.states import JobStatus
+
+if TYPE_CHECKING:
+    from app.schemas import JobPublic
 
 POLL_S = 1.0
 BAR_WIDTH = 12  # narrow, so that an 80-column line has room for the loss and throughput

@@ -3,13 +3,17 @@ accuracy`: how close the forecasts of recent finished jobs came."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import click
 
 from app.cli.render import duration, number, phrases, wrap
 from app.cli.table import Column, Output, listing, print_table, table_wanted
 from app.client import TrainyardClient
-from app.schemas import ForecastComparison, ForecastSummary, JobPublic, forecast_ratio
-from jobspec.forecast import Forecast
+
+if TYPE_CHECKING:
+    from app.schemas import ForecastComparison, ForecastSummary, JobPublic
+    from jobspec.forecast import Forecast
 
 GiB = 2**30
 
@@ -40,6 +44,9 @@ def forecast_text(forecast: Forecast) -> str:
 
 def measured_text(forecast: Forecast) -> str:
     """ "peak 5.3 GiB (forecast 1.02x), step 0.018 s (forecast 0.88x)", or "" before any was reported."""
+    # The schemas (pydantic) are imported where a job's answer is shown: every call loads this module.
+    from app.schemas import forecast_ratio
+
     peak, step = forecast.measured_peak_memory_bytes, forecast.measured_step_time_s
     parts = []
     if peak is not None:
@@ -55,6 +62,8 @@ def print_forecast(job: JobPublic) -> None:
     if shown is None:
         wrap("none" + (f": {note}" if note else ""), "forecast")
         return
+    from jobspec.forecast import Forecast
+
     forecast = Forecast.model_validate(shown)
     wrap(forecast_text(forecast), "forecast")
     if measured := measured_text(forecast):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -37,8 +37,11 @@ from app.cli.table import (
     table_wanted,
 )
 from app.client import TrainyardClient
-from app.schemas import JobPublic, JobSubmitted, RetryFrom
+from app.retry_from import RetryFrom
 from core.states import JobStatus
+
+if TYPE_CHECKING:
+    from app.schemas import JobPublic, JobSubmitted
 
 
 def read_spec(path: Path) -> dict[str, Any]:
@@ -49,6 +52,18 @@ def read_spec(path: Path) -> dict[str, Any]:
     if not isinstance(spec, dict):
         raise click.ClickException(f"{path} holds a JSON {type(spec).__name__}; a spec is a JSON object")
     return spec
+
+
+class JobIds(click.ParamType):
+    name = "ids"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> list[int]:
+        if isinstance(value, list):
+            return value
+        try:
+            return [int(part) for part in str(value).split(",") if part.strip()]
+        except ValueError:
+            self.fail(f"{value!r} is not a list of job ids; write them comma-separated, e.g. 3,4", param, ctx)
 
 
 def exit_with_outcome(job: JobPublic) -> None:
@@ -66,6 +81,12 @@ def exit_with_outcome(job: JobPublic) -> None:
 @click.option(
     "--code", "code_folder", metavar="DIR", type=FolderArgument, help="push DIR first, as the spec's code"
 )
+@click.option(
+    "--depends-on",
+    metavar="IDS",
+    type=JobIds(),
+    help="job ids, comma-separated, that must succeed before it starts (the spec's depends_on)",
+)
 @output_option
 @click.pass_obj
 def submit(
@@ -74,11 +95,14 @@ def submit(
     follow: bool,
     dry_run: bool,
     code_folder: Path | None,
+    depends_on: list[int] | None,
     output: Output,
 ) -> None:
     """Submit a job spec."""
     no_json_when_following(follow, output)
     spec = read_spec(spec_file)
+    if depends_on is not None:
+        spec["depends_on"] = depends_on
     with_code(client, spec, code_folder)
     submitted = client.submit(spec, dry_run=dry_run)
     if table_wanted(submitted, output):
@@ -175,6 +199,8 @@ def print_status(job: JobPublic) -> None:
     )
     if job.parent_id is not None:
         wrap(f"job {job.parent_id}{resumed_text(job)}", "parent")
+    if depends_on := job.spec.get("depends_on"):
+        wrap(", ".join(f"job {job_id}" for job_id in depends_on), "depends")
     if job.status_reason:
         wrap(job.status_reason, "reason")
     if note := waiting_or_message(job):

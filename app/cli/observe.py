@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 import time
+from typing import TYPE_CHECKING
 
 import click
 
@@ -18,8 +19,10 @@ from app.cli.table import (
     print_table,
     table_wanted,
 )
-from app.client import StreamEnd, TrainyardClient
-from app.schemas import LogChunk, MetricPublic, MetricsPublic
+from app.client import TrainyardClient
+
+if TYPE_CHECKING:
+    from app.schemas import LogChunk, MetricPublic
 
 LOG_POLL_S = 1.0
 
@@ -99,6 +102,9 @@ def metrics(
     output: Output,
 ) -> None:
     """Print a job's metrics."""
+    # Imported here, as the client does: the schemas (pydantic) are most of a call's start-up.
+    from app.schemas import MetricsPublic, StreamEnd
+
     no_json_when_following(follow, output)
     if follow:
         for event in client.stream_metrics(job_id, name):

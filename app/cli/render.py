@@ -5,13 +5,15 @@ from __future__ import annotations
 import textwrap
 from collections.abc import Iterable
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 
-from app.schemas import JobPublic
-from app.timings import JobTimings
 from jobspec.startup import PHASE_ENDING, Mark
+
+if TYPE_CHECKING:
+    from app.schemas import JobPublic
+    from app.timings import JobTimings
 
 # Markup off: job names and worker messages ("GPUs [1]") are shown as written, never read as styles.
 console = Console(highlight=False, markup=False)

@@ -4,6 +4,7 @@ trial's change of state where stdout is a pipe or a file."""
 from __future__ import annotations
 
 import time
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.live import Live
@@ -13,8 +14,10 @@ from app.cli import follow as job_follow
 from app.cli.render import console
 from app.cli.sweep_view import RUNNING, print_summary, print_trials, shown_state, steps_text
 from app.client import TrainyardClient
-from app.schemas import SweepPublic, TrialPublic
 from core.states import TrialState
+
+if TYPE_CHECKING:
+    from app.schemas import SweepPublic, TrialPublic
 
 # Lines `--follow` keeps for the sweep's summary and the table's edges, above and below its trial rows.
 FOLLOW_CHROME_LINES = 12

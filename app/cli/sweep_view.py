@@ -4,12 +4,14 @@ and its trials' table."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from app.cli.render import console, number, phrases, wrap
 from app.cli.table import Column, print_table
-from app.schemas import SweepPublic, TrialPublic
 from core.states import TrialState
+
+if TYPE_CHECKING:
+    from app.schemas import SweepPublic, TrialPublic
 
 # core.states.SweepStatus's values, spelled out: that module brings the database layer with it.
 RUNNING, COMPLETED = "running", "completed"
@@ -90,18 +92,8 @@ def best_text(sweep: SweepPublic) -> str:
     return f"trial {best.trial}{job}: {number(best.value)} with {params_text(best.params, names)}"
 
 
-def steps_saved(trials: Iterable[TrialPublic]) -> int:
-    """The steps pruning spared: each pruned trial's, from where it stopped to its total. A running trial's
-    steps still to come are not saved: they are still to run."""
-    return sum(
-        max((trial.total_steps or 0) - (trial.steps or 0), 0)
-        for trial in trials
-        if trial.state == TrialState.PRUNED
-    )
-
-
-def steps_saved_text(used: int, trials: Iterable[TrialPublic]) -> str:
-    saved = steps_saved(trials)
+def steps_saved_text(sweep: SweepPublic) -> str:
+    used, saved = sweep.steps_used, sweep.steps_if_unpruned - sweep.steps_used
     if not saved:
         return phrases([f"{used:,} used", "none saved by pruning"])
     # The share of what the trials would have run by now had none been pruned.
@@ -123,4 +115,4 @@ def print_summary(sweep: SweepPublic, trials: Sequence[TrialPublic]) -> None:
         f"{counts.failed} failed",
     ]
     wrap(phrases(by_state), "trials", SUMMARY_LABEL_WIDTH)
-    wrap(steps_saved_text(sweep.steps_used, trials), "steps", SUMMARY_LABEL_WIDTH)
+    wrap(steps_saved_text(sweep), "steps", SUMMARY_LABEL_WIDTH)

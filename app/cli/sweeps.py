@@ -4,9 +4,9 @@ cancel sweeps."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
-from pydantic import BaseModel
 
 from app.cli.code import FolderArgument, with_code
 from app.cli.jobs import read_spec
@@ -30,7 +30,9 @@ from app.cli.table import (
     table_wanted,
 )
 from app.client import TrainyardClient
-from app.schemas import SweepPublic, TrialPublic
+
+if TYPE_CHECKING:
+    from app.schemas import SweepPublic
 
 
 @click.group("sweep")
@@ -94,13 +96,6 @@ def exit_with_outcome(sweep: SweepPublic) -> None:
         raise SystemExit(1)
 
 
-class SweepDetail(BaseModel):
-    """`sweep status --output json`: the two API answers the command shows, together."""
-
-    sweep: SweepPublic
-    trials: list[TrialPublic]
-
-
 @sweep.command()
 @click.argument("sweep_id", type=int)
 @click.option(
@@ -110,6 +105,8 @@ class SweepDetail(BaseModel):
 @click.pass_obj
 def status(client: TrainyardClient, sweep_id: int, follow: bool, wide: bool, output: Output) -> None:
     """One sweep: status, best trial and value, trials by state, steps used, then every trial."""
+    from app.cli.answers import SweepDetail  # pydantic: see app/cli/answers.py
+
     no_json_when_following(follow, output)
     if follow:
         exit_with_outcome(follow_sweep(client, sweep_id, wide))

@@ -13,15 +13,17 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from enum import StrEnum
-from typing import Literal, TypeVar
+from typing import TYPE_CHECKING, Literal, TypeVar
 
 import click
-from pydantic import BaseModel
 from rich.cells import cell_len
 from rich.segment import Segments
 from rich.table import Table
 
 from app.cli.render import console
+
+if TYPE_CHECKING:
+    from pydantic import BaseModel
 
 ESSENTIAL = 0
 FREE_TEXT_MIN = 12

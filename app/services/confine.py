@@ -9,14 +9,15 @@ from pathlib import Path
 from app.services.errors import InvalidSpec
 from core.config import Settings
 from core.storage import is_object_uri, locate
+from jobspec.data_store import is_store_root
 from jobspec.datadir import resolve_data_root
 from jobspec.files import inside
 
 
 def check_data_root(settings: Settings, root: str | None) -> None:
     """The trainer makes the same check when it loads, with the data dir the worker hands it."""
-    if root is None:
-        return
+    if root is None or is_store_root(root):
+        return  # an object store's is listed (app/services/data_listing.py)
     try:
         resolve_data_root(settings.data_dir, root)
     except ValueError as exc:

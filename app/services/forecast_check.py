@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from sqlalchemy.orm import Session
 
 from app.services.bundle_forecasts import bundle_forecasts, runs_bundle_code
+from app.services.forecast_learning import calibrated
 from app.services.forecasts import FORECASTER, Outcome, Target, target_for, total_steps
 from core.config import Settings
 from jobspec.cluster import Inventory
@@ -41,11 +42,11 @@ def forecast_plan(
         plan.forecast_note = NO_STEP
         return plan
     target = target_for(session, settings, plan)
-    (outcome,) = _forecasts(settings, spec, [_config(spec, plan)], target)
+    (outcome,) = _forecasts(session, settings, spec, [_config(spec, plan)], target)
     plan.forecast, plan.forecast_note = _with_job_time(outcome.forecast, spec, plan), outcome.note
     if plan.forecast is None or plan.forecast.fits:
         return plan
-    fixes = _fitting(settings, spec, target, list(_fixes(spec, plan, inventory)))
+    fixes = _fitting(session, settings, spec, target, list(candidate_fixes(spec, plan, inventory)))
     auto = spec.parallel.strategy is Strategy.AUTO
     if auto and (fsdp := next((fix for fix in fixes if fix.plan.strategy is Strategy.FSDP), None)):
         assert fsdp.plan.forecast is not None
@@ -66,11 +67,16 @@ def _config(spec: JobSpec, plan: Plan) -> RunConfig:
     return RunConfig(job_id=0, attempt=1, spec=spec, plan=plan)
 
 
-def _forecasts(settings: Settings, spec: JobSpec, configs: list[RunConfig], target: Target) -> list[Outcome]:
+def _forecasts(
+    session: Session, settings: Settings, spec: JobSpec, configs: list[RunConfig], target: Target
+) -> list[Outcome]:
     """The forecasts of `spec`'s configs (its plan, its fixes'): those whose step calls the spec's code
-    bundle in the sandbox, the others by the shared forecaster."""
+    bundle in the sandbox, the others by the shared forecaster; their step times as the service's own runs
+    have calibrated them."""
     ask = bundle_forecasts if runs_bundle_code(spec) else FORECASTER.forecasts
-    return ask(settings, configs, target)
+    return [
+        Outcome(calibrated(session, found.forecast), found.note) for found in ask(settings, configs, target)
+    ]
 
 
 def _with_job_time(forecast: Forecast | None, spec: JobSpec, plan: Plan) -> Forecast | None:
@@ -81,7 +87,7 @@ def _with_job_time(forecast: Forecast | None, spec: JobSpec, plan: Plan) -> Fore
     return forecast.model_copy(update={"job_time_s": None if steps is None else forecast.step_time_s * steps})
 
 
-def _fixes(spec: JobSpec, plan: Plan, inventory: Inventory) -> Iterator[Fix]:
+def candidate_fixes(spec: JobSpec, plan: Plan, inventory: Inventory) -> Iterator[Fix]:
     """One change at a time that may lower the peak, then all of them at once."""
     changes: list[tuple[str, JobSpec]] = []
     if plan.device == "cuda" and spec.precision is Precision.FP32:
@@ -130,13 +136,19 @@ def _all_of(spec: JobSpec, changed: list[JobSpec]) -> JobSpec:
     return merged
 
 
-def _fitting(settings: Settings, spec: JobSpec, target: Target, fixes: list[Fix]) -> list[Fix]:
-    """The fixes of `spec` whose own forecast fits, quickest first."""
-    outcomes = _forecasts(settings, spec, [_config(fix.spec, fix.plan) for fix in fixes], target)
+def _fitting(
+    session: Session, settings: Settings, spec: JobSpec, target: Target, fixes: list[Fix]
+) -> list[Fix]:
+    outcomes = _forecasts(session, settings, spec, [_config(fix.spec, fix.plan) for fix in fixes], target)
+    return fitting_fixes(fixes, [outcome.forecast for outcome in outcomes])
+
+
+def fitting_fixes(fixes: list[Fix], forecasts: list[Forecast | None]) -> list[Fix]:
+    """The fixes whose own forecast (`forecasts`, in the same order) fits, each with it, quickest first."""
     fitting = []
-    for fix, outcome in zip(fixes, outcomes, strict=True):
-        if outcome.forecast is not None and outcome.forecast.fits:
-            fix.plan.forecast = _with_job_time(outcome.forecast, fix.spec, fix.plan)
+    for fix, forecast in zip(fixes, forecasts, strict=True):
+        if forecast is not None and forecast.fits:
+            fix.plan.forecast = _with_job_time(forecast, fix.spec, fix.plan)
             fitting.append(fix)
     return sorted(fitting, key=lambda fix: fix.plan.forecast.step_time_s if fix.plan.forecast else 0.0)
 

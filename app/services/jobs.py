@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
+from typing import Any
 
-from sqlalchemy import select, update
+from sqlalchemy import Row, Text, bindparam, cast, select, update
 from sqlalchemy.orm import Session
 
 from app.schemas import JobProgress, JobPublic, as_utc
@@ -17,6 +19,7 @@ from app.services.shown import shown_plan
 from app.timings import job_timings
 from core.config import Settings, get_settings
 from core.models import Job, JobEvent, utcnow
+from core.queue_order import JOBS
 from core.states import JobStatus
 from core.transitions import move, move_from_any
 
@@ -40,13 +43,22 @@ def get_owned_job(session: Session, job_id: int, caller: Caller) -> Job:
     return job
 
 
-def queue_positions_of(session: Session, jobs: list[Job]) -> dict[int, int]:
+def get_owned_row(session: Session, job_id: int, caller: Caller) -> Row[Any]:
+    """What GET /v1/jobs/{id} shows of a job the caller may see, read with SQLAlchemy Core: a row with the
+    job's attributes, without the identity map and object loading of the ORM, which it does not need."""
+    row = session.execute(_SHOWN_ROW, {"job_id": job_id}).one_or_none()
+    if row is None or not caller.may_see(row.owner):
+        raise JobNotFound(job_id)
+    return row
+
+
+def queue_positions_of(session: Session, jobs: Sequence[Job | Row[Any]]) -> dict[int, int]:
     """The positions of those of `jobs` that are queued (1 = next to start), from the API's index."""
     queued = [QueuedJob(job.id, job.priority, job.owner) for job in jobs if job.status == JobStatus.QUEUED]
     return queue_positions(session, queued)
 
 
-def progress_of(job: Job, now: datetime) -> JobProgress:
+def progress_of(job: Job | Row[Any], now: datetime) -> JobProgress:
     eta_s = None
     step, total = job.progress_step, job.progress_total
     if job.status == JobStatus.RUNNING and job.running_at is not None and step > 0 and total:
@@ -57,9 +69,17 @@ def progress_of(job: Job, now: datetime) -> JobProgress:
 
 # JobPublic's fields that are the job's own columns; the others are worked out when it is shown.
 _COLUMNS = JobPublic.model_fields.keys() - {"queue_position", "progress", "timings"}
+# The columns a job is shown from: its own, and those its progress and queue position are worked out from.
+# The plan as its stored JSON text: shown_plan rewrites the server's folders in it, then parses it once.
+_SHOWN = [
+    cast(JOBS.c.plan, Text).label("plan") if name == "plan" else JOBS.c[name]
+    for name in sorted(_COLUMNS | {"progress_step", "progress_total", "timings"})
+]
+# Built once: SQLAlchemy then finds its compiled form without building the statement and its cache key anew.
+_SHOWN_ROW = select(*_SHOWN).where(JOBS.c.id == bindparam("job_id"))
 
 
-def _public(job: Job, position: int | None, now: datetime) -> JobPublic:
+def _public(job: Job | Row[Any], position: int | None, now: datetime) -> JobPublic:
     shown = {name: getattr(job, name) for name in _COLUMNS}
     shown.update(
         queue_position=position,
@@ -71,7 +91,7 @@ def _public(job: Job, position: int | None, now: datetime) -> JobPublic:
     return JobPublic.model_validate(shown)
 
 
-def public_job(session: Session, job: Job) -> JobPublic:
+def public_job(session: Session, job: Job | Row[Any]) -> JobPublic:
     """The job as the API shows it: its columns, its place in the queue, its progress and ETA."""
     return _public(job, queue_positions_of(session, [job]).get(job.id), utcnow())
 
@@ -81,14 +101,15 @@ def list_jobs(
 ) -> tuple[list[JobPublic], int | None]:
     """Newest first; the cursor is the last id of the previous page, so new submissions never shift pages.
     Only the caller's own jobs, unless the caller is an admin."""
-    query = select(Job).order_by(Job.id.desc()).limit(limit + 1)
+    # The shown columns as plain rows, as a single job is read: the ORM's objects would add nothing here.
+    query = select(*_SHOWN).order_by(JOBS.c.id.desc()).limit(limit + 1)
     if not caller.is_admin:
-        query = query.where(Job.owner == caller.user)
+        query = query.where(JOBS.c.owner == caller.user)
     if status is not None:
-        query = query.where(Job.status == status)
+        query = query.where(JOBS.c.status == status)
     if cursor is not None:
-        query = query.where(Job.id < cursor)
-    rows = list(session.scalars(query))
+        query = query.where(JOBS.c.id < cursor)
+    rows = session.execute(query).all()
     positions, now = queue_positions_of(session, rows[:limit]), utcnow()
     page = [_public(job, positions.get(job.id), now) for job in rows[:limit]]
     return page, page[-1].id if len(rows) > limit else None

@@ -1,22 +1,37 @@
-"""The queue: queued jobs in the order workers start them, and why each one is still waiting."""
+"""The queue: queued jobs in the order workers start them, why each one is still waiting, and when it would
+start if the jobs ahead run as long as forecast (queue_eta.py)."""
 
 from __future__ import annotations
-
-import itertools
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from app.schemas import QueueEntry, QueuePublic
+from app.services.queue_eta import BEYOND, DEPTH, Waiting, host_slots, play
+from app.services.queue_index import QueuedJob, first_to_start, owners_by_priority, queue_positions
 from app.services.usage import explain_share, read_use
-from core.config import get_settings
+from core.config import Settings, get_settings
 from core.hosts import cores_text
-from core.models import Job
+from core.models import Job, utcnow
 from core.queue_order import START_ORDER
 from core.states import JobStatus
+from core.usage import Use
 from jobspec.plan import Plan
 
 NOT_YET_SEEN = "waiting for a worker to take it"
+LIMIT = 200  # entries a GET /v1/queue shows by default
+# What an entry is shown from, and what the play needs: the columns alone, never the spec or the metrics.
+_ENTRY = [
+    Job.id,
+    Job.name,
+    Job.owner,
+    Job.priority,
+    Job.status_reason,
+    Job.message,
+    Job.created_at,
+    Job.plan,
+    Job.waiting_on,
+]
 
 
 def wanted_devices(plan: Plan) -> str:
@@ -30,39 +45,63 @@ def wanted_devices(plan: Plan) -> str:
     return hosts + cores_text(plan.cpu_cores)
 
 
-def list_queue(session: Session, owner: str | None = None) -> QueuePublic:
-    """Positions count every queued job, so a caller who sees only their own still learns how many are
-    ahead; `owner` None lists all."""
-    jobs = list(session.scalars(select(Job).where(Job.status == JobStatus.QUEUED).order_by(*START_ORDER)))
+def list_queue(session: Session, owner: str | None = None, limit: int = LIMIT) -> QueuePublic:
+    """The first `limit` queued jobs in start order (of `owner`'s alone unless it is None). Positions count
+    every queued job that may start (none waiting for its depends_on, which shows the place it would take),
+    so a caller who sees only their own still learns how many are ahead. What a request reads is bounded
+    whatever the queue's depth: `limit` rows, the plans of the DEPTH played forward."""
+    query = select(*_ENTRY).where(Job.status == JobStatus.QUEUED).order_by(*START_ORDER).limit(limit)
+    jobs = session.execute(query if owner is None else query.where(Job.owner == owner)).all()
+    positions = queue_positions(session, [QueuedJob(job.id, job.priority, job.owner) for job in jobs])
+    plans = {job.id: Plan.model_validate(job.plan) for job in jobs}
+    # The first DEPTH jobs that may start are played forward whoever owns them: they are ahead of the
+    # caller's. Their order comes from the API's index, their plans from what was read or one more read.
+    head = first_to_start(session, DEPTH)
+    unread = [job.id for job in head if job.id not in plans]
+    if unread:
+        rows = session.execute(select(Job.id, Job.plan).where(Job.id.in_(unread)))
+        plans.update({row.id: Plan.model_validate(row.plan) for row in rows})
+    # A job that left the queue between the two reads is not played; one waiting for its depends_on
+    # holds nothing and says so.
+    played = [Waiting(job.id, plans[job.id], False) for job in head if job.id in plans]
+    played += [Waiting(job.id, plans[job.id], True) for job in jobs if job.waiting_on > 0]
+    starts = play(host_slots(session, get_settings(), utcnow()), played)
     entries = [
         QueueEntry(
-            position=position,
+            position=positions[job.id],
             job_id=job.id,
             name=job.name,
             owner=job.owner,
             priority=job.priority,
-            wants=wanted_devices(Plan.model_validate(job.plan)),
+            wants=wanted_devices(plans[job.id]),
             status_reason=job.status_reason,
             reason=job.message or NOT_YET_SEEN,
             created_at=job.created_at,
+            starts_in_s=starts[job.id].in_s if job.id in starts else None,
+            starts_in_note=starts[job.id].note if job.id in starts else BEYOND,
         )
-        for position, job in enumerate(jobs, start=1)
-        if owner is None or job.owner == owner
+        for job in jobs
     ]
-    return QueuePublic(data=entries, fair_share=_fair_share(session, jobs, owner))
+    return QueuePublic(data=entries, fair_share=_fair_share(session, owner, get_settings()))
 
 
-def _fair_share(session: Session, jobs: list[Job], owner: str | None) -> str | None:
+def _fair_share(session: Session, owner: str | None, settings: Settings) -> str | None:
     """Why users' jobs of one priority start in the order they do, naming the users that fair share orders
     (only the caller, unless `owner` is None: another user's use is theirs and the admins' to see)."""
-    contested = {
-        priority
-        for priority, group in itertools.groupby(jobs, key=lambda job: job.priority)
-        if len({job.owner for job in group}) > 1
-    }
-    ordered = list(dict.fromkeys(job.owner for job in jobs if job.priority in contested))
+    contested = [
+        (priority, user, oldest)
+        for priority, oldest_of in owners_by_priority(session).items()
+        if len(oldest_of) > 1
+        for user, oldest in oldest_of.items()
+    ]
+    if not contested:
+        return None
+    uses = read_use(session, settings, {user for _, user, _ in contested})
+    # In the order their jobs start: by priority, then the share that orders them, then their oldest job.
+    none = Use(0.0, 0.0)
+    in_order = sorted(contested, key=lambda row: (-row[0], uses.get(row[1], none).weighted(settings), row[2]))
+    ordered = list(dict.fromkeys(user for _, user, _ in in_order))
     named = [user for user in ordered if owner is None or user == owner]
     if not named:
         return None
-    settings = get_settings()
-    return explain_share(named, read_use(session, settings, ordered), settings)
+    return explain_share(named, uses, settings)

@@ -9,6 +9,8 @@ priority, never kept."""
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import threading
 from bisect import bisect_left, insort
 from collections import defaultdict
@@ -23,7 +25,10 @@ from core.states import JobStatus
 from core.usage import NO_USE
 
 _HEAD = select(func.max(QUEUE_CHANGES.c.version))
-_QUEUED = select(JOBS.c.id, JOBS.c.priority, JOBS.c.owner).where(JOBS.c.status == JobStatus.QUEUED)
+# A job waiting for its depends_on is not in line to start: the jobs behind it are not counted behind it.
+_QUEUED = select(JOBS.c.id, JOBS.c.priority, JOBS.c.owner).where(
+    JOBS.c.status == JobStatus.QUEUED, JOBS.c.waiting_on == 0
+)
 
 
 @dataclass(frozen=True)
@@ -132,3 +137,39 @@ def queue_positions(session: Session, jobs: list[QueuedJob]) -> dict[int, int]:
         owners = {job.owner for job in jobs}.union(*(index.ids.get(job.priority, ()) for job in jobs))
         shares = _shares(session, owners)
         return {job.id: index.ahead_of(job, shares) + 1 for job in jobs}
+
+
+def first_to_start(session: Session, count: int) -> list[QueuedJob]:
+    """The first `count` queued jobs that may start, in start order (START_ORDER: priority, the owner's
+    share, age), merged from the index's sorted ids: what it costs grows with `count` and the owners, never
+    with the queue's depth."""
+    index = _index_for(session)
+    with index.lock:
+        index.catch_up(session)
+        found: list[QueuedJob] = []
+        for priority in sorted(index.ids, reverse=True):
+            owners = index.ids[priority]
+            shares = _shares(session, set(owners))
+            by_share: defaultdict[float, list[str]] = defaultdict(list)
+            for owner in owners:
+                by_share[shares.get(owner, NO_USE)].append(owner)
+            for share in sorted(by_share):
+                # Owners of one share key take turns by age, as the ORDER BY's last key has them.
+                tied = by_share[share]
+                merged = heapq.merge(*(owners[owner] for owner in tied))
+                for job_id in itertools.islice(merged, count - len(found)):
+                    found.append(QueuedJob(job_id, priority, index.where[job_id][1]))
+                if len(found) >= count:
+                    return found
+        return found
+
+
+def owners_by_priority(session: Session) -> dict[int, dict[str, int]]:
+    """For each priority of the queued jobs that may start, each owner's oldest job id."""
+    index = _index_for(session)
+    with index.lock:
+        index.catch_up(session)
+        return {
+            priority: {owner: ids[0] for owner, ids in owners.items()}
+            for priority, owners in index.ids.items()
+        }

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import shutil
+from collections.abc import Sequence
 from pathlib import Path
 
 from botocore.exceptions import BotoCoreError, ClientError
@@ -12,6 +13,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 from app.schemas import LogChunk
 from app.services.errors import RunDirStuck
 from core.config import Settings
+from core.log_mask import masked_read
 from core.models import Job
 from core.rundirs import set_aside
 from core.states import JobStatus
@@ -97,21 +99,25 @@ def _utf8_boundary(data: bytes) -> int:
     return len(data)
 
 
-def read_log(settings: Settings, job: Job, rank: int | None, offset: int, limit_bytes: int) -> LogChunk:
+def read_log(
+    settings: Settings, job: Job, rank: int | None, offset: int, limit_bytes: int, secrets: Sequence[str] = ()
+) -> LogChunk:
     """A missing file is a log not written yet, not an error. The status is read before the file, so
-    `eof` is only claimed once the job had finished before these bytes were read."""
+    `eof` is only claimed once the job had finished before these bytes were read. The values of the job's
+    `secrets` are masked (app/services/log_mask.py)."""
     finished = JobStatus(job.status).is_terminal
-    # One byte past the limit tells whether more follows.
-    data = _read_log_bytes(settings, job.id, rank, offset, limit_bytes + 1)
-    data, more = data[:limit_bytes], len(data) > limit_bytes
-    if more or not finished:
-        # A writer may be mid-character; leave the partial bytes for the next read unless that stalls.
-        data = data[: _utf8_boundary(data) or len(data)]
-    next_offset = offset + len(data)
+    data, length, more = masked_read(
+        lambda start, size: _read_log_bytes(settings, job.id, rank, start, size),
+        offset,
+        limit_bytes,
+        secrets,
+        _utf8_boundary,
+        live=not finished,
+    )
     return LogChunk(
         rank=rank,
         offset=offset,
-        next_offset=next_offset,
+        next_offset=offset + length,
         text=data.decode("utf-8", errors="replace"),
         eof=finished and not more,
     )

@@ -15,6 +15,8 @@ from app.schemas import RetryFrom
 from app.services.artifacts import owned_checkpoint
 from app.services.code import check_code
 from app.services.confine import check_checkpoint_path, check_data_root
+from app.services.data_listing import list_store_data
+from app.services.dependencies import unmet_dependencies
 from app.services.errors import CheckpointNotFound, IdempotencyConflict, InvalidSpec, JobStateConflict
 from app.services.factories import check_factories
 from app.services.forecast_check import forecast_plan
@@ -23,9 +25,11 @@ from app.services.integrations.mlflow_exporter import check_tracking
 from app.services.jobs import check_priority, get_owned_job
 from app.services.keys import Caller
 from app.services.quotas import check_quota
+from app.services.secrets import check_secret_refs
 from app.services.shown import shown_plan
 from app.services.stored_spec import revalidated, same_spec, stored_form
 from core.config import Settings
+from core.dependencies import catch_ended, record_dependencies
 from core.doorbell import enqueue_job
 from core.executors import executor_traits
 from core.launch import show_planned
@@ -123,11 +127,13 @@ def _plan(
     check_environment(settings, spec.environment)
     check_executor(settings, spec)
     check_tracking(settings, spec)
+    check_secret_refs(session, settings, spec, caller)
     if check_files:
         _check_files(settings, spec)
     plan = forecast_plan(
         session, settings, spec, resolve_plan(spec, inventory), inventory, refuse=refuse_unfit
     )
+    plan.data_found = list_store_data(session, settings, spec, caller)
     resumed = _resumed(session, settings, spec.checkpoint.resume_from, caller)
     plan.resume_path = None if resumed is None else resumed.path
     return plan, resumed
@@ -145,6 +151,7 @@ def dry_run(session: Session, settings: Settings, spec: JobSpec, caller: Caller)
     as the cluster would run it, with `runnable` false and why. Once the folders are there, a dry run judges
     their files as a submission does."""
     absent = absent_folders(spec, settings.data_dir)
+    unmet_dependencies(session, spec, caller)
     plan, _ = _plan(session, settings, spec, caller, NO_HOSTS, check_files=not absent, refuse_unfit=False)
     unrunnable = [*absent, *cluster_problems(spec.parallel, read_inventory(session, settings))]
     if unrunnable:
@@ -186,12 +193,15 @@ def submit_job(
 ) -> tuple[int, bool]:
     """Returns the job's id and whether this call created it (False: an earlier request with the same key
     did). The job is the caller's, and `requested_by` (default: the caller) who asked for it. Its parent is
-    the one it retries, else the one whose checkpoint it resumes from."""
+    the one it retries, else the one whose checkpoint it resumes from. It waits for those of its depends_on
+    that have not ended yet (core/dependencies.py)."""
     if idempotency_key and (earlier := job_by_key(session, caller.user, idempotency_key)):
         return _replay(earlier, spec, idempotency_key), False
+    unmet = unmet_dependencies(session, spec, caller)
     plan, resumed = _plan(session, settings, spec, caller, read_inventory(session, settings))
     check_quota(session, settings, caller.user, plan)
-    parent_id = retry.parent_id if retry else None if resumed is None else resumed.job_id
+    resumed_job = spec.checkpoint.resume_from_job if resumed is None else resumed.job_id
+    parent_id = retry.parent_id if retry else resumed_job
     job = Job(
         name=spec.name,
         owner=caller.user,
@@ -210,6 +220,7 @@ def submit_job(
         session.flush()  # gives the job its id, which the event and the argv name
         show_planned(plan, spec, settings, job.id)
         job.plan = plan.public()
+        record_dependencies(session, job, unmet)
         session.add(JobEvent(job_id=job.id, to_status=JobStatus.QUEUED, reason="submitted", message=message))
         session.commit()
     except IntegrityError:
@@ -219,6 +230,7 @@ def submit_job(
         if idempotency_key and (earlier := job_by_key(session, caller.user, idempotency_key)):
             return _replay(earlier, spec, idempotency_key), False
         raise
+    catch_ended(unmet)
     _ring(job.id)
     return job.id, True
 

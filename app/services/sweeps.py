@@ -3,7 +3,7 @@ trials, cancel one. Asking for trials and telling their ends is core/sweeps/'s, 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from pydantic import ValidationError
@@ -181,6 +181,16 @@ def trials(session: Session, sweep: Sweep) -> list[TrialPublic]:
     return shown
 
 
+def steps_spared(trials: Iterable[TrialPublic]) -> int:
+    """The steps pruning spared: each pruned trial's, from where it stopped to its total. A running trial's
+    steps still to come are not spared: they are still to run."""
+    return sum(
+        max((trial.total_steps or 0) - (trial.steps or 0), 0)
+        for trial in trials
+        if trial.state == TrialState.PRUNED
+    )
+
+
 def public_sweep(session: Session, sweep: Sweep) -> SweepPublic:
     spec = config(sweep)
     shown = trials(session, sweep)
@@ -206,8 +216,8 @@ def public_sweep(session: Session, sweep: Sweep) -> SweepPublic:
         best=None
         if best is None or best.value is None
         else BestTrial(trial=best.number, job_id=best.job_id, value=best.value, params=best.params),
-        steps_used=sum(trial.steps or 0 for trial in shown),
-        steps_if_unpruned=sum(trial.total_steps or trial.steps or 0 for trial in shown),
+        steps_used=(used := sum(trial.steps or 0 for trial in shown)),
+        steps_if_unpruned=used + steps_spared(shown),
         config=sweep.config,
     )
 

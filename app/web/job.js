@@ -17,8 +17,9 @@ function jobView(root, signal, jobId) {
   const events = h("div");
   const checkpoints = h("div");
   const logs = logPanel(jobId, signal);
+  const stacks = stacksCard(jobId, signal);
   root.append(header, latest, curves, record, forecast, startup, tools,
-    h("section", { class: "card" }, h("h3", {}, "Logs"), logs.element),
+    h("section", { class: "card" }, h("h3", {}, "Logs"), logs.element), stacks.element,
     h("div", { class: "columns" },
       h("section", { class: "card" }, h("h3", {}, "State events"), events),
       h("section", { class: "card" }, h("h3", {}, "Checkpoints"), checkpoints)));
@@ -35,7 +36,10 @@ function jobView(root, signal, jobId) {
   } }, "Cancel");
 
   const render = (fresh) => {
+    // A stall's capture comes as the job ends: read again when its status changes.
+    if (fresh.status !== job?.status) stacks.show();
     job = fresh;
+    stacks.setLive(live());
     // A finished job has nothing to cancel; a cancelling one is on its way.
     cancel.hidden = !live();
     cancel.disabled = job.status === "cancelling";
@@ -67,7 +71,16 @@ function jobView(root, signal, jobId) {
   };
 
   (async () => {
-    await refresh().catch(showError);
+    // Everything below needs the job: a first read that fails (a busy database answers 503) is tried again,
+    // or the page would stay without curves for good; a job that is not there is not waited for.
+    while (!job && !signal.aborted) {
+      const missing = await refresh().then(() => false, (error) => {
+        showError(error);
+        return error.status === 404;
+      });
+      if (missing) return;
+      if (!job) await sleep(POLL_MS, signal);
+    }
     if (!job) return;
     record.replaceChildren(specCard(job.spec), planCard(job.plan));
     const profile = toolsCard(job, signal);
@@ -100,6 +113,7 @@ function facts(job) {
     ["host", job.host || "not placed yet"],
     ["Slurm job", job.slurm_job_id != null ? String(job.slurm_job_id) : ""],
     ["made from", job.parent_id ? h("span", {}, "job ", jobLink(job.parent_id)) : ""],
+    ["depends on", jobLinks(job.spec.depends_on)],
     ["sweep", job.sweep_id != null ? sweepLink(job.sweep_id, `trial ${job.trial} of sweep ${job.sweep_id}`) : ""],
     ["priority", String(job.priority)],
     ["submitted", formatTime(job.created_at)],
@@ -108,6 +122,12 @@ function facts(job) {
     ["ran for", run === null ? "" : formatDuration(run)],
     ["reason", job.status_reason || ""],
   ];
+}
+
+/** Links to the jobs of a spec's depends_on, "" for none: each must succeed before this job may start. */
+function jobLinks(ids) {
+  if (!ids?.length) return "";
+  return h("span", {}, ...ids.flatMap((id, i) => (i ? [", ", jobLink(id)] : [jobLink(id)])));
 }
 
 function eventTable(events) {

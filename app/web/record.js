@@ -50,6 +50,8 @@ function specCard(spec) {
       train.lr_scaling && train.lr_scaling !== "none" && `${train.lr_scaling} lr scaling`)],
     ["precision", spec.precision],
     ["seed", train.seed !== undefined && String(train.seed)],
+    // A job of a pipeline goes on from the checkpoint the job before it left (read when it starts).
+    ["resumes from", spec.checkpoint?.resume_from_job && h("span", {}, "job ", jobLink(spec.checkpoint.resume_from_job), "'s latest checkpoint")],
     ["code", spec.code],
   ]), allFields(spec));
 }
@@ -135,4 +137,35 @@ function profileSummary(jobId, p) {
       ["trace", downloadLink(`/v1/jobs/${jobId}/profile/trace`, `job${jobId}-trace.json`, "Chrome trace (Perfetto)")],
     ]),
     h("div", { class: "columns" }, ops("top CPU ops", p.top_cpu_ops), onGpu ? ops("top GPU ops", p.top_gpu_ops) : null));
+}
+
+/** Every rank's Python stacks: the job's latest capture (taken when it stalled, or asked for here). */
+function stacksCard(jobId, signal) {
+  const text = h("pre", { class: "stacks" }, "No stacks captured yet.");
+  const show = async () => {
+    try {
+      const s = await api.get(`/v1/jobs/${jobId}/stacks`, signal);
+      const missing = s.collectives.map((c) =>
+        `process group ${c.pg}: ranks ${c.missing} missing from ${c.collective} #${c.seq}, where ranks ${c.waiting} wait`);
+      text.textContent = [`captured ${new Date(s.captured_at).toLocaleString()} (${s.reason})`, s.message, ...missing,
+        ...s.ranks.map((r) => `rank ${r.rank} on ${r.host}\n${r.stack}`)].filter(Boolean).join("\n\n");
+    } catch (error) {
+      // 404 says why: none taken yet, and how to take one.
+      text.textContent = error.detail || String(error);
+    }
+  };
+  const capture = h("button", { onclick: async () => {
+    capture.disabled = true;
+    try {
+      await api.post(`/v1/jobs/${jobId}/stacks`);
+      await sleep(POLL_MS, signal);  // the worker looks at a running job every half second
+      await show();
+    } catch (error) {
+      showError(error);
+    }
+    capture.disabled = false;
+  } }, "Capture now");
+  const element = h("section", { class: "card", "data-record": "stacks" },
+    h("div", { class: "toolbar" }, h("h3", {}, "Stacks"), capture), text);
+  return { element, show, setLive: (live) => { capture.hidden = !live; } };
 }

@@ -64,6 +64,12 @@ async function queueEntries(signal) {
   return { data, fair_share: null };
 }
 
+/** When a queued job would start if the jobs ahead run as long as forecast; why not known, on hover. */
+function startsIn(entry) {
+  if (entry.starts_in_s === null || entry.starts_in_s === undefined) return "-";
+  return entry.starts_in_s === 0 ? "now" : formatDuration(entry.starts_in_s);
+}
+
 function queueView(root, signal) {
   const body = h("div");
   root.append(h("h2", {}, "Queue"), body);
@@ -75,12 +81,13 @@ function queueView(root, signal) {
       h("td", {}, e.name),
       h("td", { class: "num" }, String(e.priority)),
       h("td", {}, e.wants || ""),
+      h("td", { class: "num", title: e.starts_in_note || "" }, startsIn(e)),
       h("td", {}, e.reason || ""),
       h("td", {}, formatTime(e.created_at))));
     // Fair share: why users' jobs of one priority start in this order ("bob has used 0.3 GPU-h, ada 14.2").
     const share = queue.fair_share ? [h("p", { class: "fair-share" }, queue.fair_share)] : [];
-    body.replaceChildren(...share, table(["position", "job", "name", "priority", "wants", "waiting because",
-      "submitted"], rows, "Nothing is waiting."));
+    body.replaceChildren(...share, table(["position", "job", "name", "priority", "wants", "starts in",
+      "waiting because", "submitted"], rows, "Nothing is waiting."));
   });
 }
 

@@ -85,6 +85,18 @@ def healthz(answers: list[Probe], kills: list[Kill]) -> Check:
     return Check("/healthz never 503", not offenders, figure, named(offenders))
 
 
+def no_server_errors(answers: dict[str, dict[str, int]]) -> Check:
+    """No request of any user or poller was answered 500 (a fault of the service's own, however loaded):
+    503 is /healthz's check's, a request cut by a kill has no answer."""
+    offenders = [
+        f"{who}: {count} x {status}"
+        for who, outcomes in answers.items()
+        for status, count in outcomes.items()
+        if status.isdigit() and int(status) >= 500 and status != "503"
+    ]
+    return Check("no request answered 500", not offenders, "; ".join(offenders) or "none", named(offenders))
+
+
 def processes_left(left: list[Seen]) -> Check:
     offenders = [f"pid {seen.pid}: {seen.argv}" for seen in left]
     return Check("no process left", not offenders, f"{len(left)} still running", named(offenders))

@@ -1,7 +1,7 @@
 """The users who load the service: each pushes the paced bundle, points webhooks at the three receivers, then
-keeps a few jobs in flight (every kind once first, in a random order, then kinds at random; every other
-built-in job exported to MLflow), runs a sweep now and then (the first user one at once), cancels a job now
-and then, and downloads checkpoints, keeping each one's sha256 for the checks."""
+keeps a few jobs in flight (between them every kind once first, in a random order, then kinds at random;
+every other built-in job exported to MLflow), runs a sweep now and then (the first user one at once), cancels
+a job now and then, and downloads checkpoints, keeping each one's sha256 for the checks."""
 
 from __future__ import annotations
 
@@ -66,12 +66,19 @@ def submit(user: User, client: httpx.Client, spec: dict[str, Any], done: Submitt
     return job_id
 
 
-def first_kinds(users: int, seed: int) -> list[list[Kind]]:
-    """Each user's first submissions: every kind, in one seeded order turned for each user so that their
-    first few together cover every kind (two users: two jobs each), however few jobs a short soak lets in."""
-    order = random.Random(seed).sample(list(Kind), len(Kind))
-    step = max(1, len(Kind) // users)
-    return [order[n * step :] + order[: n * step] for n in range(users)]
+class FirstKinds:
+    """Every kind once first, in one seeded order, shared by the users: whoever submits next takes the next
+    kind no one has submitted yet. The first len(Kind) jobs between them are every kind however few each user
+    gets in: on a loaded box one user's first job may take a short soak's whole window."""
+
+    def __init__(self, seed: int) -> None:
+        self._left = random.Random(seed).sample(list(Kind), len(Kind))
+        self._lock = threading.Lock()
+
+    def take(self) -> Kind | None:
+        """The next kind not yet taken; None once every kind has been."""
+        with self._lock:
+            return self._left.pop(0) if self._left else None
 
 
 class LoadUser(threading.Thread):
@@ -81,7 +88,7 @@ class LoadUser(threading.Thread):
         stack: Stack,
         seed: int,
         profile: Profile,
-        first_kinds: list[Kind],
+        first_kinds: FirstKinds,
         sweeps_first: bool,
         closed: threading.Event,
     ) -> None:
@@ -90,7 +97,7 @@ class LoadUser(threading.Thread):
         self.closed = closed  # to submissions: the user goes on looking, cancelling and downloading
         self.rng = random.Random(seed)
         # However short the soak, it runs every kind of job, a tracked one and a sweep.
-        self.first_kinds = list(first_kinds)
+        self.first_kinds = first_kinds
         self.tracked = itertools.cycle((True, False))
         self.sweeps_first = sweeps_first
         self.done = Submitted()
@@ -128,7 +135,7 @@ class LoadUser(threading.Thread):
         """A job while fewer than `in_flight` of theirs are unfinished; a sweep now and then while none of
         theirs runs."""
         if len([job for job in unfinished if job["sweep_id"] is None]) < self.profile.in_flight:
-            kind = self.first_kinds.pop(0) if self.first_kinds else self.rng.choice(list(Kind))
+            kind = self.first_kinds.take() or self.rng.choice(list(Kind))
             tracked = kind is Kind.BUILTIN and next(self.tracked)
             submit(self.user, client, job_spec(kind, self.code, tracked), self.done, kind)
         if any(job["sweep_id"] for job in unfinished):

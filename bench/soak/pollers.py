@@ -1,13 +1,18 @@
 """Dashboard pages left open (64 in the full soak): asyncio tasks that each ask, every POLL_S as
 app/web/api.js does, for a view of the dashboard: the jobs list, the queue, or a job's page (the job, its
-events, checkpoints, new metric points and log bytes)."""
+events, checkpoints, new metric points and log bytes).
+
+They run in a process of their own, as browsers on other machines would: in the soak's own process, their
+parsing of every answer held the interpreter lock the innocent user's timed requests wait for, and so counted
+in what the innocent user measured."""
 
 from __future__ import annotations
 
 import asyncio
+import multiprocessing
 import random
-import threading
 from collections import Counter
+from multiprocessing.synchronize import Event
 from typing import Any
 
 import httpx
@@ -44,51 +49,73 @@ class Page:
         ]
 
 
-class Pollers(threading.Thread):
+class Pollers:
     def __init__(self, url: str, users: list[User], seed: int, pages: int) -> None:
-        super().__init__(name="soak-pollers", daemon=True)
-        self.url, self.users, self.seed, self.pages = url, users, seed, pages
-        self.answers: Counter[str] = Counter()
-        self.stopping = threading.Event()
-
-    def run(self) -> None:
-        asyncio.run(self._all())
-
-    async def _all(self) -> None:
-        limits = httpx.Limits(max_connections=self.pages)
-        async with httpx.AsyncClient(base_url=self.url, timeout=TIMEOUT_S, limits=limits) as client:
-            await asyncio.gather(*(self._page(client, number) for number in range(self.pages)))
-
-    async def _page(self, client: httpx.AsyncClient, number: int) -> None:
-        user = self.users[number % len(self.users)]
-        page = Page(random.Random(self.seed * 1000 + number))
-        listed: list[dict[str, Any]] = []
-        await asyncio.sleep(page.rng.uniform(0, POLL_S))  # pages opened one after another, not in step
-        while not self.stopping.is_set():
-            for path in page.paths(listed):
-                body = await self._get(client, user, path)
-                if body is None:
-                    continue
-                if path.startswith("/v1/jobs?limit"):
-                    listed = body["data"]
-                elif "/metrics?" in path and body["data"]:
-                    page.after_step = max(row["step"] for row in body["data"])
-                elif "/logs?" in path:
-                    page.log_offset = body.get("next_offset", page.log_offset)
-            await asyncio.sleep(POLL_S)
-
-    async def _get(self, client: httpx.AsyncClient, user: User, path: str) -> dict[str, Any] | None:
-        try:
-            response = await client.get(path, headers=user.headers)
-        except httpx.TransportError:
-            self.answers[TRANSPORT_ERROR] += 1
-            return None
-        self.answers[str(response.status_code)] += 1
-        ok = response.status_code == 200 and response.headers.get("content-type", "").startswith(
-            "application/json"
+        context = multiprocessing.get_context("spawn")  # the soak's process runs threads: never fork it
+        self.stopping, self.results = context.Event(), context.SimpleQueue()
+        keys = [(user.name, user.key) for user in users]
+        self.process = context.Process(
+            target=poll, args=(url, keys, seed, pages, self.stopping, self.results), name="soak-pollers"
         )
-        return response.json() if ok else None
+        self.answers: Counter[str] = Counter()
+
+    def start(self) -> None:
+        self.process.start()
 
     def stop(self) -> None:
         self.stopping.set()
-        self.join()
+        self.answers = Counter(self.results.get())
+        self.process.join()
+
+
+def poll(url: str, keys: list[tuple[str, str]], seed: int, pages: int, stopping: Event, results: Any) -> None:
+    """The pollers' process: the pages until `stopping`, then their answers by status onto `results`."""
+    answers: Counter[str] = Counter()
+    users = [User(name, key) for name, key in keys]
+    asyncio.run(_all(url, users, seed, pages, stopping, answers))
+    results.put(dict(answers))
+
+
+async def _all(
+    url: str, users: list[User], seed: int, pages: int, stopping: Event, answers: Counter[str]
+) -> None:
+    limits = httpx.Limits(max_connections=pages)
+    async with httpx.AsyncClient(base_url=url, timeout=TIMEOUT_S, limits=limits) as client:
+        await asyncio.gather(
+            *(_page(client, users[n % len(users)], seed, n, stopping, answers) for n in range(pages))
+        )
+
+
+async def _page(
+    client: httpx.AsyncClient, user: User, seed: int, number: int, stopping: Event, answers: Counter[str]
+) -> None:
+    page = Page(random.Random(seed * 1000 + number))
+    listed: list[dict[str, Any]] = []
+    await asyncio.sleep(page.rng.uniform(0, POLL_S))  # pages opened one after another, not in step
+    while not stopping.is_set():
+        for path in page.paths(listed):
+            body = await _get(client, user, path, answers)
+            if body is None:
+                continue
+            if path.startswith("/v1/jobs?limit"):
+                listed = body["data"]
+            elif "/metrics?" in path and body["data"]:
+                page.after_step = max(row["step"] for row in body["data"])
+            elif "/logs?" in path:
+                page.log_offset = body.get("next_offset", page.log_offset)
+        await asyncio.sleep(POLL_S)
+
+
+async def _get(
+    client: httpx.AsyncClient, user: User, path: str, answers: Counter[str]
+) -> dict[str, Any] | None:
+    try:
+        response = await client.get(path, headers=user.headers)
+    except httpx.TransportError:
+        answers[TRANSPORT_ERROR] += 1
+        return None
+    answers[str(response.status_code)] += 1
+    ok = response.status_code == 200 and response.headers.get("content-type", "").startswith(
+        "application/json"
+    )
+    return response.json() if ok else None

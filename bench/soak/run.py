@@ -18,7 +18,7 @@ from bench.soak.checks import Check
 from bench.soak.client import User, make_users
 from bench.soak.faults import Faults, schedule
 from bench.soak.innocent import Innocent
-from bench.soak.load import LoadUser, first_kinds
+from bench.soak.load import FirstKinds, LoadUser
 from bench.soak.pollers import Pollers
 from bench.soak.profile import FULL, Profile
 from bench.soak.receivers import Behaviour, Receiver, start_receivers
@@ -161,13 +161,13 @@ def final_checks(
 def soak(minutes: float, db: Db, seed: int, workdir: Path, profile: Profile = FULL) -> Outcome:
     duration_s, laps = minutes * 60, Laps()
     receivers = start_receivers()
-    service = SoakStack.start(db, workdir)
+    service = SoakStack.start(db, workdir, profile.rank_nice)
     try:
         admin, users = make_users(service.stack, (*profile.load_users, INNOCENT_USER))
         closed = threading.Event()
-        kinds = first_kinds(len(profile.load_users), seed)
+        kinds = FirstKinds(seed)
         loaders = [
-            LoadUser(user, service.stack, seed * 100 + n, profile, kinds[n], n == 0, closed)
+            LoadUser(user, service.stack, seed * 100 + n, profile, kinds, n == 0, closed)
             for n, user in enumerate(users[:-1])
         ]
         hooks = {loader.user.name: loader.setup(receivers)[Behaviour.NORMAL] for loader in loaders}
@@ -205,6 +205,9 @@ def soak(minutes: float, db: Db, seed: int, workdir: Path, profile: Profile = FU
     answers: dict[str, Any] = {user.name: dict(user.answers) for user in [admin, *users]}
     answers["pollers"] = dict(parts.pollers.answers)
     answers["receivers"] = {str(b): len(receiver.received) for b, receiver in receivers.items()}
+    found.append(
+        checks_users.no_server_errors({who: got for who, got in answers.items() if who != "receivers"})
+    )
     return Outcome(
         minutes,
         str(db),

@@ -17,6 +17,7 @@ import psutil
 import sqlalchemy
 
 from bench.soak.processes import Tracker, api_processes, waiting_standbys
+from core.config import Settings
 from tests.integration.jobs import rank_processes
 from tests.integration.servers import Postgres, Redis, Stack, await_exit
 from tests.unit.mlflow_fixtures import MlflowServer
@@ -69,7 +70,7 @@ class SoakStack:
         self.tracker.start()
 
     @classmethod
-    def start(cls, db: Db, workdir: Path) -> SoakStack:
+    def start(cls, db: Db, workdir: Path, rank_nice: int | None) -> SoakStack:
         (workdir / "stack").mkdir(parents=True)
         # The servers started so far are stopped if a later one fails; the pool, left first, waits for MLflow.
         with contextlib.ExitStack() as undo, ThreadPoolExecutor(1) as pool:
@@ -78,7 +79,8 @@ class SoakStack:
             # MLflow's start (seconds of imports) and the service's overlap: the service first talks to it
             # when a tracked job runs, after the soak's start.
             mlflow_up = pool.submit(mlflow.start)
-            settings = {**SETTINGS, "TRAINYARD_MLFLOW_URI": mlflow.uri}
+            nice = Settings.model_fields["rank_nice"].default if rank_nice is None else rank_nice
+            settings = {**SETTINGS, "TRAINYARD_MLFLOW_URI": mlflow.uri, "TRAINYARD_RANK_NICE": str(nice)}
             redis = postgres = None
             if db is Db.SQLITE:
                 stack = Stack.embedded(workdir / "stack", None, **settings)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from bench.api_load import Phase, check_job, results_table
+import os
+
+from bench.api_load import Phase, check_job, host_label, results_table
 from bench.lean_http import Reply
 
 
@@ -19,3 +21,9 @@ def test_failures_are_listed_under_the_table_with_both_sides_cpu() -> None:
     table = results_table([phase])
     assert table.splitlines()[2] == "| GET | 2/4 | 2 | 2.0 | 3.0 | 3.0 | 1.00 | 0.50 |"
     assert table.endswith("Failed: GET: 1 x HTTP 500, 1 x ProtocolError")
+
+
+def test_the_heading_names_the_host_it_ran_on_not_a_2_core_machine() -> None:
+    label = host_label(3.25)
+    assert label.startswith(f"{os.cpu_count()}-core host (")
+    assert label.endswith("load average 3.2 at the start")

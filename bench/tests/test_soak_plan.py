@@ -3,14 +3,10 @@ judgement of /healthz around the planned PostgreSQL restart: pure functions, not
 
 from __future__ import annotations
 
-import math
-
-import pytest
-
-from bench.soak.checks_users import RESTART_GRACE_S, healthz
+from bench.soak.checks_users import RESTART_GRACE_S, healthz, no_server_errors
 from bench.soak.faults import Kill, schedule
 from bench.soak.innocent import Probe
-from bench.soak.load import first_kinds
+from bench.soak.load import FirstKinds
 from bench.soak.specs import Kind
 from bench.soak.stack import Target
 
@@ -50,6 +46,14 @@ def test_without_a_restart_every_503_fails() -> None:
     assert "not counted" not in check.figure
 
 
+def test_a_500_to_anyone_fails_the_soak_and_a_503_or_a_cut_request_does_not() -> None:
+    check = no_server_errors(
+        {"alice": {"200": 9, "503": 1, "transport": 2}, "pollers": {"200": 5, "500": 29}}
+    )
+    assert not check.ok and check.offenders == ["pollers: 29 x 500"]
+    assert no_server_errors({"bob": {"200": 3, "429": 1, "transport": 1}}).ok
+
+
 def test_a_two_minute_window_still_hits_every_target_and_restarts_postgres_once() -> None:
     targets = tuple(Target)
     for seed in range(20):
@@ -60,10 +64,10 @@ def test_a_two_minute_window_still_hits_every_target_and_restarts_postgres_once(
         assert all(12.0 <= fault.at_s <= 102.0 for fault in plan)
 
 
-@pytest.mark.parametrize("users", [1, 2, 3, 4, 5])
-def test_the_users_first_jobs_between_them_are_every_kind(users: int) -> None:
+def test_the_first_jobs_between_the_users_are_every_kind_once() -> None:
     for seed in range(10):
-        firsts = first_kinds(users, seed)
-        assert all(sorted(kinds) == sorted(Kind) for kinds in firsts)
-        each = math.ceil(len(Kind) / users)
-        assert {kind for kinds in firsts for kind in kinds[:each]} == set(Kind), (users, seed)
+        first = FirstKinds(seed)
+        taken = [first.take() for _ in Kind]
+        assert sorted(kind for kind in taken if kind is not None) == sorted(Kind), seed
+        assert first.take() is None
+    assert [FirstKinds(seed).take() for seed in range(10)] != [FirstKinds(0).take()] * 10, "seeded orders"

@@ -21,6 +21,7 @@ from sqlalchemy.orm import Session
 from core.config import get_settings
 from core.db import session_scope
 from core.doorbell import enqueue_job
+from core.due import settle_due
 from core.launch import show_planned
 from core.models import Job, JobEvent, Sweep, SweepTrial, utcnow
 from core.quotas import job_room
@@ -230,13 +231,5 @@ def _still_asking(sweep_id: int, number: int) -> bool:
 
 def reconcile_sweeps() -> list[int]:
     """One reconciler pass: top up each sweep marked `trials_due`. Returns the sweeps it looked at."""
-    with session_scope() as session:
-        due = list(
-            session.scalars(select(Sweep.id).where(Sweep.trials_due).order_by(Sweep.id).limit(DUE_PER_PASS))
-        )
-    for sweep_id in due:
-        try:
-            top_up(sweep_id)
-        except Exception:  # one sweep's trouble (a bad row) must not hold up the others
-            log.exception("sweep %s: asking for its next trials failed; tried again next pass", sweep_id)
-    return due
+    failing = "sweep {}: asking for its next trials failed"
+    return settle_due(Sweep.id, Sweep.trials_due, top_up, DUE_PER_PASS, failing)

@@ -179,6 +179,10 @@ class LiveStudy:
     def has_ended(self, number: int) -> bool:
         return number in self._ended
 
+    def reports(self, number: int) -> dict[int, float]:
+        """Trial `number`'s reports taken in so far, by whichever supervisor of the sweep read them."""
+        return dict(self._storage.get_trial(self._trial_id(number)).intermediate_values)
+
     def report(self, number: int, step: int, value: float) -> None:
         self._storage.set_trial_intermediate_value(self._trial_id(number), step, value)
 

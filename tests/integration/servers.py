@@ -17,6 +17,8 @@ from pathlib import Path
 import httpx
 import sqlalchemy
 
+from core.secrets import new_key
+
 ROOT = Path(__file__).resolve().parents[2]
 PG_BIN = Path("/usr/lib/postgresql/15/bin")
 
@@ -176,6 +178,11 @@ class Postgres:
         shutil.rmtree(self.workdir, ignore_errors=True)
 
 
+# A lease short enough that a worker or host gone quiet is noticed within seconds, with beats often enough
+# that a busy box's late one does not lose a live worker its jobs.
+SHORT_LEASE = {"TRAINYARD_LEASE_TIMEOUT_S": "4", "TRAINYARD_HEARTBEAT_S": "0.5"}
+
+
 @dataclass
 class Stack:
     """Trainyard as `make run` starts it: migrations, then the API (uvicorn through app.serve) and a real
@@ -206,7 +213,9 @@ class Stack:
             "TRAINYARD_DATA_DIR": str(workdir / "data"),
             "TRAINYARD_CODE_DIR": str(workdir / "code"),
             "TRAINYARD_COMPILE_CACHE_DIR": str(workdir / "compile-cache"),
-            "TRAINYARD_HEARTBEAT_S": "0.5",
+            # Each beat wakes the worker for a pass over the database: every stack alive through a part of
+            # `make test` paid it twice a second. A lease of seconds beats faster (SHORT_LEASE).
+            "TRAINYARD_HEARTBEAT_S": "1",
             "TRAINYARD_REQUEUE_AFTER_S": "3",
             # A cancelled sandboxed rank's final checkpoint must come within it while the other parts of
             # `make test` loads both cores (tests/parts.py): 5 s ran out once.
@@ -218,6 +227,7 @@ class Stack:
             # A forecaster process per API process, importing torch: on where a test asks for it
             # (tests/integration/test_forecast.py), off elsewhere, whose jobs it would only delay.
             "TRAINYARD_FORECAST": "off",
+            "TRAINYARD_SECRETS_KEY": new_key(),  # one for the API and the workers of this stack
             "CUDA_VISIBLE_DEVICES": "",
             **extra_env,
         }

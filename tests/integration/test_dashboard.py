@@ -10,17 +10,20 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 from playwright.sync_api import Browser, Page, expect, sync_playwright
 
 from app.services.keys import LOCAL_USER
-from tests.integration.jobs import TERMINAL, example_spec, metric_values, submit, wait_status
+from tests.integration.jobs import PACED, TERMINAL, example_spec, metric_values, submit, wait_status
 from tests.integration.servers import ROOT, Stack
 from tests.integration.test_program_e2e import push
 from tests.integration.test_sweeps import BUNDLES, PROGRAM_SPEC, wait_done
 from tests.integration.test_sweeps import push as push_bundle
+from tests.integration.test_user_code_lifecycle import factories
 
 CHROMIUM = Path("/usr/bin/chromium")
+PACE_S = 0.05  # a paced step's sleep
 # Without the background-networking flags Chromium keeps dialling Google, which this closed network refuses.
 CHROMIUM_FLAGS = [
     "--headless",
@@ -80,6 +83,17 @@ def wait_for_more_points(page: Page, metric: str, than: int, timeout: float = 90
     raise AssertionError(f"the {metric} chart stayed at {than} points for {timeout:.0f}s")
 
 
+def wait_reported(client: httpx.Client, job_id: int, metric: str, timeout: float = 240) -> None:
+    """Until the job itself has reported a point of `metric` through the API: on a loaded box a job may wait
+    for a slot or start slowly, which a chart's wait must not be blamed for."""
+    deadline = time.monotonic() + timeout
+    while not metric_values(client, job_id, metric):
+        if time.monotonic() > deadline:
+            job = client.get(f"/v1/jobs/{job_id}").json()
+            raise AssertionError(f"job {job_id} reported no {metric} in {timeout:.0f}s: {job['status']}")
+        time.sleep(0.5)
+
+
 def drawn_pixels(page: Page, metric: str, timeout: float = 10) -> int:
     """The pixels of a chart's plot in its first series' colour (PALETTE[0], #2563eb, in app/web/charts.js):
     what it drew of its data, once it drew any."""
@@ -99,15 +113,15 @@ def drawn_pixels(page: Page, metric: str, timeout: float = 10) -> int:
 
 
 def test_follow_a_running_job_cancel_it_and_retry_it(embedded_stack: Stack, page: Page, shots: Path) -> None:
-    # Enough epochs that the job is still running while the page is watched; the cancel ends it.
-    spec = example_spec(
-        "digits_ddp_cpu.json",
-        train={"epochs": 2000},
-        checkpoint={"every_n_epochs": 2, "keep_last": 2},
-        limits={"max_runtime_s": 300},
-    )
-    spec["name"] = "dashboard-watch"
     with embedded_stack.client() as client:
+        # A user's model on two DDP ranks whose steps take a set time, asleep: it runs while the page is
+        # watched, for as long as the test needs, without taking the cores (a digits job training flat out
+        # for as long cost the suite over a minute of CPU); the cancel ends it.
+        spec = {
+            **factories(push_bundle(client, PACED), PACE_S, max_steps=100_000),
+            "name": "dashboard-watch",
+            "limits": {"max_runtime_s": 300},
+        }
         job = submit(client, spec)
         job_id = job["id"]
 
@@ -125,6 +139,7 @@ def test_follow_a_running_job_cancel_it_and_retry_it(embedded_stack: Stack, page
         polling.goto(f"{embedded_stack.url}/#/jobs/{job_id}")
 
         # The curves grow while the pages are open: points arrive after the first ones were drawn.
+        wait_reported(client, job_id, "loss")
         for watcher in (page, polling):
             first = wait_for_more_points(watcher, "loss", 0)
             wait_for_more_points(watcher, "loss", first)
@@ -244,7 +259,10 @@ def test_the_record_of_finished_jobs_side_by_side_and_a_failure(
         assert any(name.startswith(f"job{finished['id']}/events.out.tfevents.") for name in tar.getnames())
     page.screenshot(path=shots / "record.png", full_page=True)
 
-    # A one-epoch job's epoch time is a single point, which no line can join: the point itself is drawn.
+    # A one-epoch job's epoch time is a single point, which no line can join: the point itself is drawn. The
+    # page's first read of the job fails, as a busy database answers: the page reads it again.
+    busy = {"status": 503, "content_type": "application/problem+json", "body": '{"detail": "database busy"}'}
+    page.route(f"**/v1/jobs/{other['id']}", lambda route: route.fulfill(**busy), times=1)
     page.goto(f"{embedded_stack.url}/#/jobs/{other['id']}")
     expect(page.locator('.chart[data-metric="epoch_time_s"]')).to_have_attribute("data-points", "1")
     assert drawn_pixels(page, "epoch_time_s") > 0

@@ -13,7 +13,7 @@ from celery import Celery
 from core.doorbell import RUN_JOB_TASK
 from jobspec.events import EVENTS_FILE
 from tests.integration.jobs import example_spec, job_processes, metric_values, submit, wait_status
-from tests.integration.servers import Stack, wait_for
+from tests.integration.servers import SHORT_LEASE, Stack, wait_for
 
 pytestmark = pytest.mark.own_services
 
@@ -33,7 +33,7 @@ def two_workers(
 ) -> Iterator[Stack]:
     workdir = tmp_path_factory.mktemp("two-workers")
     # A short lease so a dead worker's job is noticed within seconds.
-    stack = Stack.embedded(workdir, TRAINYARD_LEASE_TIMEOUT_S="4")
+    stack = Stack.embedded(workdir, **SHORT_LEASE)
     stack.start_worker("worker-b")
     yield stack
     stopping += stack.terminate()

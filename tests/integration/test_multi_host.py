@@ -12,7 +12,7 @@ import psutil
 import pytest
 
 from tests.integration.jobs import example_spec, job_processes, metric_values, submit, wait_status
-from tests.integration.servers import Postgres, Redis, Stack, wait_for
+from tests.integration.servers import SHORT_LEASE, Postgres, Redis, Stack, wait_for
 from worker.executors.local.kill import job_processes as kill_processes
 from worker.executors.local.kill import mark_for
 
@@ -42,7 +42,7 @@ def two_hosts(
         postgres_server.new_database(),
         redis_server.new_url(),
         # A short lease, so a host that goes quiet is noticed within seconds.
-        TRAINYARD_LEASE_TIMEOUT_S="4",
+        **SHORT_LEASE,
         TRAINYARD_HOSTNAME=HOSTS[0],
         TRAINYARD_ADVERTISE_ADDRESS="127.0.0.1",
     )

@@ -73,8 +73,17 @@ def alice_job(auth_stack: Stack, keys: Keys) -> dict[str, Any]:
         assert sweep.status_code == 201, sweep.text
         # Its trial need not run.
         assert client.post(f"/v1/sweeps/{sweep.json()['id']}/cancel").status_code == 200
+        secret = client.post("/v1/secrets", json={"name": "alices-token", "value": "not for bob"})
+        assert secret.status_code == 201, secret.text
     ids = {"job_id": job["id"], "checkpoint_id": checkpoint["id"], "code_id": pushed.json()["id"]}
-    return {**ids, "key_id": key["id"], "webhook_id": hook.json()["id"], "sweep_id": sweep.json()["id"]}
+    named = {"name": secret.json()["name"]}  # a secret's, the one route parameter that is a name
+    return {
+        **ids,
+        "key_id": key["id"],
+        "webhook_id": hook.json()["id"],
+        "sweep_id": sweep.json()["id"],
+        **named,
+    }
 
 
 def tiny_bundle() -> bytes:

@@ -27,14 +27,10 @@ from worker.executors.slurm.outcomes import SLURM_CANCELLED
 
 pytestmark = pytest.mark.own_services
 
-TWO_NODES = example_spec("digits_ddp_cpu.json", parallel={"nproc_per_node": 1, "nnodes": 2})
-# Long enough to be caught running: checkpoints every 20 steps, a few hundred steps in all.
-LONG = example_spec(
-    "digits_ddp_cpu.json",
-    model={"kwargs": {"hidden": 512, "depth": 3}},
-    train={"epochs": 40},
-    parallel={"nproc_per_node": 1, "nnodes": 2},
-    checkpoint={"every_n_epochs": 0, "every_n_steps": 20, "keep_last": 2},
+# Two epochs: the curve to compare crosses an epoch's end (the sampler's reshuffle, a checkpoint); more epochs
+# only repeat that.
+TWO_NODES = example_spec(
+    "digits_ddp_cpu.json", train={"epochs": 2}, parallel={"nproc_per_node": 1, "nnodes": 2}
 )
 
 # More nodes than the cluster has: Slurm holds it pending for good.
@@ -45,12 +41,17 @@ THREE_NODES = {
 }
 
 
-def paced_on_two_nodes(code: str, max_steps: int, **sections: dict[str, Any]) -> dict[str, Any]:
-    """A user's bundle whose steps sleep 50 ms (tests/integration/bundles/paced), on two nodes: for a test
-    that needs a job running for a while, not its training, the nodes' cores stay free for the suite's
-    other parts."""
+# A paced step's sleep: a test that needs a job running for a while, not its training, costs the CPU of a few
+# steps a second (a step at 50 ms: 20 a second, most of a core for the job, its worker and its API).
+PACE_S = 0.2
+
+
+def paced_on_two_nodes(
+    code: str, max_steps: int, pace_s: float = PACE_S, **sections: dict[str, Any]
+) -> dict[str, Any]:
+    """A user's bundle whose steps sleep `pace_s` (tests/integration/bundles/paced), on two nodes."""
     parallel = {"strategy": "ddp", "nproc_per_node": 1, "nnodes": 2}
-    return {**factories(code, 0.05, max_steps), "parallel": parallel, **sections}
+    return {**factories(code, pace_s, max_steps), "parallel": parallel, **sections}
 
 
 @pytest.fixture(scope="module")
@@ -65,7 +66,6 @@ def slurm_stack(
         tmp_path_factory.mktemp("slurm-stack"),
         api_env={"TRAINYARD_EXECUTOR": "slurm"},
         TRAINYARD_EXECUTOR="slurm",
-        TRAINYARD_SLURM_POLL_S="0.5",
         **slurm_cluster.env,
     )
     yield stack
@@ -91,6 +91,13 @@ def slurm_job_id(client: httpx.Client, job_id: int) -> int | None:
     return job["slurm_job_id"]
 
 
+def wait_training(stack: Stack, client: httpx.Client, job_id: int, step: int) -> None:
+    """Until the job reports `step`: its start-up, the long part (minutes on a loaded box), polled at
+    wait_status's pace (twice a second at most), then its first steps at wait_step's (ten times a second)."""
+    wait_status(client, job_id, {"running"}, timeout=240)
+    wait_step(stack, job_id, step)
+
+
 def test_a_two_node_job_trains_as_two_local_ranks_do(slurm_stack: Stack, tmp_path: Path) -> None:
     with slurm_stack.client() as client:
         dry = client.post("/v1/jobs", json=TWO_NODES, params={"dry_run": "true"}).json()
@@ -107,10 +114,12 @@ def test_a_two_node_job_trains_as_two_local_ranks_do(slurm_stack: Stack, tmp_pat
         assert value == pytest.approx(want, rel=LOSS_RTOL), step
 
 
-def test_cancel_stops_every_process_on_both_nodes(slurm_stack: Stack, slurm_cluster: SlurmCluster) -> None:
+def test_cancel_stops_every_process_on_both_nodes(
+    slurm_stack: Stack, slurm_cluster: SlurmCluster, paced: str
+) -> None:
     with slurm_stack.client() as client:
-        job = submit(client, LONG)
-        wait_step(slurm_stack, job["id"], 10)
+        job = submit(client, paced_on_two_nodes(paced, 100_000))
+        wait_training(slurm_stack, client, job["id"], 10)
         client.post(f"/v1/jobs/{job['id']}/cancel")
         done = wait_status(client, job["id"], {"cancelled"}, timeout=120)
     # Its ranks stopped on the SIGTERM (their final checkpoint), so Slurm records how they exited.
@@ -119,13 +128,15 @@ def test_cancel_stops_every_process_on_both_nodes(slurm_stack: Stack, slurm_clus
 
 
 def test_max_runtime_ends_timed_out_after_a_final_checkpoint(slurm_stack: Stack, paced: str) -> None:
-    # The limit counts training once it runs, and start-up until then: 20 s leaves a 2-node start on a busy
-    # CI box room to reach its first step, so there is training to checkpoint.
+    # Under Slurm the limit counts the whole start-up until the first step, then training alone: 40 s leaves a
+    # 2-node start on a loaded box room to reach its first step, so there is training to checkpoint (20 and 30
+    # did not, on a box of two cores under a load of 15), and the job then trains 40 s, a step a second.
     spec = paced_on_two_nodes(
         paced,
         100_000,  # stopped at the limit, long before its end
+        1.0,
         checkpoint={"every_n_steps": 0, "every_n_epochs": 0, "keep_last": 2},
-        limits={"max_runtime_s": 20},
+        limits={"max_runtime_s": 40},
     )
     with slurm_stack.client() as client:
         job = wait_status(client, submit(client, spec)["id"], {"timed_out"}, timeout=180)
@@ -139,12 +150,12 @@ def test_max_runtime_ends_timed_out_after_a_final_checkpoint(slurm_stack: Stack,
 def test_a_failed_node_requeues_the_job_which_resumes_from_its_checkpoint(
     slurm_stack: Stack, slurm_cluster: SlurmCluster, paced: str
 ) -> None:
-    # 300 steps of 50 ms: the node goes down long before the first attempt could end.
+    # 100 paced steps: the node goes down long before the first attempt could end.
     every_20 = {"every_n_steps": 20, "every_n_epochs": 0, "keep_last": 2}
-    spec = paced_on_two_nodes(paced, 300, checkpoint=every_20)
+    spec = paced_on_two_nodes(paced, 100, checkpoint=every_20)
     with slurm_stack.client() as client:
         job = submit(client, spec)
-        wait_step(slurm_stack, job["id"], 45)  # two checkpoints stored
+        wait_training(slurm_stack, client, job["id"], 45)  # two checkpoints stored
         slurm_cluster.node_down(slurm_cluster.node_names[1])
         requeued = wait_status(client, job["id"], {"queued"}, timeout=120)
         slurm_cluster.node_up(slurm_cluster.node_names[1])
@@ -156,22 +167,12 @@ def test_a_failed_node_requeues_the_job_which_resumes_from_its_checkpoint(
     assert done["attempt"] >= 2 and [e["to_status"] for e in events].count("queued") == done["attempt"], (
         events
     )
-    assert steps == sorted(set(steps)) and steps[-1] == 300, f"a step twice, or not the last: {steps}"
+    assert steps == sorted(set(steps)) and steps[-1] == 100, f"a step twice, or not the last: {steps}"
     # What the worker handed the nodes for each of Slurm's restarts: the checkpoint to resume from.
     folder = runs_dir(slurm_stack) / ".slurm" / str(job["id"])
     for restart in range(1, done["attempt"]):
         handed = json.loads((folder / f"attempt-{restart}.json").read_text())
         assert handed["config"]["attempt"] == restart + 1 and handed["config"]["plan"]["resume_path"], handed
-
-
-def test_a_bundle_job_runs_sandboxed_on_a_node(slurm_stack: Stack, paced: str) -> None:
-    spec: dict[str, Any] = {**factories(paced, 0.0), "parallel": {"strategy": "ddp", "nproc_per_node": 1}}
-    with slurm_stack.client() as client:
-        job = wait_status(client, submit(client, spec)["id"], {"succeeded"}, timeout=240)
-    launcher = (runs_dir(slurm_stack) / str(job["id"]) / "logs" / "launcher.log").read_text()
-    header = next(line for line in launcher.splitlines() if line.startswith("=== attempt 1 node 0: "))
-    argv = header.split(": ", 1)[1].split()
-    assert "bwrap" in argv and "--unshare-pid" in argv and any(a.startswith("--reuid=") for a in argv), header
 
 
 def test_more_nodes_than_the_cluster_has_waits_with_slurm_reason_and_priority(
@@ -210,7 +211,7 @@ def test_an_scancel_from_outside_ends_a_running_job_cancelled_saying_so(
     """The cluster's user or an admin cancels the Slurm job, not Trainyard: the job ends `cancelled`, through
     `cancelling` as any cancel of a started job, its webhooks recorded and no process of it left."""
     spec: dict[str, Any] = {
-        **factories(paced, 0.05, 100_000),
+        **factories(paced, PACE_S, 100_000),
         "parallel": {"strategy": "ddp", "nproc_per_node": 1},
     }
     receiver = Receiver()
@@ -220,7 +221,7 @@ def test_an_scancel_from_outside_ends_a_running_job_cancelled_saying_so(
                 "/v1/webhooks", json={"url": receiver.url, "events": ["job.cancelled"], "secret": SECRET}
             ).json()
             job = submit(client, spec)
-            wait_step(slurm_stack, job["id"], 5)
+            wait_training(slurm_stack, client, job["id"], 5)
             slurm_id = slurm_job_id(client, job["id"])
             assert slurm_id is not None
             slurm_cluster.run(["scancel", str(slurm_id)])
@@ -255,3 +256,82 @@ def test_an_scancel_from_outside_ends_a_job_waiting_in_slurm_cancelled(
     assert done["status_reason"] == SLURM_CANCELLED and done["attempt"] == 0, done
     # Nothing of it ran: no attempt began.
     assert [(e["from_status"], e["to_status"]) for e in events[1:]] == [("queued", "cancelled")], events
+
+
+def node_command(stack: Stack, job_id: int) -> list[str]:
+    """What node 0 ran for the job's first attempt, as the header of its launcher log says."""
+    launcher = (runs_dir(stack) / str(job_id) / "logs" / "launcher.log").read_text()
+    header = next(line for line in launcher.splitlines() if line.startswith("=== attempt 1 node 0: "))
+    return header.split(": ", 1)[1].split()
+
+
+def slurm_field(cluster: SlurmCluster, slurm_id: int, field: str) -> str:
+    shown = cluster.run(["scontrol", "--oneliner", "show", "job", str(slurm_id)])
+    return shown.split(f" {field}=", 1)[1].split()[0]
+
+
+def submitted_after(cluster: SlurmCluster, slurm_id: int) -> str | None:
+    """The --dependency the job was submitted with, as the batch script Slurm keeps says (scontrol shows a
+    dependency only until it is met)."""
+    script = cluster.run(["scontrol", "write", "batch_script", str(slurm_id), "-"])
+    return next((line.split("=", 1)[1] for line in script.splitlines() if "--dependency=" in line), None)
+
+
+def handed_over(client: httpx.Client, job_ids: list[int]) -> dict[int, int]:
+    """The Slurm job ids of those of `job_ids` handed to Slurm."""
+    return {job_id: slurm_id for job_id in job_ids if (slurm_id := slurm_job_id(client, job_id)) is not None}
+
+
+def test_a_dependant_of_slurm_jobs_waits_in_slurm_and_a_parent_that_ends_otherwise_leaves_none_pending(
+    slurm_stack: Stack, slurm_cluster: SlurmCluster
+) -> None:
+    """A job whose depends_on are Slurm jobs is handed over at once, held by Slurm (afterok); when its parent
+    ends otherwise than succeeded it is cancelled in Slurm (--kill-on-invalid-dep, or Trainyard's scancel)
+    and in Trainyard (dependency_failed), never started by either."""
+    with slurm_stack.client() as client:
+        stuck = submit(client, THREE_NODES)  # more nodes than the cluster has: it waits in Slurm for good
+        orphan = submit(client, {**THREE_NODES, "depends_on": [stuck["id"]]})
+        ids = [stuck["id"], orphan["id"]]
+        wait_for(lambda: len(handed_over(client, ids)) == len(ids), 30, "both handed to Slurm")
+        slurm = handed_over(client, ids)
+        assert submitted_after(slurm_cluster, slurm[orphan["id"]]) == f"afterok:{slurm[stuck['id']]}"
+        # Slurm names the reason at its first scheduling pass over the job.
+        reason = lambda: slurm_field(slurm_cluster, slurm[orphan["id"]], "Reason")  # noqa: E731
+        wait_for(lambda: reason() == "Dependency", 30, "Slurm's reason: Dependency")
+        client.post(f"/v1/jobs/{stuck['id']}/cancel")
+        cancelled = wait_status(client, orphan["id"], {"cancelled"}, timeout=30)
+    assert cancelled["status_reason"] == "dependency_failed" and cancelled["started_at"] is None, cancelled
+    wait_for(
+        lambda: slurm_state(slurm_cluster, slurm[orphan["id"]]) == "CANCELLED", 30, "its Slurm job ended"
+    )
+
+
+# Two jobs one after the other, each a torchrun start-up, which on a busy two-core box takes a minute or more.
+@pytest.mark.timeout(600)
+def test_a_dependant_starts_in_slurm_and_in_trainyard_once_its_parent_succeeded(
+    slurm_stack: Stack, slurm_cluster: SlurmCluster, paced: str
+) -> None:
+    spec: dict[str, Any] = {
+        **factories(paced, 0.0, 20),
+        "parallel": {"strategy": "ddp", "nproc_per_node": 1},
+    }
+    with slurm_stack.client() as client:
+        parent = submit(client, spec)
+        child = submit(client, {**spec, "depends_on": [parent["id"]]})
+        ids = [parent["id"], child["id"]]
+        wait_for(lambda: len(handed_over(client, ids)) == len(ids), 30, "both handed to Slurm")
+        slurm = handed_over(client, ids)
+        done = [wait_status(client, job_id, {"succeeded"}, timeout=240) for job_id in ids]
+    # Handed over with afterok, Slurm started it once its parent had completed; Trainyard, once it had
+    # succeeded.
+    assert submitted_after(slurm_cluster, slurm[child["id"]]) == f"afterok:{slurm[parent['id']]}"
+    parent_end = slurm_field(slurm_cluster, slurm[parent["id"]], "EndTime")
+    assert slurm_field(slurm_cluster, slurm[child["id"]], "StartTime") >= parent_end
+    assert done[1]["started_at"] >= done[0]["finished_at"], done
+    # Both are a user's bundle, which a node runs sandboxed (a job of its own to show it cost a torchrun
+    # start-up more).
+    for job_id in ids:
+        argv = node_command(slurm_stack, job_id)
+        assert "bwrap" in argv and "--unshare-pid" in argv and any(a.startswith("--reuid=") for a in argv), (
+            argv
+        )

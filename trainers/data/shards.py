@@ -18,9 +18,10 @@ import numpy as np
 import torch
 
 from jobspec.data_plan import load_side
-from jobspec.datadir import confined_file, data_dir_from_env, resolve_data_root, shown_data_path
 from jobspec.spec import DataSpec
+from trainers.data.files import Files
 from trainers.data.images import ImageSet, decode_whole, image_set
+from trainers.data.roots import Entry, data_root, open_root
 
 IMAGE_EXTENSIONS = ("jpg", "jpeg", "png", "webp")
 LABEL_EXTENSION = "cls"
@@ -28,8 +29,8 @@ LABEL_EXTENSION = "cls"
 
 @dataclass(frozen=True)
 class ShardSamples:
-    data_dir: Path
-    tars: tuple[Path, ...]
+    files: Files
+    tars: tuple[Entry, ...]
     shard: np.ndarray  # int32: which tar
     offset: np.ndarray  # int64: where the image's bytes start in it
     size: np.ndarray  # int64
@@ -40,12 +41,11 @@ class ShardSamples:
         return len(self.labels)
 
     def read(self, index: int) -> bytes:
-        with self.tars[self.shard[index]].open("rb") as tar:
-            tar.seek(int(self.offset[index]))
-            return tar.read(int(self.size[index]))
+        tar = self.tars[self.shard[index]]
+        return self.files.read(tar.name, int(self.offset[index]), int(self.size[index]), tar.version)
 
     def name(self, index: int) -> str:
-        tar = shown_data_path(self.data_dir, self.tars[self.shard[index]])
+        tar = self.files.shown(self.tars[self.shard[index]].name)
         return f"{tar}: sample {self.keys[index].decode(errors='replace')}"
 
 
@@ -67,12 +67,16 @@ def _label(tar: tarfile.TarFile, member: tarfile.TarInfo, shown: str) -> int:
     return int(text)
 
 
-def index_tar(path: Path, shown: str) -> list[tuple[bytes, int, int, int]]:
+def index_tar(files: Files, tar_file: Entry) -> list[tuple[bytes, int, int, int]]:
     """(key, offset, size, label) of every sample of one shard, in the shard's order."""
     images: dict[str, tarfile.TarInfo] = {}
     labels: dict[str, int] = {}
+    shown = files.shown(tar_file.name)
     try:
-        with tarfile.open(path, mode="r:") as tar:
+        with (
+            files.open(tar_file.name, tar_file.size, tar_file.version) as raw,
+            tarfile.open(fileobj=raw, mode="r:") as tar,
+        ):
             for member in tar:  # headers only: tarfile seeks over each member's data
                 key, extension = _split_name(member.name)
                 if member.isfile() and extension == LABEL_EXTENSION:
@@ -94,25 +98,26 @@ def index_tar(path: Path, shown: str) -> list[tuple[bytes, int, int, int]]:
     return [(key.encode(), member.offset_data, member.size, labels[key]) for key, member in images.items()]
 
 
+def shard_samples(data: DataSpec) -> ShardSamples:
+    """The samples of data.root's *.tar shards, indexed from their headers."""
+    return _indexed(*data_root(data))
+
+
 @lru_cache(maxsize=2)  # the planner's num_classes and the loader both ask; the index is read once
-def index_shards(data_dir: Path, root: Path) -> ShardSamples:
-    tars = tuple(confined_file(data_dir, path) for path in sorted(root.glob("*.tar")))
-    shown_root = shown_data_path(data_dir, root)
+def _indexed(named: str, cache_bytes: int, data_dir: Path) -> ShardSamples:
+    root = open_root(named, cache_bytes, data_dir)
+    tars = tuple(root.entries(lambda relative: relative.endswith(".tar") and "/" not in relative, False))
     if not tars:
         raise ValueError(
-            f"data.root ({shown_root}) holds no .tar shards; write WebDataset shards (key.jpg + "
+            f"data.root ({root.shown}) holds no .tar shards; write WebDataset shards (key.jpg + "
             f"key.{LABEL_EXTENSION} per sample) there"
         )
-    rows = [
-        (shard, *row)
-        for shard, tar in enumerate(tars)
-        for row in index_tar(tar, shown_data_path(data_dir, tar))
-    ]
+    rows = [(shard, *row) for shard, tar in enumerate(tars) for row in index_tar(root.files, tar)]
     if not rows:
-        raise ValueError(f"data.root ({shown_root}): its {len(tars)} shards hold no images")
+        raise ValueError(f"data.root ({root.shown}): its {len(tars)} shards hold no images")
     shard, keys, offset, size, labels = zip(*rows, strict=True)
     return ShardSamples(
-        data_dir,
+        root.files,
         tars,
         np.array(shard, dtype=np.int32),
         np.array(offset, dtype=np.int64),
@@ -122,19 +127,12 @@ def index_shards(data_dir: Path, root: Path) -> ShardSamples:
     )
 
 
-def shard_samples(data: DataSpec) -> ShardSamples:
-    assert data.root is not None  # the spec requires a root for on-disk datasets
-    data_dir = data_dir_from_env()
-    return index_shards(data_dir, resolve_data_root(data_dir, data.root))
-
-
 def num_classes(data: DataSpec) -> int:
     samples = shard_samples(data)
     classes = int(samples.labels.max()) + 1
     if classes < 2:
         raise ValueError(
-            f"data.root: every sample of {shown_data_path(samples.data_dir, samples.tars[0].parent)} is "
-            "class 0; a classifier needs at least 2 classes"
+            f"data.root: every sample of {data.root} is class 0; a classifier needs at least 2 classes"
         )
     return classes
 

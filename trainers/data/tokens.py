@@ -13,6 +13,7 @@ mid-epoch from the step alone.
 from __future__ import annotations
 
 import argparse
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -21,24 +22,47 @@ import torch
 from torch.utils.data import Dataset
 
 from jobspec.catalog.datasets import DatasetName
+from jobspec.data_store import is_store_root
 from jobspec.datadir import data_dir_from_env, run_dir_from_env
+from jobspec.problems import refuse
 from jobspec.spec import DataSpec
 from jobspec.spec_inputs import TokenDtype
-from jobspec.token_files import TRAIN_FILE, VAL_FILE, TokenSpan, token_splits
+from jobspec.token_files import (
+    DEMO_HINT,
+    TRAIN_FILE,
+    VAL_FILE,
+    TokenSpan,
+    ids_in,
+    split_tokens,
+    token_splits,
+)
+from trainers.data.files import StoreFiles
+from trainers.data.roots import data_root, open_root
 from trainers.data.synthetic_tokens import bigram_ids, synthetic_splits
 from trainers.data.user import UserData
 
 Window = tuple[torch.Tensor, torch.Tensor]
 
 
+@dataclass(frozen=True)
+class Stored:
+    """Where a span's file is an object: read by ranged GETs of each window, at the listed version."""
+
+    files: StoreFiles
+    version: str
+
+
 class TokenWindows(Dataset[Window]):
     """The windows of a span of token ids. With vocab_size, each id read is checked to be below it: a wrong
     data.token_dtype or data.vocab_size fails the job naming them, not deep inside an embedding."""
 
-    def __init__(self, span: TokenSpan, block_size: int, vocab_size: int | None) -> None:
+    def __init__(
+        self, span: TokenSpan, block_size: int, vocab_size: int | None, stored: Stored | None = None
+    ) -> None:
         self.span = span
         self.block_size = block_size
         self.vocab_size = vocab_size
+        self.stored = stored
         self._ids: np.memmap[Any, np.dtype[Any]] | None = None
 
     def __len__(self) -> int:
@@ -53,11 +77,18 @@ class TokenWindows(Dataset[Window]):
             self._ids = np.memmap(self.span.path, dtype=self.span.dtype.value, mode="r")
         return self._ids
 
+    def _read(self, start: int, count: int) -> np.ndarray:
+        if self.stored is None:
+            return self._mapped()[start : start + count]
+        width = self.span.dtype.itemsize
+        raw = self.stored.files.read(str(self.span.path), start * width, count * width, self.stored.version)
+        return np.frombuffer(raw, dtype=self.span.dtype.value)
+
     def __getitem__(self, index: int) -> Window:
         if not 0 <= index < len(self):
             raise IndexError(f"window {index} of {len(self)}")
         start = self.span.start + index * self.block_size
-        window = torch.from_numpy(self._mapped()[start : start + self.block_size + 1].astype(np.int64))
+        window = torch.from_numpy(self._read(start, self.block_size + 1).astype(np.int64))
         if self.vocab_size is not None:
             self._check_ids(window, start, self.vocab_size)
         return window[:-1], window[1:]
@@ -84,11 +115,51 @@ def load_tokens(data: DataSpec, seed: int = 0) -> UserData:
         splits, vocab_size = corpus_splits(data, data_dir, run_dir_from_env()), None
     elif data.dataset is DatasetName.SYNTHETIC_TOKENS:
         splits, vocab_size = synthetic_splits(data, seed, run_dir_from_env()), None
+    elif is_store_root(data.root):
+        return stored_tokens(data)
     else:
         splits, vocab_size = token_splits(data, data_dir), data.vocab_size
     train = TokenWindows(splits.train, data.block_size, vocab_size)
     val = None if splits.val is None else TokenWindows(splits.val, data.block_size, vocab_size)
     return UserData(f"data.dataset {data.dataset}", None, train, val, None)
+
+
+def stored_tokens(data: DataSpec) -> UserData:
+    """data.dataset tokens in an object store: train.bin, and val.bin when there is one, as listed."""
+    block_size = data.block_size
+    assert block_size is not None, "the planner requires data.block_size for token datasets"
+    root = open_root(*data_root(data))
+    files = root.files
+    assert isinstance(files, StoreFiles)
+    wanted = (TRAIN_FILE, VAL_FILE)
+    found = {entry.relative: entry for entry in root.entries(lambda name: name in wanted, recursive=False)}
+    if TRAIN_FILE not in found:
+        raise refuse(
+            "data.root",
+            f"data.root {data.root!r} holds no {TRAIN_FILE}",
+            f"upload the training token ids there as one flat {data.token_dtype} file; {DEMO_HINT}",
+        )
+    spans = [
+        TokenSpan(
+            Path(found[name].name),
+            data.token_dtype,
+            0,
+            ids_in(found[name].size, data.token_dtype, files.shown(found[name].name)),
+            name,
+        )
+        for name in wanted
+        if name in found
+    ]
+    splits = split_tokens(data, spans[0], spans[1] if len(spans) > 1 else None)
+    # The version of each span's file: a tail held out of train.bin reads train.bin's.
+    versions = {str(Path(entry.name)): entry.version for entry in found.values()}
+
+    def windows(span: TokenSpan) -> TokenWindows:
+        stored = Stored(files, versions[str(span.path)])
+        return TokenWindows(span, block_size, data.vocab_size, stored)
+
+    val = None if splits.val is None else windows(splits.val)
+    return UserData(f"data.dataset {data.dataset}", None, windows(splits.train), val, None)
 
 
 def make_demo(directory: Path, tokens: int, vocab_size: int, seed: int = 0) -> None:

@@ -1,8 +1,9 @@
 """What tracing cannot see, per GPU model: how much the caching allocator reserves over the traced peak
 (rounding, fragmentation, cuBLAS workspaces), what torch.compile's fusions save, how much of the GPU's peak
 FLOP rate each kind of model reaches, and the cost of launching an eager step's operations one by one. The
-figures were fitted to `python -m bench.forecast` on the GPU named (bench/RESULTS.md, "forecast"); a GPU
-model not measured yet takes the H200's, and says so in the forecast's basis."""
+figures were fitted to `python -m bench.forecast` on the GPU named (bench/RESULTS.md, "forecast"), ddp's to
+its `--strategy ddp --gpus 2`; a GPU model not measured yet takes the H200's, and says so in the forecast's
+basis."""
 
 from __future__ import annotations
 
@@ -22,12 +23,19 @@ class DeviceCalibration:
     # model's fp32 logits above all). Kinds not measured compiled take the eager figures.
     compiled_per_traced: dict[ModelKind, float]
     compiled_base: int
+    # The same under ddp, whose compiled model is split into a graph per gradient bucket (torch's
+    # DDPOptimizer), so that fusions span less of the step and keep more.
+    compiled_ddp_per_traced: dict[ModelKind, float]
     # The share of the GPU's dense bf16 peak a step reaches, by kind of model and whether compiled.
     efficiency: dict[tuple[ModelKind, bool], float]
     # An eager operation's launch from Python (cuDNN's cost more): a step of many small ones is bound by
     # them, and the GPU's work overlaps them only in part.
     launch_s: dict[ModelKind, float]
     default_launch_s: float
+    # The bytes per second one device sends in NCCL's collectives of a ddp or fsdp step, measured between two
+    # GPUs of one host (16.5 GB/s for ddp's all-reduce, although those two H200s had 18 NVLinks between
+    # them): the step computes meanwhile, so the longer of the two bounds it.
+    collective_bytes_per_s: float
 
 
 H200 = DeviceCalibration(
@@ -36,6 +44,7 @@ H200 = DeviceCalibration(
     reserved_base=256 * MiB,
     compiled_per_traced={ModelKind.TRANSFORMER: 0.545},
     compiled_base=356 * MiB,
+    compiled_ddp_per_traced={ModelKind.TRANSFORMER: 0.67},
     efficiency={
         (ModelKind.TRANSFORMER, True): 0.385,
         (ModelKind.TRANSFORMER, False): 0.27,
@@ -48,6 +57,7 @@ H200 = DeviceCalibration(
     },
     launch_s={ModelKind.CONVOLUTIONAL: 11e-6, ModelKind.OTHER: 11e-6},
     default_launch_s=7.5e-6,
+    collective_bytes_per_s=16.5e9,
 )
 GPUS: dict[str, DeviceCalibration] = {"H200": H200}
 FP32_SLOWDOWN = 2.0  # fp32 matrix products run on TF32 tensor cores, at half the bf16 rate

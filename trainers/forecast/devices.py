@@ -3,6 +3,8 @@ sharded or split as the strategy does it (trainers/strategies/ are the layouts).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from jobspec.plan import Plan
 from jobspec.spec import Precision, Strategy
 from trainers.forecast.trace import Phase, Traced
@@ -16,31 +18,66 @@ def state_bytes(phase: Phase) -> int:
     return phase.params + phase.grads + phase.optimizer
 
 
-def per_device(traced: Traced, plan: Plan, layers: int | None) -> tuple[int, dict[str, int]]:
-    """The peak bytes of the busiest device, and what the strategy added to or took from `single`'s."""
+@dataclass(frozen=True)
+class Share:
+    """The busiest device's peak bytes, the phase of the traced step it comes in, and what the strategy added
+    to or took from `single`'s."""
+
+    peak: int
+    phase: Phase
+    strategy: dict[str, int]
+
+
+def per_device(traced: Traced, plan: Plan, layers: int | None) -> Share:
     strategy, peak = plan.strategy, traced.peak
     if strategy is Strategy.DDP:
-        # Gradient buckets (gradient_as_bucket_view) are made with the wrapper and stay: a peak inside the
-        # backward, before the gradients exist, does not hold them yet.
-        buckets = max(traced.trained_count * FP32 - peak.grads, 0)
-        return peak.total + buckets, {"ddp_gradient_buckets": buckets}
+        # Gradient buckets (gradient_as_bucket_view) are made with the wrapper and stay: a phase whose peak
+        # comes before the gradients exist (inside the backward) holds them beside it, so that phase may
+        # become the busiest one (a large model at a small batch).
+        def buckets(phase: Phase) -> int:
+            return max(traced.trained_count * FP32 - phase.grads, 0)
+
+        busiest = max((traced.backward, traced.update), key=lambda phase: phase.total + buckets(phase))
+        held = buckets(busiest)
+        return Share(busiest.total + held, busiest, {"ddp_gradient_buckets": held})
     if strategy is Strategy.FSDP:
-        state = state_bytes(peak)
+        # Frozen parameters (LoRA's base model) are sharded too; MemTracker counts them with the buffers,
+        # which are small beside them.
+        state = state_bytes(peak) + peak.buffers
         sharded = state - state // plan.data_parallel_size
         # A block gathered whole to compute, and the next one prefetched meanwhile.
         gathered = 2 * traced.parameter_count // max(layers or 1, 1) * _BYTES[plan.precision]
-        return peak.total - sharded + gathered, {"fsdp_sharded_away": -sharded, "fsdp_gathered": gathered}
+        return Share(
+            peak.total - sharded + gathered, peak, {"fsdp_sharded_away": -sharded, "fsdp_gathered": gathered}
+        )
     if strategy in (Strategy.PIPELINE, Strategy.MODEL_PARALLEL):
         # Each stage holds its share of the state and of the activations (the micro-batches in flight among
         # them).
         held = state_bytes(peak) + peak.activations
         split_away = held - held // plan.stages
-        return peak.total - split_away, {"stages_split_away": -split_away}
+        return Share(peak.total - split_away, peak, {"stages_split_away": -split_away})
     if strategy is Strategy.DP:
         # One process: each GPU runs a replica on its slice of the batch.
         sliced = peak.activations - peak.activations // max(plan.num_gpus, 1)
-        return peak.total - sliced, {"dp_batch_sliced_away": -sliced}
-    return peak.total, {}
+        return Share(peak.total - sliced, peak, {"dp_batch_sliced_away": -sliced})
+    return Share(peak.total, peak, {})
+
+
+def collective_bytes(traced: Traced, plan: Plan) -> int:
+    """What one device sends in a step's collectives, as a ring sends them: ddp all-reduces the fp32
+    gradients (2(n-1)/n of them); fsdp all-gathers every parameter in the compute precision for the forward
+    and again for the backward, and reduce-scatters the fp32 gradients ((n-1)/n of each). None for the
+    other strategies, whose communication the calibration's efficiency covers."""
+    ranks = plan.data_parallel_size
+    if ranks < 2:
+        return 0
+    gradients = traced.trained_count * FP32
+    if plan.strategy is Strategy.DDP:
+        return gradients * 2 * (ranks - 1) // ranks
+    if plan.strategy is Strategy.FSDP:
+        gathered = 2 * traced.parameter_count * _BYTES[plan.precision]
+        return (gathered + gradients) * (ranks - 1) // ranks
+    return 0
 
 
 def compute_share(plan: Plan) -> float:

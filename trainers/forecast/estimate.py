@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from jobspec.forecast import Forecast
-from jobspec.plan import RunConfig
-from jobspec.spec import Precision
+from jobspec.forecast import EXECUTION, GPU_MODEL, MODEL_KIND, Execution, Forecast
+from jobspec.plan import Plan, RunConfig
+from jobspec.spec import Precision, Strategy
 from trainers.forecast import calibration
-from trainers.forecast.devices import compute_share, per_device
+from trainers.forecast.devices import Share, collective_bytes, compute_share, per_device
 from trainers.forecast.trace import Traced, model_layers, traced_step
 from trainers.lm import peak_flops
 
@@ -35,20 +35,24 @@ class Timing:
 def forecast(config: RunConfig, target: Target, total_steps: int | None) -> Forecast:
     spec, plan = config.spec, config.plan
     traced = traced_step(config)
-    peak, strategy_share = per_device(traced, plan, model_layers(spec))
+    share = per_device(traced, plan, model_layers(spec))
     compiled = spec.performance.compile
     if plan.device == "cuda":
         gpu, measured = calibration.device_calibration(target.gpu_name or "")
-        factor = gpu.compiled_per_traced.get(traced.kind) if compiled else None
+        compiled_factors = (
+            gpu.compiled_ddp_per_traced if plan.strategy is Strategy.DDP else gpu.compiled_per_traced
+        )
+        factor = compiled_factors.get(traced.kind) if compiled else None
         base = gpu.compiled_base if factor is not None else gpu.reserved_base
-        reserved = int(peak * (factor or gpu.reserved_per_traced)) + base
-        timing = _gpu_time(traced, gpu, target, compiled, plan.precision)
+        reserved = int(share.peak * (factor or gpu.reserved_per_traced)) + base
+        timing = _busiest_share(_gpu_time(traced, gpu, target, compiled, plan.precision), plan)
+        timing = collectives_bound(timing, traced, plan, gpu)
         source = gpu.source if measured else f"{gpu.source}, standing in for {target.gpu_name or 'this GPU'}"
     else:
-        reserved = peak + calibration.CPU_PROCESS_BYTES
-        timing = _cpu_time(traced, target)
+        reserved = share.peak + calibration.CPU_PROCESS_BYTES
+        timing = _busiest_share(_cpu_time(traced, target), plan)
         source = "CPU defaults (trainers/forecast/calibration.py)"
-    step_s = timing.step_s * compute_share(plan)
+    step_s = timing.step_s
     fits = target.memory_bytes is None or reserved * (1 + FIT_MARGIN) <= target.memory_bytes
     return Forecast(
         peak_memory_bytes=reserved,
@@ -57,15 +61,18 @@ def forecast(config: RunConfig, target: Target, total_steps: int | None) -> Fore
         job_time_s=None if total_steps is None else step_s * total_steps,
         fits=fits,
         basis=f"{source}; {timing.basis}",
-        breakdown=breakdown(traced, strategy_share, reserved - peak),
+        breakdown={
+            **breakdown(traced, share, reserved - share.peak),
+            **_step_key(plan.device, target, compiled),
+        },
     )
 
 
-def breakdown(traced: Traced, strategy_share: dict[str, int], unseen: int) -> dict[str, int | float | str]:
+def breakdown(traced: Traced, share: Share, unseen: int) -> dict[str, int | float | str]:
     """The busiest phase's bytes by kind, what the strategy changes, what tracing cannot see."""
-    peak = traced.peak
+    peak = share.phase
     return {
-        "model_kind": str(traced.kind),
+        MODEL_KIND: str(traced.kind),
         "peak_phase": "backward" if peak is traced.backward else "optimizer step",
         "parameters": traced.parameter_count,
         "trained_parameters": traced.trained_count,
@@ -75,11 +82,18 @@ def breakdown(traced: Traced, strategy_share: dict[str, int], unseen: int) -> di
         "optimizer_bytes": peak.optimizer,
         "activation_bytes": peak.activations,
         "temporary_bytes": peak.temporaries,
-        **strategy_share,
+        **share.strategy,
         "unseen_by_tracing_bytes": unseen,
         "flops_per_step": traced.flops_per_step,
         "operations_per_step": traced.ops_per_step,
     }
+
+
+def _step_key(device: str, target: Target, compiled: bool) -> dict[str, int | float | str]:
+    """What the learned calibration keys a GPU job's step time by (jobspec/forecast.py's StepKey)."""
+    if device != "cuda" or not target.gpu_name:
+        return {}
+    return {GPU_MODEL: target.gpu_name, EXECUTION: Execution.COMPILED if compiled else Execution.EAGER}
 
 
 def _gpu_time(
@@ -98,6 +112,22 @@ def _gpu_time(
     launches = traced.ops_per_step * gpu.launch_s.get(traced.kind, gpu.default_launch_s)
     bound = "launches" if launches > compute else f"{efficiency:.0%} of the {peak / 1e12:g} TFLOP/s peak"
     return Timing(soft_max(compute, launches), f"step time mostly {bound}")
+
+
+def _busiest_share(timing: Timing, plan: Plan) -> Timing:
+    return Timing(timing.step_s * compute_share(plan), timing.basis)
+
+
+def collectives_bound(
+    timing: Timing, traced: Traced, plan: Plan, gpu: calibration.DeviceCalibration
+) -> Timing:
+    """ddp's and fsdp's collectives run while the step computes: the longer of the two bounds it."""
+    sent = collective_bytes(traced, plan)
+    collectives_s = sent / gpu.collective_bytes_per_s
+    if collectives_s <= timing.step_s:
+        return timing
+    rate = gpu.collective_bytes_per_s / 1e9
+    return Timing(collectives_s, f"step time bound by its collectives ({sent / 1e9:.2f} GB at {rate:g} GB/s)")
 
 
 def soft_max(a: float, b: float) -> float:

@@ -39,9 +39,9 @@ class FrameworkJob:
         spec = self.config.spec
         self.is_main = int(os.environ.get("RANK", "0")) == 0
         self.total = spec.train.max_steps or 0
-        self.output = RunOutput(self.run_dir, spec, self.total, self.is_main)
         self.stop = StopRequest()
         self.stop.listen()
+        self.output = RunOutput(self.run_dir, spec, self.total, self.is_main, self.stop)
 
     @property
     def every_n_steps(self) -> int:

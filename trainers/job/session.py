@@ -74,7 +74,7 @@ class Session:
         )
         self.strategy.setup_environment()
         self.precision = MixedPrecision(plan.precision, env.device)
-        self.output = RunOutput(run_dir, spec, spec.train.max_steps or 0, env.is_main)
+        self.output = RunOutput(run_dir, spec, spec.train.max_steps or 0, env.is_main, env.stop)
         self.metrics: TrainMetrics | None = None
         self.optimizer: torch.optim.Optimizer | None = None
         self.steps_per_epoch = 1

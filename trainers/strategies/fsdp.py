@@ -96,6 +96,15 @@ def named_optimizer_state(
     return {"state": {names[i]: s for i, s in indexed["state"].items()}, "param_groups": groups}
 
 
+def contiguous_parameters(module: nn.Module) -> None:
+    """FSDP shards flat, contiguous parameters only: a convolution's weight that performance.channels_last
+    laid out channels-last goes back to the default layout (its activations stay channels-last, and the
+    convolution takes the weight in either)."""
+    for parameter in module.parameters():
+        if not parameter.is_contiguous():
+            parameter.data = parameter.data.contiguous()
+
+
 class FSDPStrategy(ProcessGroupStrategy):
     """ddp's sibling: the same process group and metric totals, but each rank keeps a shard, not a replica."""
 
@@ -127,6 +136,7 @@ class FSDPStrategy(ProcessGroupStrategy):
             # the optimizers' unfused kernels (0.93x single's tokens/s for a 1.1B Llama, bench/RESULTS.md).
             self.loss_in_forward_graph = True  # the bare module, as under single
             return module
+        contiguous_parameters(module)
         mesh = init_device_mesh(self.env.device.type, (self.env.world_size,))
         units = self.units(module)
         for unit in units:

@@ -23,6 +23,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from jobspec.session_nice import give_session_my_nice
 from jobspec.startup import STANDBY_ID_ENV
 from trainers.warm.standby import import_rank_modules, serve
 
@@ -67,6 +68,7 @@ def _become(child: _Child, at: tuple[int, int]) -> None:
         raise ValueError(f"a standby id of {length} letters and digits, not {child.standby_id!r}")
     ctypes.memmove(address, child.standby_id.encode(), length)
     os.setsid()  # a process group of its own, which the job's kill signals, as a standby started apart had
+    give_session_my_nice()
     os.dup2(child.channel, 0)
     os.close(child.channel)
     os.write(child.ready, b"!")
@@ -124,6 +126,7 @@ def _serve(control: socket.socket) -> _Child | None:
 
 
 def main() -> None:
+    give_session_my_nice()  # the worker started the factory in a session of its own
     at = _id_at()  # before the imports: a factory whose children could not be told apart is of no use
     may_fork = import_rank_modules()
     child = _serve(socket.socket(fileno=sys.stdin.fileno()))

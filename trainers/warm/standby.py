@@ -29,21 +29,21 @@ TORCHRUN_MODULE = "torch.distributed.run"
 MAX_FDS = 16  # the log, and for a sandboxed job its lifeline, bwrap's output and five namespaces
 REQUEST_BYTES = 1 << 16
 # What every rank of a built-in job imports before its first step (trainers/run.py), imported once by the
-# standby so that its forked ranks start with it. Not the Hugging Face libraries, which read HF_* variables at
-# import where a rank must see its job's, nor torch._inductor, which only compiled jobs need. scikit-learn's
-# digits are the dataset of the examples and of a first job: importing its loader took each of their ranks a
-# second of CPU, more than their training, and a copy of its own of what the factory now holds once.
+# standby so that its forked ranks start with it. torch._dynamo too: torch's optimizers import it at their
+# first construction (Optimizer.__init__ runs under torch._disable_dynamo), so every rank of every job paid
+# that import, about half of torch's own, before its first step. Not the Hugging Face libraries, which read
+# HF_* variables at import where a rank must see its job's, nor torch._inductor, which only compiled jobs
+# need, nor torchvision, which only the vision models and the GPU's JPEG decoding need.
 RANK_MODULES = (
     "torch",
-    "torchvision",
+    "torch._dynamo",
     "torch.distributed.elastic.multiprocessing.errors",
     "trainers.dist_env",
     "trainers.loop",
     "trainers.user_errors",
     "trainers.strategies.single",
     "trainers.strategies.ddp",
-    "sklearn.datasets",
-    "sklearn.model_selection",
+    "trainers.data.digits",
 )
 
 

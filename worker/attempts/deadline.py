@@ -11,7 +11,7 @@ from sqlalchemy import select
 
 from core.clock import as_utc
 from core.db import session_scope
-from core.models import Job, utcnow
+from core.models import Job, JobStacks, utcnow
 from core.states import JobStatus
 from jobspec.startup import Mark
 from worker.attempts.ends import OWNED, Outcome
@@ -55,19 +55,31 @@ class Look:
 
     status: JobStatus
     deadline: datetime | None
+    # What the stall watch reads (worker/attempts/stall.py): the job's step counter, and whether this attempt
+    # took its first step, as a resumed attempt may report the steps an earlier one had counted.
+    step: int
+    first_step_done: bool
+    stacks_asked: bool  # POST /v1/jobs/{id}/stacks asked for a capture since the latest
 
 
 def look(job: Attempt) -> Look | None:
     """The attempt's status and runtime deadline; None once the attempt is no longer ours. Node 0 marks the
     launch and its tail the first step (running_at); the other nodes, which have no tail, read both here."""
+    columns = (Job.status, Job.attempt, Job.running_at, Job.timings, Job.progress_step)
+    asked = (JobStacks.requested_at, JobStacks.captured_at)
     with session_scope() as session:
-        query = select(Job.status, Job.attempt, Job.running_at, Job.timings).where(Job.id == job.job_id)
+        query = select(*columns, *asked).outerjoin(JobStacks).where(Job.id == job.job_id)
         row = session.execute(query).first()
     if row is None or row.attempt != job.attempt or row.status not in OWNED:
         return None
-    launched = attempt_marks(row.timings, job.attempt).get(Mark.LAUNCHED)
+    marks = attempt_marks(row.timings, job.attempt)
+    launched = marks.get(Mark.LAUNCHED)
     deadline = runtime_deadline(job.started_at, job.max_runtime_s, launched, row.running_at)
-    return Look(JobStatus(row.status), deadline)
+    stacks_asked = row.requested_at is not None and (
+        row.captured_at is None or row.requested_at > row.captured_at
+    )
+    stepped = Mark.FIRST_STEP_DONE in marks
+    return Look(JobStatus(row.status), deadline, row.progress_step or 0, stepped, stacks_asked)
 
 
 def past_deadline(seen: Look, job: Attempt) -> Outcome | None:

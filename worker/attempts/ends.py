@@ -3,6 +3,7 @@ in one transaction, guarded so that only the attempt that owns the job ends it."
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,6 +29,9 @@ class Outcome:
 
 
 CANCELLED = Outcome(JobStatus.CANCELLED, "cancelled", "cancelled on request; its processes were stopped")
+# Its step counter stood still past limits.stall_timeout_s (worker/attempts/stall.py): retryable, as a hang
+# (a peer lost in a data loader, a collective a rank skipped) may well not come back after a restart.
+STALLED = "stalled"
 
 
 def own(session: Session, job_id: int, attempt: int) -> bool:
@@ -41,13 +45,13 @@ def own(session: Session, job_id: int, attempt: int) -> bool:
     return result.rowcount == 1  # type: ignore[attr-defined]
 
 
-def exit_outcome(run_dir: Path, code: int) -> Outcome:
+def exit_outcome(run_dir: Path, code: int, secrets: Sequence[str] = ()) -> Outcome:
     """How an attempt whose processes exited with `code` ended, from what its ranks left in the run
-    directory."""
+    directory, the values of `secrets` masked in what it quotes of them."""
     if code == 0:
         return Outcome(JobStatus.SUCCEEDED, "completed", "training finished")
     kind = classify_failure(run_dir, code)
-    return Outcome(JobStatus.FAILED, kind, root_cause(run_dir, code), retryable=kind.retryable)
+    return Outcome(JobStatus.FAILED, kind, root_cause(run_dir, code, secrets), retryable=kind.retryable)
 
 
 def finish(job_id: int, attempt: int, outcome: Outcome) -> bool:

@@ -6,11 +6,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from core.config import Settings
+from core.config import Settings, get_settings
 from core.db import session_scope
 from core.states import JobStatus
 from jobspec.events import EVENTS_FILE, PhaseEvent, StartupEvent, WarningEvent
 from worker.attempts.ends import Outcome
+from worker.attempts.stall import StallWatch
 from worker.metric_caps import MetricCounts
 from worker.pruning import TrialPruning
 from worker.tail import EventTail, apply_events, pump
@@ -50,18 +51,19 @@ class AttemptEvents:
         self.uploads = uploads
         self.counts = MetricCounts.from_settings()  # read from the table at the first batch only
         # A sweep's trial, judged by its pruner where its events are tailed.
-        self.pruning = TrialPruning.for_job(job_id) if tail is not None else None
-        # Judged at the first look (a verdict kept from an earlier attempt) and after new events, not at
-        # every look: a pruned trial's attempt is looked at often.
+        self.pruning = TrialPruning.for_job(job_id, tail.path.parent) if tail is not None else None
+        # Judged at the first look (a verdict kept from an earlier attempt) and after new reports of the
+        # objective, not at every look: a pruned trial's attempt is looked at often.
         self.judge_next = True
+        self.stall = StallWatch.for_job(job_id, get_settings())
 
     def pump(self, *, drain: bool = False) -> bool:
         """New events (all of them with `drain`) into SQL; True if there were any."""
         if self.tail is None:
             return False
         new = pump(self.tail, self.job_id, self.uploads, self.counts, drain=drain)
-        self.judge_next |= new
-        return new
+        self.judge_next |= self.pruning is not None and self.pruning.has_news(new)
+        return bool(new)
 
     def pruned(self) -> Outcome | None:
         """The pruner's verdict on a sweep's trial, when there is news to judge; a database error leaves it

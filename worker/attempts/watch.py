@@ -10,11 +10,12 @@ import logging
 from dataclasses import replace
 from typing import Protocol
 
-from core.config import Settings
+from core.config import Settings, get_settings
 from core.states import JobStatus
 from worker.attempts.deadline import Attempt, Look, past_deadline
-from worker.attempts.ends import CANCELLED, Outcome, finish
+from worker.attempts.ends import CANCELLED, STALLED, Outcome, finish
 from worker.attempts.events import AttemptEvents
+from worker.attempts.stack_capture import REQUESTED, Capture, RankPid, capture_ranks, stalled_message, store
 
 log = logging.getLogger(__name__)
 
@@ -32,6 +33,11 @@ class RunningAttempt(Attempt, Protocol):
     @property
     def max_restarts(self) -> int: ...
 
+    @property
+    def secret_values(self) -> tuple[str, ...]:
+        """The values of the job's secrets its ranks were given, masked in what the worker quotes of them."""
+        ...
+
     def ended(self) -> Outcome | None:
         """How its processes ended; None while they run."""
         ...
@@ -46,13 +52,43 @@ class RunningAttempt(Attempt, Protocol):
         when none is left."""
         ...
 
+    def signal_ranks(self, ranks: dict[int, RankPid]) -> list[int]:
+        """Send STACKS_SIGNAL to each rank whose pid file is one of this attempt's processes the executor
+        reaches; the ranks signalled (none under Slurm, whose ranks run on other nodes)."""
+        ...
+
 
 def must_stop(attempt: RunningAttempt, seen: Look) -> Outcome | None:
     """Why a running attempt must stop, from its `look`: cancelled on request, its sweep's pruner gave up on
-    it, or it ran past its deadline; None while it may run on."""
+    it, it ran past its deadline, or it stalled (its stacks captured first); None while it may run on. A
+    capture of its stacks asked for meanwhile is taken on the way."""
     if seen.status is JobStatus.CANCELLING:
         return CANCELLED
-    return attempt.events.pruned() or past_deadline(seen, attempt)
+    if (stop := attempt.events.pruned() or past_deadline(seen, attempt)) is not None:
+        return stop
+    if seen.stacks_asked:
+        store(attempt.job_id, REQUESTED, capture(attempt))
+    return stalled(attempt, seen)
+
+
+def capture(attempt: RunningAttempt) -> Capture:
+    """The stacks of the attempt's ranks that this worker reaches."""
+    run_dir = attempt.events.uploads.run_dir
+    return capture_ranks(run_dir, get_settings().hostname, attempt.signal_ranks, attempt.secret_values)
+
+
+def stalled(attempt: RunningAttempt, seen: Look) -> Outcome | None:
+    """A stall (worker/attempts/stall.py) ends the attempt as a retryable failure once its stacks are kept;
+    the message names the ranks that did not arrive, where their stacks tell."""
+    watch = attempt.events.stall
+    still = watch.stalled_for((seen.first_step_done, seen.step))
+    if still is None:
+        return None
+    taken = capture(attempt)
+    store(attempt.job_id, STALLED, taken)
+    log.warning("job %s attempt %s: stalled for %.0f s", attempt.job_id, attempt.attempt, still)
+    said = stalled_message(still, watch.limit_s(), taken, attempt.job_id)
+    return Outcome(JobStatus.FAILED, STALLED, said, retryable=True)
 
 
 def settle(attempt: RunningAttempt, settings: Settings) -> None:

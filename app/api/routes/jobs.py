@@ -8,7 +8,7 @@ from fastapi import APIRouter, Header, Query, Response, status
 from fastapi.concurrency import run_in_threadpool
 from sqlalchemy.orm import Session
 
-from app.api.caching import CACHE_HEADERS, IfNoneMatch, revalidated_json
+from app.api.caching import IfNoneMatch, revalidated, revalidated_json
 from app.api.deps import DB_INT_MAX, CallerDep, CanonicalInt, JobId, OwnedJob, SessionDep, SettingsDep
 from app.api.openapi import BODY_PROBLEMS, problem, problems
 from app.schemas import (
@@ -24,7 +24,6 @@ from app.services import jobs, submit
 from app.services.keys import Caller
 from core.config import Settings
 from core.db import new_session, run_in_session
-from core.models import Job
 from core.states import JobStatus
 from jobspec.plan import Plan
 from jobspec.spec import JobSpec
@@ -35,9 +34,10 @@ router = APIRouter(prefix="/jobs", tags=["jobs"])
 IdempotencyKey = Annotated[str | None, Header(min_length=1, max_length=128)]
 
 
-def _submitted(session: Session, job_id: int) -> JobSubmitted:
-    # The job submit_job just stored or found is in this session already: get_one reads no row again.
-    job = jobs.public_job(session, session.get_one(Job, job_id))
+def _submitted(session: Session, job_id: int, caller: Caller) -> JobSubmitted:
+    # Read back as GET shows it: the ORM object that submit_job stored is gone once it returns, and loading
+    # it again costs more than the Core read.
+    job = jobs.public_job(session, jobs.get_owned_row(session, job_id, caller))
     return JobSubmitted(job=job, plan=Plan.model_validate(job.plan))
 
 
@@ -74,10 +74,14 @@ def _submit(
     session: Session, settings: Settings, spec: JobSpec, caller: Caller, idempotency_key: str | None
 ) -> tuple[JobSubmitted, bool]:
     job_id, created = submit.submit_job(session, settings, spec, caller, idempotency_key=idempotency_key)
-    return _submitted(session, job_id), created
+    return _submitted(session, job_id, caller), created
 
 
-@router.get("")
+@router.get(
+    "",
+    response_model=JobsPublic,
+    responses=revalidated("the page"),
+)
 def list_jobs(
     session: SessionDep,
     caller: CallerDep,
@@ -88,17 +92,20 @@ def list_jobs(
         Query(ge=1, le=DB_INT_MAX, description="the next_cursor of the previous page"),
     ] = None,
     limit: Annotated[int, Query(ge=1, le=200)] = 50,
-) -> JobsPublic:
+    if_none_match: IfNoneMatch = None,
+) -> Response:
+    # The dashboard's jobs page polls this. Serialised once from the models built for it, where a returned
+    # model would be dumped, validated again and serialised (FastAPI's response_model); a page unchanged
+    # since the client's copy is a 304 without a body.
     page, next_cursor = jobs.list_jobs(session, caller, status_filter, cursor, limit)
-    return JobsPublic(data=page, next_cursor=next_cursor)
+    return revalidated_json(JobsPublic(data=page, next_cursor=next_cursor), if_none_match)
 
 
 @router.get(
     "/{job_id}",
     response_model=JobPublic,
     responses={
-        200: {"headers": CACHE_HEADERS},
-        304: {"description": "the client's copy (its If-None-Match) is still the job as it is"},
+        **revalidated("the job"),
         **problems(404),
     },
 )
@@ -111,7 +118,7 @@ async def get_job(job_id: JobId, caller: CallerDep, if_none_match: IfNoneMatch =
 
 def _shown_job(job_id: int, caller: Caller) -> JobPublic:
     with new_session() as session:
-        return jobs.public_job(session, jobs.get_owned_job(session, job_id, caller))
+        return jobs.public_job(session, jobs.get_owned_row(session, job_id, caller))
 
 
 @router.patch(
@@ -172,7 +179,7 @@ def retry_job(
     )
     if not created:
         response.status_code = status.HTTP_200_OK
-    return _submitted(session, job_id)
+    return _submitted(session, job_id, caller)
 
 
 @router.delete(

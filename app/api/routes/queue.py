@@ -2,16 +2,32 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+from typing import Annotated
 
+from fastapi import APIRouter, Query, Response
+
+from app.api.caching import IfNoneMatch, revalidated, revalidated_json
 from app.api.deps import CallerDep, SessionDep
 from app.schemas import QueuePublic
-from app.services.queue import list_queue
+from app.services.queue import LIMIT, list_queue
 
 router = APIRouter(prefix="/queue", tags=["queue"])
 
 
-@router.get("")
-def get_queue(session: SessionDep, caller: CallerDep) -> QueuePublic:
+@router.get(
+    "",
+    response_model=QueuePublic,
+    responses=revalidated("the queue"),
+)
+def get_queue(
+    session: SessionDep,
+    caller: CallerDep,
+    limit: Annotated[
+        int, Query(ge=1, le=1000, description="the first this many in start order; positions count them all")
+    ] = LIMIT,
+    if_none_match: IfNoneMatch = None,
+) -> Response:
     """Everyone sees how many jobs are ahead of theirs; only admins see the other users' jobs."""
-    return list_queue(session, None if caller.is_admin else caller.user)
+    # The dashboard's queue page polls this: serialised once, as GET /v1/jobs is.
+    queue = list_queue(session, None if caller.is_admin else caller.user, limit)
+    return revalidated_json(queue, if_none_match)

@@ -68,7 +68,7 @@ NET_PARAMETERS = (3 * 8 * 8 * 32 + 32) + (32 * 10 + 10)
 def forecasting(settings: Settings, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     monkeypatch.setenv("TRAINYARD_FORECAST", "on")
     # A loaded 2-core box imports torch slowly; the limit is what is tested elsewhere.
-    monkeypatch.setenv("TRAINYARD_FORECAST_TIMEOUT_S", "180")
+    monkeypatch.setenv("TRAINYARD_FORECAST_TIMEOUT_S", "600")
     get_settings.cache_clear()
     yield
     get_settings.cache_clear()

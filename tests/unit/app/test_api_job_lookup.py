@@ -126,3 +126,21 @@ def test_a_running_job_is_revalidated_while_its_eta_stands_still(
     monkeypatch.setattr(jobs, "utcnow", lambda: started + timedelta(seconds=20))
     moved = client.get(f"/v1/jobs/{job_id}", headers={"If-None-Match": etag})
     assert moved.status_code == 200 and moved.json()["progress"]["eta_s"] == 20.0
+
+
+def test_the_jobs_page_is_each_job_as_its_own_get_shows_it_and_revalidates(
+    client: TestClient, session: Session
+) -> None:
+    """The dashboard's jobs page: every entry as GET /v1/jobs/{id} shows that job (the plan's server folders
+    as their variables, the queue position), with an ETag that a copy still current gets a 304 for."""
+    ids = [submit(client)["id"] for _ in range(3)]
+    set_job(session, ids[0], status="running", running_at=utcnow(), progress_step=0, progress_total=20)
+    page = client.get("/v1/jobs", params={"limit": 10})
+    assert page.json()["data"] == [client.get(f"/v1/jobs/{job_id}").json() for job_id in reversed(ids)]
+    assert "$TRAINYARD_RUNS_DIR" in " ".join(page.json()["data"][0]["plan"]["argv"])
+    etag = page.headers["etag"]
+    again = client.get("/v1/jobs", params={"limit": 10}, headers={"If-None-Match": etag})
+    assert (again.status_code, again.content) == (304, b"")
+    assert client.post(f"/v1/jobs/{ids[1]}/cancel").status_code == 200
+    changed = client.get("/v1/jobs", params={"limit": 10}, headers={"If-None-Match": etag})
+    assert changed.status_code == 200 and changed.json()["data"][1]["status"] == "cancelled"

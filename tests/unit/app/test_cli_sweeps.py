@@ -14,8 +14,9 @@ import pytest
 from fastapi.testclient import TestClient
 
 from app.cli.render import NBSP
-from app.cli.sweep_view import steps_saved, steps_saved_text
-from app.schemas import TrialPublic
+from app.cli.sweep_view import steps_saved_text
+from app.schemas import SweepPublic, TrialPublic
+from app.services.sweeps import steps_spared
 from core.db import session_scope
 from core.models import Job, Metric
 from core.states import JobStatus, TrialState
@@ -212,21 +213,27 @@ def trial(state: TrialState, steps: int | None, total: int | None) -> TrialPubli
 
 
 def test_steps_saved_count_only_what_pruned_trials_did_not_run() -> None:
+    """The API's steps_if_unpruned (app/services/sweeps.py::steps_spared) and the line `sweep status` prints
+    from it: a running trial's steps still to come were counted as saved before any prune."""
     running = [trial(TrialState.RUNNING, 40, 100), trial(TrialState.RUNNING, 0, 100)]
-    # Before any prune, the 160 steps running trials have still to run are not saved.
-    assert steps_saved(running) == 0
-    assert steps_saved_text(40, running).replace(NBSP, " ") == "40 used, none saved by pruning"
+    assert steps_spared(running) == 0
+    assert steps_saved_text(summary(40, running)).replace(NBSP, " ") == "40 used, none saved by pruning"
     ended = [
         trial(TrialState.PRUNED, 30, 100),
         trial(TrialState.COMPLETED, 100, 100),
         trial(TrialState.FAILED, 10, 100),
         trial(TrialState.PRUNED, 5, None),  # pruned before its job said how far it would go: none known
     ]
-    assert steps_saved([*ended, *running]) == 70
+    assert steps_spared([*ended, *running]) == 70
     used = 30 + 100 + 10 + 5 + 40
-    assert steps_saved_text(used, [*ended, *running]).replace(NBSP, " ") == (
+    assert steps_saved_text(summary(used, [*ended, *running])).replace(NBSP, " ") == (
         "185 used, 70 saved by pruning (27%)"
     )
+
+
+def summary(used: int, trials: list[TrialPublic]) -> SweepPublic:
+    """The steps figures of a sweep as the API answers them for these trials."""
+    return SweepPublic.model_construct(steps_used=used, steps_if_unpruned=used + steps_spared(trials))
 
 
 def test_json_of_every_sweep_command_is_the_api_answer_alone(run: CliRunnerCall, tmp_path: Path) -> None:

@@ -8,8 +8,8 @@ from sqlalchemy import update
 from sqlalchemy.orm import Session
 
 from app.api.routes import stream
-from app.client import ApiError, StreamEnd, TrainyardClient
-from app.schemas import RetryFrom
+from app.client import ApiError, TrainyardClient
+from app.schemas import RetryFrom, StreamEnd
 from core.config import get_settings
 from core.keys import create_key
 from core.models import Job, Metric

@@ -76,6 +76,10 @@ READS_NO_JOB_FILE = {
     ("GET", "/v1/jobs/{job_id}/metrics"),
     ("GET", "/v1/jobs/{job_id}/metrics/stream"),
     ("GET", "/v1/jobs/{job_id}/checkpoints"),
+    # The worker reads the ranks' dumps through the confined opener (worker/attempts/stack_capture.py); the
+    # API serves what it stored in job_stacks, and the POST only records a request.
+    ("GET", "/v1/jobs/{job_id}/stacks"),
+    ("POST", "/v1/jobs/{job_id}/stacks"),
 }
 
 

@@ -12,11 +12,12 @@ from sqlalchemy import delete, event, insert, select, update
 from sqlalchemy.orm import Session
 
 from app.main import create_app
+from app.services.queue_index import first_to_start
 from core import db
 from core.config import Settings
 from core.keys import create_key
 from core.models import Base, Job, UserUsage
-from core.queue_order import QUEUE_CHANGES
+from core.queue_order import QUEUE_CHANGES, START_ORDER
 from tests.unit.conftest import job_body, submit
 
 JOBS = Base.metadata.tables[Job.__tablename__]
@@ -118,3 +119,48 @@ def test_a_lookup_of_a_queued_job_costs_the_same_at_any_depth(client: TestClient
     _queue_more(session, last, 2000)
     deep = _sqlite_work_of_a_lookup(client, last)
     assert deep <= shallow + 2, (shallow, deep)
+
+
+def test_the_queue_shows_its_first_entries_at_their_places_among_all(
+    auth_on: Settings, session: Session
+) -> None:
+    """`limit` bounds what a GET /v1/queue reads and shows, never the positions: a user whose jobs wait behind
+    another's sees theirs where they stand in the whole queue."""
+    alice, bob, root = (create_key(session, user, admin=user == "root") for user in ("alice", "bob", "root"))
+    client = TestClient(create_app())
+    for _ in range(4):
+        assert client.post("/v1/jobs", json=job_body(), headers=_as(alice)).status_code == 201
+    bobs = [client.post("/v1/jobs", json=job_body(), headers=_as(bob)).json()["job"]["id"] for _ in range(3)]
+
+    everyone = client.get("/v1/queue", headers=_as(root)).json()["data"]
+    assert [entry["position"] for entry in everyone] == [1, 2, 3, 4, 5, 6, 7]
+    first = client.get("/v1/queue", params={"limit": 2}, headers=_as(root)).json()["data"]
+    assert first == everyone[:2]
+    mine = client.get("/v1/queue", params={"limit": 2}, headers=_as(bob)).json()["data"]
+    assert [(entry["job_id"], entry["position"]) for entry in mine] == [(bobs[0], 5), (bobs[1], 6)]
+    assert mine == [entry for entry in everyone if entry["owner"] == "bob"][:2]
+    refused = client.get("/v1/queue", params={"limit": 0}, headers=_as(bob))
+    assert refused.status_code == 422 and "limit" in refused.text
+
+
+def test_the_first_to_start_are_the_order_by_s_first_at_any_count(
+    settings: Settings, session: Session
+) -> None:
+    """first_to_start, which GET /v1/queue plays forward, merges the index into START_ORDER's order exactly:
+    priorities, owners by share key (two of them tied, taking turns by age, one never charged), then age;
+    a job waiting for its depends_on is not among them."""
+    now = datetime.now(UTC)
+    for owner, key in (("ada", 3.0), ("bob", 1.0), ("cy", 1.0)):
+        session.add(UserUsage(owner=owner, gpu_seconds=1.0, cpu_core_seconds=0.0, as_of=now, share_key=key))
+    row = {"name": "j", "spec": {}, "plan": {}, "status": "queued", "created_at": now}
+    owners = ["ada", "bob", "cy", "dee"]
+    for n in range(40):
+        values = {**row, "owner": owners[n * 7 % 4], "priority": (n * 5 % 3) * 10, "waiting_on": int(n == 9)}
+        session.execute(insert(JOBS).values(**values))
+    session.commit()
+    expected = session.scalars(
+        select(Job.id).where(Job.status == "queued", Job.waiting_on == 0).order_by(*START_ORDER)
+    ).all()
+    assert len(expected) == 39
+    for count in (1, 7, 39, 100):
+        assert [job.id for job in first_to_start(session, count)] == expected[:count], count

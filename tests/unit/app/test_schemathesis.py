@@ -16,6 +16,7 @@ from app.main import create_app
 from core.config import Settings, get_settings
 from core.keys import hash_token
 from core.models import ApiKey
+from core.secrets import new_key
 from tests.unit.conftest import submit
 
 # A fixed token, so the schema (loaded once, at collection) can carry it; each test stores its hash.
@@ -62,11 +63,13 @@ FEW = hypothesis.settings(
 
 @pytest.fixture
 def auth_on(settings: Settings, session: Session, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """Auth on, as deployed, so requests without a valid key must be refused. The key's user owns a queued
-    and a cancelled job: generated specs are mostly refused, and stateful runs need jobs to link to."""
+    """Auth on and a secrets key, as deployed, so requests without a valid key must be refused and secrets
+    can be stored. The key's user owns a queued and a cancelled job: generated specs are mostly refused, and
+    stateful runs need jobs to link to."""
     session.add(ApiKey(user="schemathesis", key_hash=hash_token(TOKEN), is_admin=False))
     session.commit()
     monkeypatch.setenv("TRAINYARD_AUTH", "on")
+    monkeypatch.setenv("TRAINYARD_SECRETS_KEY", new_key())
     get_settings.cache_clear()
     client = TestClient(create_app(), headers={"Authorization": f"Bearer {TOKEN}"})
     submit(client)

@@ -172,3 +172,18 @@ def test_blocks_compute_in_the_param_dtype_and_keep_fp32_shards(param_dtype: tor
         assert all(p.grad is not None and p.grad.dtype == torch.float32 for p in model.parameters())
     finally:
         dist.destroy_process_group()
+
+
+def test_a_channels_last_convolution_is_sharded_and_trains() -> None:
+    """performance.channels_last lays a ResNet's weights out channels-last, which FSDP cannot shard (it
+    refused them on two H200s): they go back to the default layout, the images stay channels-last."""
+    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=2)
+    try:
+        model = build_model("resnet18", {}, 3, 10, 32).to(memory_format=torch.channels_last)
+        assert not model.conv1.weight.is_contiguous()
+        FSDPStrategy(DistEnv(0, 0, 2, CPU), GLOO).setup_module(model)
+        images = torch.randn(2, 3, 32, 32).to(memory_format=torch.channels_last)
+        model(images).sum().backward()
+        assert all(p.grad is not None for p in model.parameters())
+    finally:
+        dist.destroy_process_group()

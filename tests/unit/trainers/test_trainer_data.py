@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
 from jobspec.spec import DataSpec
-from trainers.data import BatchShape, DeviceFeeder, TrainBatches, load_dataset
+from trainers.data import BatchShape, DeviceFeeder, TrainBatches, digits, load_dataset
 from trainers.data.held_out import ResidentHeldOut
 from trainers.dist_env import DistEnv
 
@@ -109,6 +110,19 @@ def test_digits_split_is_stratified_and_normalised() -> None:
     assert len(val_y) == round(1797 * 0.2) and data.num_classes == 10
     assert torch.bincount(val_y, minlength=10).min() >= 34
     assert abs(train_x.mean().item()) < 1e-4 and abs(train_x.std().item() - 1) < 1e-3
+
+
+def test_digits_read_from_scikit_learn_s_file_are_its_loader_s_and_split_by_seed() -> None:
+    from sklearn.datasets import load_digits
+
+    pixels, labels = digits._images_and_labels()
+    shipped = load_digits()
+    assert np.array_equal(pixels, shipped.data) and np.array_equal(labels, shipped.target)
+    train, val = digits.stratified_split(labels, 0.3, seed=1)
+    assert sorted([*train, *val]) == list(range(len(labels)))  # disjoint, and every image in one of them
+    again = digits.stratified_split(labels, 0.3, seed=1)
+    assert np.array_equal(train, again[0]) and np.array_equal(val, again[1])
+    assert not np.array_equal(val, digits.stratified_split(labels, 0.3, seed=2)[1])
 
 
 def test_digits_without_validation_keeps_every_sample_for_training() -> None:

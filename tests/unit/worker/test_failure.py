@@ -119,3 +119,21 @@ def test_a_rank_torchrun_killed_after_its_grace_is_not_the_cause(tmp_path: Path)
     # An error of the job's own (not a peer's death) stays the cause, whatever else was killed.
     own = torchrun_report(record(tmp_path / "own", "KeyError: 'x'"), ("07:18:42", 0, 1), ("07:18:42", 1, -9))
     assert root_cause(own, 1) == "KeyError: 'x'"
+
+
+def test_a_jobs_secrets_are_masked_in_its_failure_and_a_cut_line_is_not_quoted(tmp_path: Path) -> None:
+    """The message quotes the job's output into its row, events and webhooks: the values its ranks were
+    given become ****, and a tail read that starts inside a line (maybe inside a value) leaves that line."""
+    value = "hf_tok3n-value"
+    run_dir = record(tmp_path / "raised", f"ValueError: bad token {value}")
+    assert root_cause(run_dir, 1, [value]) == "ValueError: bad token ****"
+    printed = tmp_path / "printed"
+    (printed / "logs").mkdir(parents=True)
+    # The log's last 64 KiB start 4 bytes into the value: its end would not be recognised as one.
+    # Few lines, so that the cut one would be among the 20 quoted.
+    log = f"token {value}\n" + ("x" * 3851 + "\n") * 16 + "y" * 3853 + f"\nagain {value}\nTraceback: failed\n"
+    assert len(log) - 64 * 1024 == log.index(value) + 4
+    (printed / "logs" / "rank0.log").write_text(log)
+    cause = root_cause(printed, 1, [value])
+    assert cause.endswith("again ****\nTraceback: failed")
+    assert value[4:] not in cause

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import pytest
 
 from core.config import Settings
-from worker.gpus import GpuInfo, apply_mask, fake_gpus, host_gpus, nvml_gpus
+from worker.gpus import GpuInfo, apply_mask, fake_gpus, host_gpus, nvml_gpus, sample_gpus
 
 GPUS = [GpuInfo(i, f"GPU-{i}aaaa-bbbb", "H100", 81559, 0, 0) for i in range(4)]
 
@@ -107,3 +107,27 @@ def test_nvml_failure_mid_listing_reports_none(monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.setitem(sys.modules, "pynvml", nvml)
     assert nvml_gpus() == []
     assert nvml.shut_down
+
+
+class MissingLibraryNvml:
+    """pynvml on a box without the driver's library: init fails, having searched the library path."""
+
+    class NVMLError(Exception):
+        pass
+
+    class NVMLError_LibraryNotFound(NVMLError):
+        pass
+
+    def __init__(self) -> None:
+        self.inits = 0
+
+    def nvmlInit(self) -> None:
+        self.inits += 1
+        raise self.NVMLError_LibraryNotFound()
+
+
+def test_a_missing_nvml_library_is_searched_for_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    nvml = MissingLibraryNvml()
+    monkeypatch.setitem(sys.modules, "pynvml", nvml)
+    assert nvml_gpus() == [] and sample_gpus([0]) == {} and nvml_gpus() == []
+    assert nvml.inits == 1, "each heartbeat searched the library path again"

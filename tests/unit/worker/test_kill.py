@@ -72,16 +72,6 @@ def running(pid: int) -> bool:
         return False
 
 
-def still_running(pids: list[int], timeout_s: float) -> list[int]:
-    """Those of `pids` still running after up to `timeout_s`: a SIGKILLed process that no scan finds any more
-    (its memory, environment included, already released) may take a moment on a busy box to end; one that
-    was missed would run on, the stubborn one forever."""
-    deadline = time.monotonic() + timeout_s
-    while (left := [pid for pid in pids if running(pid)]) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    return left
-
-
 @pytest.fixture
 def tree(tmp_path: Path) -> Path:
     script = tmp_path / "tree.py"
@@ -109,7 +99,7 @@ def test_kill_reaches_every_session_and_spares_others(tree: Path, tmp_path: Path
         assert kill_job(mark, GRACE_S, group=job.pid) == []
         elapsed = time.monotonic() - started
 
-        assert still_running(job_pids, timeout_s=5) == []
+        assert [pid for pid in job_pids if running(pid)] == []  # each one found waited for until it exited
         assert GRACE_S <= elapsed < GRACE_S + KILL_WAIT_S  # the stubborn rank needed SIGKILL
         assert all(running(pid) for pid in other_pids)
         assert unmarked.poll() is None
@@ -120,6 +110,37 @@ def test_kill_reaches_every_session_and_spares_others(tree: Path, tmp_path: Path
         unmarked.kill()
         for proc in (job, *spared, unmarked):
             proc.wait(timeout=5)
+
+
+# On SIGTERM it becomes a process with no environment that ignores SIGTERM: no scan by the mark finds it
+# any more, as none finds a process in its exit path, whose memory is already released.
+SHEDS_ITS_MARK = textwrap.dedent(
+    """
+    import os, signal, sys, time
+    deaf = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(120)"
+    signal.signal(signal.SIGTERM, lambda *_: os.execve(sys.executable, [sys.executable, "-c", deaf], {}))
+    open(sys.argv[1], "w").close()
+    time.sleep(120)
+    """
+)
+
+
+def test_a_process_found_once_is_the_jobs_until_it_has_exited(tmp_path: Path) -> None:
+    mark = JobMark(f"testhost/{os.getpid()}/1", tmp_path / "runs" / "1")
+    script, ready = tmp_path / "sheds.py", tmp_path / "ready"
+    script.write_text(SHEDS_ITS_MARK)
+    env = {**os.environ, JOB_TOKEN_ENV: mark.token, **mark.env()}
+    job = subprocess.Popen([sys.executable, str(script), str(ready)], env=env, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 20
+        while not ready.exists():
+            assert job.poll() is None and time.monotonic() < deadline
+            time.sleep(0.05)
+        assert kill_job(mark, GRACE_S) == []
+        assert job.wait(timeout=1) == -9  # it outlived SIGTERM unmarked, and SIGKILL still found it
+    finally:
+        job.kill()
+        job.wait(timeout=5)
 
 
 def test_nothing_to_kill_returns_at_once(tmp_path: Path) -> None:

@@ -123,14 +123,32 @@ def _signal(procs: list[psutil.Process], group: int | None, sig: signal.Signals)
             proc.send_signal(sig)
 
 
-def _wait_gone(mark: JobMark, group: int | None, timeout_s: float) -> list[psutil.Process]:
-    """Poll until the job's processes are gone or the time is up; returns those still alive."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        alive = _alive(job_processes(mark) + _group_leader(group))
-        if not alive or time.monotonic() >= deadline:
-            return alive
-        time.sleep(POLL_S)
+class _Seen:
+    """Every process of the job found so far. One found once stays the job's until it has exited: a process
+    in its exit path has already released its memory, so its environment reads empty and the mark no longer
+    finds it, while the kernel still tears it down (a pid namespace's first process waits there for every
+    other one of the namespace, and a rank may still hold its GPU)."""
+
+    def __init__(self, mark: JobMark, group: int | None) -> None:
+        self.mark, self.group = mark, group
+        self.procs: dict[int, psutil.Process] = {}
+
+    def alive(self) -> list[psutil.Process]:
+        """A fresh scan (processes started meanwhile carry the mark too) joined to those found before."""
+        for proc in job_processes(self.mark) + _group_leader(self.group):
+            self.procs.setdefault(proc.pid, proc)
+        alive = _alive(list(self.procs.values()))
+        self.procs = {proc.pid: proc for proc in alive}
+        return alive
+
+    def wait_gone(self, timeout_s: float) -> list[psutil.Process]:
+        """Poll until the job's processes are gone or the time is up; returns those still alive."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            alive = self.alive()
+            if not alive or time.monotonic() >= deadline:
+                return alive
+            time.sleep(POLL_S)
 
 
 def kill_job(mark: JobMark, grace_s: float, group: int | None = None) -> list[psutil.Process]:
@@ -140,19 +158,20 @@ def kill_job(mark: JobMark, grace_s: float, group: int | None = None) -> list[ps
     each pass finds them in a fresh scan. The caller must not have reaped `group`'s leader yet, so that its
     pid cannot have been reused.
     """
-    procs = _alive(job_processes(mark) + _group_leader(group))
+    seen = _Seen(mark, group)
+    procs = seen.alive()
     if not procs:
         return []
     log.info("stopping %d process(es) of job %s", len(procs), mark.token)
     _signal(procs, group, signal.SIGTERM)
-    alive = _wait_gone(mark, group, grace_s)
+    alive = seen.wait_gone(grace_s)
     if not alive:
         return []
     log.warning("job %s: %d process(es) outlived SIGTERM by %.1fs; SIGKILL", mark.token, len(alive), grace_s)
     deadline = time.monotonic() + KILL_WAIT_S
     while alive and time.monotonic() < deadline:
         _signal(alive, group, signal.SIGKILL)
-        alive = _wait_gone(mark, group, min(0.5, max(0.0, deadline - time.monotonic())))
+        alive = seen.wait_gone(min(0.5, max(0.0, deadline - time.monotonic())))
     if alive:
         log.error("job %s: processes %s survived SIGKILL", mark.token, [p.pid for p in alive])
     return alive

@@ -99,7 +99,7 @@ def _reserved_ahead(session: Session, job: Job, hosts: list[HostView]) -> list[H
     first = session.scalar(_queued().limit(1))
     ahead = session.scalars(
         select(Job)
-        .where(Job.status == JobStatus.QUEUED, Job.id != job.id)
+        .where(Job.status == JobStatus.QUEUED, Job.waiting_on == 0, Job.id != job.id)
         .where(or_(Job.priority > job.priority, Job.id == first))
         .order_by(*START_ORDER)
     )
@@ -143,6 +143,8 @@ def _try_claim(job_id: int) -> Claim:
         job = session.get(Job, job_id)
         if job is None or job.status != JobStatus.QUEUED:
             return Claim(job_id, ClaimOutcome.NOT_QUEUED)
+        if job.waiting_on:  # its depends_on: released, and rung for, by core/dependencies.py
+            return Claim(job_id, ClaimOutcome.WAITING)
         plan = Plan.model_validate(job.plan)
         hosts = host_views(session)
         reason = never_fits(plan, hosts) if hosts else None
@@ -202,7 +204,12 @@ def _where(nodes: list[NodeChoice]) -> str:
 
 
 def _queued(*where: ColumnElement[bool]) -> Select[tuple[int]]:
-    return select(Job.id).where(Job.status == JobStatus.QUEUED, *where).order_by(*START_ORDER)
+    """Those that may start: a job waiting for its depends_on is neither placed nor kept room for."""
+    return (
+        select(Job.id)
+        .where(Job.status == JobStatus.QUEUED, Job.waiting_on == 0, *where)
+        .order_by(*START_ORDER)
+    )
 
 
 def claim_next() -> Claim | None:

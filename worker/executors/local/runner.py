@@ -18,12 +18,14 @@ from pathlib import Path
 from sqlalchemy import update
 
 from core.config import ArtifactStore, Settings, get_settings
+from core.data_credentials import data_env
 from core.db import session_scope
 from core.doorbell import dispatch_node
 from core.launch import Launch, build_launch
 from core.models import Job, JobNode, utcnow
 from core.project import PROJECT_ROOT
 from core.sandbox import Sandbox, confine
+from core.secrets import ranks_env
 from core.states import JobStatus
 from jobspec.events import LAUNCHER_LOG, LOG_DIR
 from jobspec.plan import Plan, RunConfig
@@ -211,6 +213,8 @@ def launch(mark: JobMark, task: NodeTask, settings: Settings, uploads: Uploads) 
         if rendezvous is None:
             return None
     sandboxed = is_sandboxed(settings, spec)
+    job_env = ranks_env(settings, job.id, job.owner, spec)
+    store = data_env(settings, job.id, job.owner, spec)
     command = build_launch(
         plan,
         job_id=task.job_id,
@@ -223,6 +227,7 @@ def launch(mark: JobMark, task: NodeTask, settings: Settings, uploads: Uploads) 
         cpu_count=cpu_share(settings, plan),
         rendezvous=rendezvous,
         compile_cache=None if sandboxed else settings.compile_cache_dir,
+        job_env={**job_env.env, **store.env},
     )
     box = sandbox_for(settings, spec, plan, mark.run_dir, bundle, PROJECT_ROOT) if sandboxed else None
     try:
@@ -245,4 +250,5 @@ def launch(mark: JobMark, task: NodeTask, settings: Settings, uploads: Uploads) 
         node_rank=task.node_rank,
         nnodes=plan.nnodes,
         max_disk=disk_limit(spec, settings),
+        secret_values=job_env.secret_values + store.secret_values,
     )

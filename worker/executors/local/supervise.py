@@ -24,14 +24,16 @@ from core.states import JobStatus
 from core.transitions import move
 from jobspec.startup import Mark
 from worker.attempts.deadline import look
-from worker.attempts.ends import Outcome, exit_outcome, own, to_restarting
+from worker.attempts.ends import STALLED, Outcome, exit_outcome, own, to_restarting
 from worker.attempts.events import AttemptEvents
+from worker.attempts.stack_capture import RankPid
 from worker.attempts.watch import must_stop, record_end, wind_up
 from worker.executors.local.disk import DiskLimit, DiskWatch
 from worker.executors.local.kill import JobMark, kill_job
 from worker.executors.local.leases import ring_waiting_jobs
 from worker.executors.local.nodes import NodeTask, next_attempt_of_nodes, unfinished_after
 from worker.executors.local.preempt import PREEMPTED_REASON
+from worker.executors.local.stack_signal import signal_ranks
 from worker.executors.local.warm.factory_handle import JobProcess, never_ran
 from worker.tail import EventTail, add_marks
 from worker.uploads import Uploads
@@ -69,6 +71,7 @@ class RunningJob:
     node_rank: int = 0
     nnodes: int = 1
     max_disk: DiskLimit | None = None
+    secret_values: tuple[str, ...] = ()  # what its ranks were given (memory only), masked where it is quoted
 
     @property
     def node(self) -> NodeTask:
@@ -113,6 +116,7 @@ class LocalAttempt:
         # What the shared decisions read of the attempt, fixed for its life.
         self.job_id, self.attempt, self.started_at = job.job_id, job.attempt, job.started_at
         self.max_runtime_s, self.max_restarts = job.max_runtime_s, job.max_restarts
+        self.secret_values = job.secret_values
         self.next_attempt: int | None = None  # set when it restarted
 
     def ended(self) -> Outcome | None:
@@ -122,13 +126,18 @@ class LocalAttempt:
         code = process.poll()
         if code is None:
             return None
-        return STANDBY_LOST if never_ran(process) else exit_outcome(self.job.mark.run_dir, code)
+        if never_ran(process):
+            return STANDBY_LOST
+        return exit_outcome(self.job.mark.run_dir, code, self.secret_values)
 
     def stop(self, outcome: Outcome) -> None:
         """Stop its processes before returning. A preempted job's ranks need the time to reach their next
         report step and checkpoint there; one still short of it then is killed and resumes from its
         checkpoint before."""
         settings = get_settings()
+        if outcome.reason == STALLED:  # ranks stuck in a collective reach no checkpoint: none is waited for
+            self.kill(0.0)
+            return
         self.kill(settings.preempt_grace_s if outcome is PREEMPTED else settings.cancel_grace_s)
 
     def kill(self, grace_s: float) -> None:
@@ -139,6 +148,9 @@ class LocalAttempt:
     def restart(self, outcome: Outcome) -> bool:
         self.next_attempt = begin_restart(self.job, outcome)
         return self.next_attempt is not None
+
+    def signal_ranks(self, ranks: dict[int, RankPid]) -> list[int]:
+        return signal_ranks(self.job.mark, ranks)
 
 
 def last_node_done(job: RunningJob) -> bool:

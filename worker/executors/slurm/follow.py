@@ -43,7 +43,7 @@ log = logging.getLogger(__name__)
 # What each tick reads of a followed job.
 ROW = (
     *(Job.id, Job.status, Job.slurm_job_id, Job.attempt, Job.slurm_restarts),
-    *(Job.spec, Job.priority, Job.message),
+    *(Job.spec, Job.priority, Job.message, Job.waiting_on),
 )
 FOLLOWED = (JobStatus.QUEUED, JobStatus.STARTING, JobStatus.RUNNING, JobStatus.CANCELLING)
 
@@ -90,6 +90,11 @@ class Follower(threading.Thread):
 
     def _follow(self, row: Row, slurm: SlurmJob | None) -> None:
         if row.status == JobStatus.QUEUED:
+            if row.waiting_on and (slurm is None or slurm.state not in outcomes.WAITING):
+                # Slurm judged its depends_on (afterok) before Trainyard settled them: Trainyard's judgment
+                # decides. Released, it starts at a later tick, its nodes waiting for the attempt; cancelled
+                # (dependency_failed), its Slurm job, if still live, is cancelled with the strays.
+                return
             if slurm is None:
                 lost = f"Slurm no longer knows job {row.slurm_job_id}"
                 endings.end_waiting(row.id, Outcome(JobStatus.FAILED, "slurm_lost", lost))

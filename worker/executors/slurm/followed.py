@@ -13,6 +13,7 @@ from pathlib import Path
 from core.states import JobStatus
 from worker.attempts.ends import Outcome
 from worker.attempts.events import AttemptEvents
+from worker.attempts.stack_capture import RankPid
 from worker.executors.slurm import commands, endings, outcomes
 from worker.executors.slurm.commands import SlurmJob
 
@@ -36,6 +37,7 @@ class Followed:
     stopping: Outcome | None = None  # asked to stop (cancel, time limit, pruned): how it then ends
     stop_sent: float = 0.0  # monotonic time of the SIGTERM
     killed: bool = False
+    secret_values: tuple[str, ...] = ()  # none: a spec that names a secret is refused under Slurm
 
     def ended(self) -> Outcome | None:
         """How its Slurm job ended, as scontrol says; None while it runs (or waits to run again: a requeue,
@@ -62,3 +64,8 @@ class Followed:
 
     def restart(self, outcome: Outcome) -> bool:
         return endings.restart(self.job_id, self.slurm_id, self.max_restarts, outcome)
+
+    def signal_ranks(self, ranks: dict[int, RankPid]) -> list[int]:
+        """None: the ranks run on Slurm's nodes, out of this worker's reach (a stall is still told, from the
+        step counter, and ends the job; docs/reliability.md)."""
+        return []

@@ -1,5 +1,9 @@
 """Handing jobs to Slurm: each queued job is submitted with sbatch as soon as it is queued (Slurm's queue,
-not Trainyard's, decides when it starts), and each attempt Slurm starts is written for its nodes."""
+not Trainyard's, decides when it starts), and each attempt Slurm starts is written for its nodes.
+
+A job waiting for its depends_on is handed over at once too, with --dependency=afterok, once every job it
+still waits for is Slurm's and has not ended; until then (one still queued in Trainyard alone) it waits in
+Trainyard, and is handed over when that one is or when it is released (core/dependencies.py)."""
 
 from __future__ import annotations
 
@@ -9,15 +13,16 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from sqlalchemy import select, update
+from sqlalchemy import ColumnElement, or_, select, update
+from sqlalchemy.orm import aliased
 
 from core.config import Settings
 from core.db import session_scope
-from core.models import Job
+from core.models import Job, JobDependency
 from core.project import PROJECT_ROOT
 from core.queue_order import START_ORDER
 from core.slurm_script import batch_script, slurm_folder
-from core.states import JobStatus
+from core.states import TERMINAL, JobStatus
 from jobspec.plan import Plan, RunConfig
 from jobspec.spec import JobSpec
 from jobspec.startup import Mark
@@ -38,16 +43,51 @@ def pending_message(job: SlurmJob) -> str:
     return f"Slurm job {job.job_id} is {job.state.lower()}: {job.reason}"
 
 
-def submit_queued(settings: Settings) -> list[int]:
-    """sbatch every queued job that Slurm has not seen, in start order; the jobs submitted."""
+def _may_be_handed_over() -> ColumnElement[bool]:
+    """A queued job waits for no other, or every one it still waits for is a Slurm job still live: one not
+    handed over yet has no id to name, and slurmctld takes an id it has forgotten (an ended job, past
+    MinJobAge) as met."""
+    parent = aliased(Job)
+    not_slurms = (
+        select(JobDependency.job_id)
+        .join(parent, parent.id == JobDependency.depends_on_id)
+        .where(
+            JobDependency.job_id == Job.id,
+            or_(parent.slurm_job_id.is_(None), parent.status.in_(TERMINAL)),
+        )
+    )
+    return or_(Job.waiting_on == 0, ~not_slurms.exists())
+
+
+def _slurm_parents(job_ids: list[int]) -> dict[int, list[int]]:
+    """The Slurm job ids of the dependencies each of `job_ids` still waits for."""
+    parents: dict[int, list[int]] = {}
+    if not job_ids:
+        return parents
     with session_scope() as session:
         rows = session.execute(
-            select(Job.id, Job.spec, Job.plan)
-            .where(Job.status == JobStatus.QUEUED, Job.slurm_job_id.is_(None))
+            select(JobDependency.job_id, Job.slurm_job_id)
+            .join(Job, Job.id == JobDependency.depends_on_id)
+            .where(JobDependency.job_id.in_(job_ids))
+            .order_by(JobDependency.job_id, Job.slurm_job_id)
+        )
+        for job_id, slurm_id in rows:
+            parents.setdefault(job_id, []).append(slurm_id)
+    return parents
+
+
+def submit_queued(settings: Settings) -> list[int]:
+    """sbatch every queued job that Slurm has not seen, in start order, one that waits for other jobs once
+    they are all Slurm's; the jobs submitted."""
+    with session_scope() as session:
+        rows = session.execute(
+            select(Job.id, Job.spec, Job.plan, Job.waiting_on)
+            .where(Job.status == JobStatus.QUEUED, Job.slurm_job_id.is_(None), _may_be_handed_over())
             .order_by(*START_ORDER)
         ).all()
+    parents = _slurm_parents([row.id for row in rows if row.waiting_on])
     submitted = []
-    for job_id, spec, plan in rows:
+    for job_id, spec, plan, _ in rows:
         script = batch_script(
             Plan.model_validate(plan),
             JobSpec.model_validate(spec),
@@ -55,6 +95,7 @@ def submit_queued(settings: Settings) -> list[int]:
             settings,
             sys.executable,
             PROJECT_ROOT,
+            after_ok=parents.get(job_id, ()),
         )
         slurm_folder(settings.runs_dir, job_id).mkdir(parents=True, exist_ok=True)  # the batch log's
         try:

@@ -19,6 +19,7 @@ from core.project import PROJECT_ROOT
 from core.sandbox import confine
 from core.slurm_script import slurm_folder
 from jobspec.events import LAUNCHER_LOG, LOG_DIR
+from jobspec.spec_env import plain_env
 from worker.executors.slurm.attempts import NodeAttempt, node_error_mark, wait_for_attempt
 from worker.rundir import append_no_follow
 from worker.sandbox import check_starts, close_sandbox, job_bundle, sandbox_for
@@ -86,6 +87,9 @@ def node_command(job_id: int, attempt: NodeAttempt, settings: Settings, env: dic
         cpu_count=allocated_cpus(env),
         rendezvous=rendezvous(job_id, config.attempt, settings, env),
         compile_cache=None if attempt.sandboxed else settings.compile_cache_dir,
+        # Plain values only: the API refuses secrets under Slurm (app/services/secrets.py), as a node reads
+        # no database and holds no key.
+        job_env=plain_env(config.spec.env),
     )
     if not attempt.sandboxed:
         return command

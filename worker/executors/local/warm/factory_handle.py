@@ -29,8 +29,10 @@ FACTORY_MODULE = "trainers.warm.factory"
 MESSAGE_BYTES = 256
 # How long a standby's pid may take to come: the factory forks after its imports, seconds on a loaded host.
 FORK_WAIT_S = 60.0
-# Between a forked standby's end (its pidfd) and the factory's word of its exit code.
-EXIT_CODE_WAIT_S = 5.0
+# Between a forked standby's end (its pidfd) and the factory's word of its exit code, while the factory lives
+# (a factory found dead gives up at once): 5 s ran out on a box the suite kept busy, and a job that had
+# finished was recorded failed with LOST_EXIT_CODE.
+EXIT_CODE_WAIT_S = 60.0
 LOST_EXIT_CODE = 255  # the factory died before it could say how a standby ended
 POLL_S = 0.05
 
@@ -58,7 +60,7 @@ class ForkedStandby:
         self._pidfd: int | None = None
         self._pidfd_lock = threading.Lock()  # poll() selects on it while the reader thread may close it
         self._forked = threading.Event()  # or lost: the factory died before the fork
-        self._exited = threading.Event()
+        self._exited = threading.Event()  # or the factory died, and its word will never come
 
     def forked(self, timeout: float) -> bool:
         """Whether the factory forked it (waiting up to `timeout` for that); False if it never will."""
@@ -78,7 +80,9 @@ class ForkedStandby:
 
     def poll(self) -> int | None:
         ended = self.returncode is None and self._ended()
-        if ended and (self._pid is None or not self._exited.wait(EXIT_CODE_WAIT_S)):
+        if ended and self._pid is not None:
+            self._exited.wait(EXIT_CODE_WAIT_S)
+        if ended and self.returncode is None:  # lost before its fork, or its factory died or never said
             self._set_exit(LOST_EXIT_CODE)
         return self.returncode
 
@@ -111,6 +115,10 @@ class ForkedStandby:
                 self._pidfd = os.pidfd_open(pid)
         self._pid = pid
         self._forked.set()
+
+    def _factory_gone(self) -> None:
+        """The factory died: the exit code it would have sent never comes, and poll() need not wait for it."""
+        self._exited.set()
 
     def _set_exit(self, code: int) -> None:
         self.returncode = code
@@ -198,6 +206,8 @@ class StandbyFactory:
             for standby in self._unforked.values():
                 standby._set_forked(None)
             self._unforked.clear()
+            for standby in self._running.values():
+                standby._factory_gone()
         self._channel.close()
 
     def _receive(self) -> str:

@@ -1,0 +1,75 @@
+"""ddp's and fsdp's share of a traced step (trainers/forecast/devices.py) and their steps bound by their
+collectives (estimate.py), on phases made by hand: the bench (`bench.forecast --strategy ddp|fsdp --gpus 2`)
+has the figures against real runs."""
+
+from __future__ import annotations
+
+from jobspec.plan import Plan
+from jobspec.spec import Precision, Strategy
+from trainers.forecast.calibration import H200
+from trainers.forecast.devices import collective_bytes, per_device
+from trainers.forecast.estimate import Timing, collectives_bound
+from trainers.forecast.trace import ModelKind, Phase, Traced
+
+GB = 10**9
+TRAINED = GB // 4  # parameters: 1 GB of fp32 gradients
+
+
+def phase(grads: int, total: int, frozen: int = 0) -> Phase:
+    return Phase(
+        params=GB, buffers=frozen, grads=grads, optimizer=0, activations=0, temporaries=0, total=total
+    )
+
+
+def traced(backward: Phase, update: Phase) -> Traced:
+    return Traced(backward, update, TRAINED, TRAINED, 1e12, 1000, ModelKind.TRANSFORMER)
+
+
+def plan(strategy: Strategy, ranks: int) -> Plan:
+    return Plan(
+        strategy=strategy,
+        strategy_reason="",
+        device="cuda",
+        backend="nccl",
+        world_size=ranks,
+        nproc_per_node=ranks,
+        data_parallel_size=ranks,
+        gpus=None,
+        num_gpus=ranks,
+        per_rank_batch=8,
+        micro_batch=8,
+        precision=Precision.BF16,
+        lr=0.1,
+    )
+
+
+def test_buckets_held_inside_the_backward_can_make_it_the_busiest_phase() -> None:
+    # The update's peak (gradients made) outweighs the backward's alone, not with the buckets beside it.
+    step = traced(backward=phase(grads=0, total=5 * GB), update=phase(grads=GB, total=5 * GB + GB // 2))
+    share = per_device(step, plan(Strategy.DDP, 2), None)
+    assert share.phase is step.backward and share.peak == 6 * GB
+    assert share.strategy == {"ddp_gradient_buckets": GB}
+    assert per_device(step, plan(Strategy.SINGLE, 1), None).phase is step.update
+
+
+def test_fsdp_shards_frozen_parameters_with_the_trained_state() -> None:
+    step = traced(backward=phase(grads=0, total=3 * GB, frozen=2 * GB), update=phase(grads=0, total=0))
+    share = per_device(step, plan(Strategy.FSDP, 2), layers=None)
+    assert share.strategy["fsdp_sharded_away"] == -(GB + 2 * GB) // 2  # parameters and frozen ones
+
+
+def test_collectives_bound_a_step_shorter_than_them() -> None:
+    step = traced(backward=phase(grads=0, total=GB), update=phase(grads=GB, total=2 * GB))
+    assert collective_bytes(step, plan(Strategy.DDP, 1)) == 0
+    assert collective_bytes(step, plan(Strategy.PIPELINE, 2)) == 0
+    assert (
+        collective_bytes(step, plan(Strategy.DDP, 4)) == GB * 2 * 3 // 4
+    )  # a ring's share of fp32 gradients
+    # Two bf16 all-gathers of the parameters, one reduce-scatter of the fp32 gradients.
+    assert collective_bytes(step, plan(Strategy.FSDP, 2)) == (2 * TRAINED * 2 + GB) // 2
+    sent = collective_bytes(step, plan(Strategy.DDP, 4))
+    bound = sent / H200.collective_bytes_per_s
+    short = collectives_bound(Timing(bound / 2, "compute"), step, plan(Strategy.DDP, 4), H200)
+    assert short.step_s == bound and "collectives" in short.basis
+    long = Timing(bound * 2, "compute")
+    assert collectives_bound(long, step, plan(Strategy.DDP, 4), H200) == long
