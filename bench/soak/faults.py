@@ -54,10 +54,12 @@ class Faults(threading.Thread):
         self.stack, self.plan, self.started = stack, plan, started
         self.rng = random.Random(seed + 1)  # the victims: apart from the schedule's draws
         self.kills: list[Kill] = []
+        self.abandoned = threading.Event()
 
     def run(self) -> None:
         for fault in self.plan:
-            time.sleep(max(0.0, self.started + fault.at_s - time.monotonic()))
+            if self.abandoned.wait(max(0.0, self.started + fault.at_s - time.monotonic())):
+                return
             self._log(self._hit(fault.target))
 
     def _hit(self, target: Target) -> Kill:
@@ -86,6 +88,13 @@ class Faults(threading.Thread):
         """Waits for the plan's last kill: one delayed past the window by a slow return before it (a worker
         started again on a loaded box) is still made, so that every target is hit."""
         self.join()
+
+    def abandon(self) -> None:
+        """No kill after this one: a soak that failed stops its service, and a worker killed and started again
+        behind that stop would outlive it."""
+        self.abandoned.set()
+        if self.is_alive():
+            self.join()
 
     def records(self) -> list[dict[str, object]]:
         return [asdict(kill) for kill in self.kills]

@@ -73,13 +73,17 @@ def _handed_over(runs_dir: Path) -> set[str]:
     }
 
 
-def waiting_standbys(runs_dir: Path) -> list[psutil.Process]:
-    """Warm standbys no job has taken yet: a process with a standby id that no run directory names."""
+def waiting_standbys(runs_dir: Path, tracker: Tracker) -> list[psutil.Process]:
+    """This service's warm standbys no job has taken yet: a process the tracker saw under the service, with
+    a standby id that no run directory names. Not every process with such an id: another service's on the
+    same host (the suite runs several at once) has one too, and so has every process its ranks fork, since
+    a fork keeps the standby's environment."""
     taken = _handed_over(runs_dir)
+    tracker.snapshot()
     found = []
     for proc in psutil.process_iter():
         standby = _environ(proc).get(STANDBY_ID_ENV)
-        if standby and standby not in taken:
+        if standby and standby not in taken and tracker.saw(proc):
             found.append(proc)
     return found
 
@@ -117,6 +121,12 @@ class Tracker(threading.Thread):
         found = {seen for proc in procs if (seen := _seen(proc)) is not None}
         with self.lock:
             self.seen |= found
+
+    def saw(self, proc: psutil.Process) -> bool:
+        """Whether this process (by its pid and start time) is one the service ran."""
+        seen = _seen(proc)
+        with self.lock:
+            return seen is not None and any((s.pid, s.created) == (seen.pid, seen.created) for s in self.seen)
 
     def run(self) -> None:
         while not self.stopping.wait(TRACK_S):

@@ -162,6 +162,7 @@ def soak(minutes: float, db: Db, seed: int, workdir: Path, profile: Profile = FU
     duration_s, laps = minutes * 60, Laps()
     receivers = start_receivers()
     service = SoakStack.start(db, workdir, profile.rank_nice)
+    parts: Parts | None = None
     try:
         admin, users = make_users(service.stack, (*profile.load_users, INNOCENT_USER))
         closed = threading.Event()
@@ -196,6 +197,8 @@ def soak(minutes: float, db: Db, seed: int, workdir: Path, profile: Profile = FU
         found.append(checks_users.innocent_starts(service, parts.innocent, started_at))
         laps.lap("checks")
     finally:
+        if parts is not None:
+            parts.faults.abandon()
         service.stop()
         for receiver in receivers.values():
             receiver.close()

@@ -142,7 +142,7 @@ class SoakStack:
             ranks = [found[0] for rank in (0, 1) if (found := rank_processes(self.runs_dir, job_id, rank))]
             return _kill_one(ranks, rng, f"a rank of job {job_id}")
         if target is Target.STANDBY:
-            return _kill_one(waiting_standbys(self.runs_dir), rng, "a waiting standby")
+            return _kill_one(waiting_standbys(self.runs_dir, self.tracker), rng, "a waiting standby")
         if target is Target.REDIS and self.redis is not None and self.redis.proc is not None:
             pid = self.redis.proc.pid
             self.redis.proc.kill()
