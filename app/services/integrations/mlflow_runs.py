@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import logging
 import os
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 from tempfile import TemporaryDirectory
+from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -59,9 +61,12 @@ from mlflow.exceptions import MlflowException
 log = logging.getLogger(__name__)
 
 METRICS_PER_PASS = 10_000  # points read and sent per pass; a longer backlog takes the next pass at once
-# Longer than a pass lasts (its requests are bounded by MLFLOW_HTTP_REQUEST_TIMEOUT; a checkpoint upload
-# is the long one), so a claim lapses only for an exporter that died.
-CLAIM_HOLD = timedelta(minutes=15)
+METRICS_PER_REQUEST = 1_000  # MLflow's cap on metrics per log_batch; the claim is renewed after each
+# Renewed after every request of a pass, so it needs to outlast only one: a request waits at most
+# MLFLOW_HTTP_REQUEST_TIMEOUT, tried twice. An exporter that died (its API process killed) leaves the export
+# to another within this hold, not after a whole pass's worth.
+CLAIM_HOLD = timedelta(minutes=2)
+UPLOAD_FLOOR_BYTES_PER_S = 5_000_000  # a checkpoint's upload is one request: its hold grows with its size
 QUEUED_WAIT = timedelta(seconds=30)  # a job not started yet has nothing to send
 MAX_BACKOFF_S = 300.0
 ERROR_CHARS = 500
@@ -90,18 +95,39 @@ def _experiment_id(client: MlflowClient, name: str) -> str:
         return str(again.experiment_id)
 
 
+class ClaimLost(Exception):
+    """The pass's claim lapsed and another exporter took the export over: this pass stops writing."""
+
+
+@dataclass(frozen=True)
+class Claim:
+    """One pass's hold on a job's export: every write of the pass renews it (and core/integrations/
+    mlflow_outbox.py's record writes only while the claim is still this pass's)."""
+
+    session: Session
+    job_id: int
+    attempt: int
+
+    def write(self, renew_for: timedelta = CLAIM_HOLD, **values: Any) -> None:
+        """Record what the pass did, and hold the export for `renew_for` more."""
+        values.setdefault("next_attempt_at", utcnow() + renew_for)
+        if not record(self.session, self.job_id, self.attempt, **values):
+            raise ClaimLost(f"job {self.job_id}: claim {self.attempt} was taken over")
+
+
 def _open_run(
     client: MlflowClient,
     job: Job,
     row: MlflowExport,
-    attempt: int,
+    claim: Claim,
     options: MlflowTracking,
     settings: Settings,
 ) -> tuple[str, str]:
     """The job's run, made (with its tags and params) unless an earlier pass made it; (experiment, run)."""
     experiment_id = _experiment_id(client, options.experiment or settings.mlflow_experiment)
+    claim.write()
     earlier: list[Run] = []
-    if attempt > 1:  # an earlier pass may have made the run and lost the answer
+    if claim.attempt > 1:  # an earlier pass may have made the run and lost the answer
         by_token = f"tags.`trainyard.export_id` = '{row.token}'"
         earlier = client.search_runs([experiment_id], by_token, max_results=1)
     if earlier:
@@ -114,23 +140,28 @@ def _open_run(
             run_name=options.run_name or f"{job.name}-{job.id}",
         )
         run_id = run.info.run_id
+    claim.write()
     params = [Param(key, value) for key, value in spec_params(job.spec).items()]
     client.log_batch(run_id, params=params)  # the same values again, where the run was found: no change
     return experiment_id, run_id
 
 
-def _send(client: MlflowClient, run_id: str, points: list[Point]) -> None:
-    metrics = [MlflowMetric(mlflow_key(p.name), p.value, _ms(p.at), p.step) for p in points]
-    client.log_batch(run_id, metrics=metrics)  # split into MLflow's batch sizes by the client
+def _send(client: MlflowClient, run_id: str, points: list[Point], claim: Claim, sent: dict[str, int]) -> None:
+    """The points, a request at a time, the watermark recorded after each."""
+    for start in range(0, len(points), METRICS_PER_REQUEST):
+        chunk = points[start : start + METRICS_PER_REQUEST]
+        metrics = [MlflowMetric(mlflow_key(p.name), p.value, _ms(p.at), p.step) for p in chunk]
+        client.log_batch(run_id, metrics=metrics)
+        sent = through(sent, chunk)
+        claim.write(exported_through=sent)
 
 
-def _log_checkpoint(
-    session: Session, settings: Settings, client: MlflowClient, job: Job, run_id: str
-) -> None:
+def _log_checkpoint(settings: Settings, client: MlflowClient, job: Job, run_id: str, claim: Claim) -> None:
     """The job's last checkpoint, read as a download is (the confined opener, its sha256 checked), copied to
     a file of the service's own and uploaded from there: MLflow's client uploads a path, and the job's own
     path may be swapped for a link by the job meanwhile. One that is gone, corrupt or refused (a link, a
     FIFO) is not uploaded, and the run's tag trainyard.checkpoint says why."""
+    session = claim.session
     last = select(Checkpoint.id).where(Checkpoint.job_id == job.id).order_by(Checkpoint.step.desc())
     checkpoint_id = session.scalar(last.order_by(Checkpoint.id.desc()).limit(1))
     if checkpoint_id is None:
@@ -143,6 +174,8 @@ def _log_checkpoint(
             with copy.open("wb") as out:
                 for chunk in content.chunks:
                     out.write(chunk)
+            upload_s = copy.stat().st_size / UPLOAD_FLOOR_BYTES_PER_S
+            claim.write(renew_for=CLAIM_HOLD + timedelta(seconds=upload_s))
             client.log_artifact(run_id, str(copy), CHECKPOINT_FOLDER)
     except (CheckpointNotFound, CheckpointCorrupt, JobFileError) as refused:
         client.set_tag(run_id, "trainyard.checkpoint", str(refused)[:ERROR_CHARS])
@@ -164,31 +197,30 @@ def _pass(session: Session, job_id: int, attempt: int, client: MlflowClient, set
     if found is None:
         return
     job, row = found
+    claim = Claim(session, job_id, attempt)
     status = JobStatus(job.status)  # read before the metric rows: a job ends after its last one is written
     options = asked_options(job.spec) or MlflowTracking()  # exported with the defaults under MLFLOW_ALL_JOBS
     run_id = row.run_id
     if run_id is None:
         if status is JobStatus.QUEUED:
-            record(session, job_id, attempt, next_attempt_at=utcnow() + QUEUED_WAIT)
+            claim.write(renew_for=QUEUED_WAIT)
             return
         session.rollback()
-        experiment_id, run_id = _open_run(client, job, row, attempt, options, settings)
-        record(session, job_id, attempt, experiment_id=experiment_id, run_id=run_id)
+        experiment_id, run_id = _open_run(client, job, row, claim, options, settings)
+        claim.write(experiment_id=experiment_id, run_id=run_id)
     points = unsent_metrics(session, job_id, row.exported_through, METRICS_PER_PASS)
     session.rollback()
-    if points:
-        _send(client, run_id, points)
-        record(session, job_id, attempt, exported_through=through(row.exported_through, points))
+    _send(client, run_id, points, claim, row.exported_through)
     if len(points) == METRICS_PER_PASS or not status.is_terminal:
         wait = timedelta(0) if len(points) == METRICS_PER_PASS else timedelta(seconds=settings.mlflow_poll_s)
-        record(session, job_id, attempt, next_attempt_at=utcnow() + wait, failures=0, last_error=None)
+        claim.write(renew_for=wait, failures=0, last_error=None)
         return
     if options.log_checkpoint and not row.checkpoint_logged:
-        _log_checkpoint(session, settings, client, job, run_id)
-        record(session, job_id, attempt, checkpoint_logged=True)
+        _log_checkpoint(settings, client, job, run_id, claim)
+        claim.write(checkpoint_logged=True)
     end = job.finished_at or utcnow()
     client.set_terminated(run_id, RUN_STATUS[status], end_time=_ms(end))
-    record(session, job_id, attempt, done=True, failures=0, last_error=None)
+    claim.write(done=True, failures=0, last_error=None)
 
 
 def _backoff(failures: int, settings: Settings) -> timedelta:
@@ -203,6 +235,8 @@ def export_job(session: Session, job_id: int, client: MlflowClient, settings: Se
         return
     try:
         _pass(session, job_id, attempt, client, settings)
+    except ClaimLost:  # the exporter that took it over goes on from the rows
+        session.rollback()
     except Exception as error:  # whatever MLflow or the network raised: the next pass starts from the rows
         session.rollback()
         failures = (

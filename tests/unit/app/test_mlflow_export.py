@@ -14,12 +14,12 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from sqlalchemy import select
 
-from app.services.integrations.mlflow_params import spec_params
-from app.services.integrations.mlflow_runs import export_due, tracking_client
+from app.services.integrations.mlflow_params import mlflow_key, spec_params
+from app.services.integrations.mlflow_runs import CLAIM_HOLD, export_due, tracking_client
 from core.clock import as_utc
 from core.config import Settings, get_settings
 from core.db import session_scope
-from core.models import Metric, MlflowExport
+from core.models import Metric, MlflowExport, utcnow
 from core.states import JobStatus
 from core.transitions import move
 from jobspec.events import CheckpointEvent, MetricsEvent, PhaseEvent
@@ -226,3 +226,44 @@ def test_the_last_checkpoint_is_the_runs_artifact_read_through_the_confined_open
     linked = export_until_done(runs["linked"], exporting, client)
     assert client.list_artifacts(linked.run_id) == []
     assert "never follows a link" in client.get_run(linked.run_id).data.tags["trainyard.checkpoint"]
+
+
+class ExporterDied(BaseException):
+    """The API process killed mid-pass: nothing of the pass's own error handling runs."""
+
+
+def test_an_exporter_that_dies_mid_pass_leaves_the_export_to_another_within_one_requests_hold(
+    database: WorkerDb, exporting: Settings
+) -> None:
+    real = tracking_client(exporting.mlflow_uri or "")
+    calls = {"metrics": 0}
+
+    class DiesAtSecondChunk:
+        def __getattr__(self, name: str) -> Any:
+            return getattr(real, name)
+
+        def log_batch(self, run_id: str, metrics: Any = (), **kwargs: Any) -> None:
+            if metrics:
+                calls["metrics"] += 1
+                if calls["metrics"] == 2:
+                    raise ExporterDied
+            real.log_batch(run_id, metrics=metrics, **kwargs)
+
+    job_id = database.add_job(tracked_spec(database))
+    start(job_id)
+    report(job_id, *metrics(1, 500))  # 1,500 points: two requests
+    end(job_id, JobStatus.SUCCEEDED)
+    with pytest.raises(ExporterDied):
+        export_due(DiesAtSecondChunk(), exporting)
+    with session_scope() as session:
+        row = session.get(MlflowExport, job_id)
+        assert row is not None and not row.done
+        held_for = as_utc(row.next_attempt_at) - utcnow()
+        assert held_for <= CLAIM_HOLD  # renewed after the first request, not held for a whole pass
+        assert row.exported_through == {"eval:acc@1": 500, "loss": 500}  # the first request's, recorded
+        row.next_attempt_at = utcnow()  # the hold has passed
+    row = export_until_done(job_id, exporting, real)
+    assert row.run_id is not None
+    ours = trainyard_points(job_id)
+    for name, points in ours.items():
+        assert mlflow_points(real, row.run_id, mlflow_key(name)) == points  # each point once
