@@ -251,7 +251,7 @@ def build(config: RunConfig, env: DistEnv) -> Components:
     objective = build_objective(spec.train.loss, bundle, language_model=language_model(spec))
     if spec.performance.compile:
         forward = strategy.compiled(forward)
-        objective.compile_loss(with_forward=strategy.loss_in_forward_graph)
+        objective.compile_loss(strategy.loss_in_forward_graph, strategy.loss_carrier)
     batches, held_out, counts = feeds(spec, plan, strategy, data, channels_last)
     return Components(
         strategy=strategy,

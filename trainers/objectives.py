@@ -21,6 +21,7 @@ import torch.nn.functional as F
 
 from jobspec.spec import Loss
 from trainers.data.batches import Batch, batch_size, describe
+from trainers.loss_carrier import LossCarrier
 from trainers.user_code import Bundle, type_name
 from trainers.user_errors import UserCodeError
 
@@ -60,10 +61,13 @@ class Objective(ABC):
     def eval_values(self, totals: Sequence[float]) -> dict[str, float]:
         """The reported evaluation metrics from the totals of eval_sums over the held-out set."""
 
-    def compile_loss(self, with_forward: bool) -> None:  # noqa: B027 - most have nothing to compile
+    def compile_loss(  # noqa: B027 - most have nothing to compile
+        self, with_forward: bool, carrier: LossCarrier | None = None
+    ) -> None:
         """performance.compile: compile the training step's loss where that pays, with_forward in one graph
-        with the model's forward (the strategy says whether it may). A user's loss calls the model itself,
-        which the strategy compiled already."""
+        with the model's forward (the strategy says whether it may), or inside the wrapped module through
+        its carrier where the strategy wraps one (ddp). A user's loss calls the model itself, which the
+        strategy compiled already."""
 
 
 class Criterion(Objective):
@@ -105,6 +109,10 @@ class Criterion(Objective):
         # Placement may leave the output on another device than the batch (the last stage's).
         return self._loss(output, y.to(output.device))
 
+    @staticmethod
+    def _carried_loss(model: Model, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return model(x, loss_target=y)
+
     def eval_sums(self, model: Model, batch: Batch) -> torch.Tensor:
         x, y = self.split(batch)
         output = model(x)
@@ -138,12 +146,15 @@ class NextTokenCrossEntropy(Criterion):
     def loss(self, output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         return F.cross_entropy(output.flatten(0, -2), target.flatten(), ignore_index=IGNORE_INDEX)
 
-    def compile_loss(self, with_forward: bool) -> None:
+    def compile_loss(self, with_forward: bool, carrier: LossCarrier | None = None) -> None:
         # Eager, autocast runs cross_entropy in fp32: the (tokens, vocab) logits are copied to fp32, their
         # log-softmax kept for backward and its gradient written in fp32 too, GPT-2's largest tensors and a
         # tenth of its step (bench/RESULTS.md, issue 34). Compiled, a kernel reads the bf16 logits each way;
         # in the forward's graph, the logits' gradient also takes the logits' memory.
-        if with_forward:
+        if carrier is not None:
+            carrier.loss = self.loss  # compiled with the wrapped module's forward, by the strategy
+            self._step = self._carried_loss
+        elif with_forward:
             self._step = torch.compile(self._forward_loss)
         else:
             self._loss = torch.compile(self.loss)

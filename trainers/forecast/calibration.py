@@ -1,8 +1,9 @@
 """What tracing cannot see, per GPU model: how much the caching allocator reserves over the traced peak
 (rounding, fragmentation, cuBLAS workspaces), what torch.compile's fusions save, how much of the GPU's peak
 FLOP rate each kind of model reaches, and the cost of launching an eager step's operations one by one. The
-figures were fitted to `python -m bench.forecast` on the GPU named (bench/RESULTS.md, "forecast"), ddp's to
-its `--strategy ddp --gpus 2`; a GPU model not measured yet takes the H200's, and says so in the forecast's
+figures were fitted to `python -m bench.forecast` on the GPU named (bench/RESULTS.md, "forecast"), and hold
+under ddp (`--strategy ddp --gpus 2`: its compiled model computes the loss inside, as single's does,
+trainers/loss_carrier.py); a GPU model not measured yet takes the H200's, and says so in the forecast's
 basis."""
 
 from __future__ import annotations
@@ -23,9 +24,6 @@ class DeviceCalibration:
     # model's fp32 logits above all). Kinds not measured compiled take the eager figures.
     compiled_per_traced: dict[ModelKind, float]
     compiled_base: int
-    # The same under ddp, whose compiled model is split into a graph per gradient bucket (torch's
-    # DDPOptimizer), so that fusions span less of the step and keep more.
-    compiled_ddp_per_traced: dict[ModelKind, float]
     # The share of the GPU's dense bf16 peak a step reaches, by kind of model and whether compiled.
     efficiency: dict[tuple[ModelKind, bool], float]
     # An eager operation's launch from Python (cuDNN's cost more): a step of many small ones is bound by
@@ -44,7 +42,6 @@ H200 = DeviceCalibration(
     reserved_base=256 * MiB,
     compiled_per_traced={ModelKind.TRANSFORMER: 0.545},
     compiled_base=356 * MiB,
-    compiled_ddp_per_traced={ModelKind.TRANSFORMER: 0.67},
     efficiency={
         (ModelKind.TRANSFORMER, True): 0.385,
         (ModelKind.TRANSFORMER, False): 0.27,

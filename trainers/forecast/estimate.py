@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from jobspec.forecast import EXECUTION, GPU_MODEL, MODEL_KIND, Execution, Forecast
 from jobspec.plan import Plan, RunConfig
-from jobspec.spec import Precision, Strategy
+from jobspec.spec import Precision
 from trainers.forecast import calibration
 from trainers.forecast.devices import Share, collective_bytes, compute_share, per_device
 from trainers.forecast.trace import Traced, model_layers, traced_step
@@ -39,10 +39,7 @@ def forecast(config: RunConfig, target: Target, total_steps: int | None) -> Fore
     compiled = spec.performance.compile
     if plan.device == "cuda":
         gpu, measured = calibration.device_calibration(target.gpu_name or "")
-        compiled_factors = (
-            gpu.compiled_ddp_per_traced if plan.strategy is Strategy.DDP else gpu.compiled_per_traced
-        )
-        factor = compiled_factors.get(traced.kind) if compiled else None
+        factor = gpu.compiled_per_traced.get(traced.kind) if compiled else None
         base = gpu.compiled_base if factor is not None else gpu.reserved_base
         reserved = int(share.peak * (factor or gpu.reserved_per_traced)) + base
         timing = _busiest_share(_gpu_time(traced, gpu, target, compiled, plan.precision), plan)

@@ -21,6 +21,7 @@ from jobspec.spec import TrainSpec
 from trainers.data.batches import Batch
 from trainers.dist_env import DistEnv
 from trainers.lora import check_loaded
+from trainers.loss_carrier import LossCarrier
 from trainers.objectives import LossValues, Objective
 from trainers.placement import place, unit_names
 from trainers.precision import MixedPrecision
@@ -33,11 +34,13 @@ class ParallelStrategy(ABC):
     # Whether performance.compile may trace the loss into the compiled forward's graph, where the logits'
     # gradient can take the logits' memory (trainers/objectives.py). Not where a wrapper must be compiled on
     # its own: dynamo splits DDP's graph at its gradient buckets so that all-reduces overlap the backward.
+    # Such a wrapper wraps a LossCarrier instead, which takes the loss inside the module it compiles.
     loss_in_forward_graph = False
 
     def __init__(self, env: DistEnv) -> None:
         self.env = env
         self._module: nn.Module | None = None
+        self.loss_carrier: LossCarrier | None = None
         self.input_device = env.device  # where the loop delivers batches
 
     @abstractmethod

@@ -8,6 +8,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 from trainers.dist_env import DistEnv
+from trainers.loss_carrier import LossCarrier
 from trainers.strategies.process_group import GroupOptions, ProcessGroupStrategy
 
 
@@ -30,9 +31,13 @@ class DDPStrategy(ProcessGroupStrategy):
 
     def wrap(self, module: nn.Module) -> nn.Module:
         device_ids = [self.env.device.index] if self.env.device.type == "cuda" else None
+        # The loss inside the wrapped module's compiled forward, as nanoGPT has it (trainers/loss_carrier.py).
+        self.loss_carrier = LossCarrier(module)
         # Gradients as views into DDP's buckets: the all-reduced bucket is the gradient, with no copy back
         # into .grad every step (the hand-written ceiling in bench/ does the same).
-        self._ddp = DistributedDataParallel(module, device_ids=device_ids, gradient_as_bucket_view=True)
+        self._ddp = DistributedDataParallel(
+            self.loss_carrier, device_ids=device_ids, gradient_as_bucket_view=True
+        )
         return self._ddp
 
     def no_sync(self) -> AbstractContextManager[None]:

@@ -5,19 +5,23 @@ the eager loss and gradients; evaluation casts the logits to fp32 a chunk at a t
 from __future__ import annotations
 
 import functools
+from datetime import timedelta
 from typing import Any
 
 import pytest
 import torch
+import torch.distributed as dist
 import torch.nn.functional as F
 from torch._dynamo.utils import counters
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from trainers import objectives
+from trainers.dist_env import DistEnv
 from trainers.models import build_model
 from trainers.objectives import IGNORE_INDEX, NextTokenCrossEntropy
 from trainers.strategies.base import ParallelStrategy
 from trainers.strategies.ddp import DDPStrategy
+from trainers.strategies.process_group import GroupOptions
 from trainers.strategies.single import SingleDeviceStrategy
 
 VOCAB = 32
@@ -60,6 +64,43 @@ def test_only_a_bare_module_takes_the_loss_into_its_graph(
     strategy: type[ParallelStrategy], together: bool
 ) -> None:
     assert strategy.loss_in_forward_graph is together
+
+
+def test_under_ddp_the_wrapped_module_computes_the_loss_in_its_compiled_graph(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # DDP's forward runs outside dynamo, so a loss after it was a graph of its own whose input is the logits
+    # (issue 48); through the carrier, the graph dynamo compiles for the wrapped module returns the loss.
+    outputs: list[list[torch.Size]] = []
+
+    def recording(gm: torch.fx.GraphModule, inputs: list[torch.Tensor]) -> Any:
+        shapes = [node.meta["example_value"].shape for node in gm.graph.output_node().args[0]]
+        outputs.append(shapes)
+        return gm.forward
+
+    monkeypatch.setattr(torch, "compile", functools.partial(torch.compile, backend=recording))
+    eager_loss, eager_grads = step_gradients(NextTokenCrossEntropy(), compiled=False)
+    torch.manual_seed(0)
+    kwargs = {"n_layer": 1, "n_head": 2, "n_embd": 16, "block_size": 8}
+    model = build_model("gpt", kwargs, 0, VOCAB, 0, vocab_size=VOCAB)
+    ids = torch.randint(0, VOCAB, (2, 9))
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        env = DistEnv(0, 0, 1, torch.device("cpu"))
+        strategy = DDPStrategy(env, GroupOptions("gloo", timedelta(seconds=60)), False)
+        forward = strategy.compiled(strategy.setup_module(model))
+        objective = NextTokenCrossEntropy()
+        objective.compile_loss(strategy.loss_in_forward_graph, strategy.loss_carrier)
+        loss, _ = objective(forward, (ids[:, :-1], ids[:, 1:]))
+        loss.backward()
+    finally:
+        dist.destroy_process_group()
+    # One graph from the ids to the loss: no graph hands the (2, 8, VOCAB) logits on to another.
+    assert outputs == [[torch.Size([])]]
+    assert loss.item() == pytest.approx(eager_loss, rel=1e-5)
+    grads = [p.grad for p in model.parameters() if p.grad is not None]
+    for grad, expected in zip(grads, eager_grads, strict=True):
+        torch.testing.assert_close(grad, expected, rtol=1e-4, atol=1e-6)
 
 
 class LargestFloat32(TorchDispatchMode):
