@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import logging
 import os
 import socket
 from collections.abc import Iterator
@@ -46,6 +47,9 @@ def s3_root(folder: Path) -> Iterator[str]:
         raise SystemExit("--s3 starts moto's S3 server: install it (pip install 'moto[server]')")
     from moto.server import ThreadedMotoServer
 
+    # werkzeug's line per request, on this process's stderr under the GIL the server's threads share: one per
+    # image read, thousands a second.
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)
     port = _free_port()
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
     server.start()
