@@ -95,6 +95,21 @@ class Traced:
         return max(self.backward, self.update, key=lambda phase: phase.total)
 
 
+@contextmanager
+def tied_again(model: nn.Module) -> Iterator[None]:
+    """Parameters shared by several modules (GPT-2's token embedding and output head) shared again after the
+    block: to_empty gives each module its own, which would count their bytes, gradients and optimizer state
+    twice (and their all-reduce under ddp)."""
+    shared: dict[int, list[tuple[nn.Module, str]]] = {}
+    for module in model.modules():
+        for name, param in module.named_parameters(recurse=False):
+            shared.setdefault(id(param), []).append((module, name))
+    yield
+    for (first, first_name), *others in (holders for holders in shared.values() if len(holders) > 1):
+        for module, name in others:
+            setattr(module, name, getattr(first, first_name))
+
+
 def trace(config: RunConfig, layers: int | None = None) -> Traced:
     """The step of the job's model, or of the same model with `layers` blocks."""
     spec, plan = config.spec, config.plan
@@ -108,7 +123,8 @@ def trace(config: RunConfig, layers: int | None = None) -> Traced:
         data = stand_in_data(spec)
         model = make_model(spec, plan.strategy, data, bundle, layers)
     with FakeTensorMode(allow_non_fake_inputs=True):  # the meta parameters, which to_empty replaces
-        model.to_empty(device=CPU)
+        with tied_again(model):
+            model.to_empty(device=CPU)
         frozen_as_buffers(model)
         parameter_count = sum(p.numel() for p in model.parameters())
         kind = _kind(model, spec)
