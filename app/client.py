@@ -8,6 +8,7 @@ from email.message import Message
 from pathlib import Path
 from types import TracebackType
 from typing import IO, TYPE_CHECKING, Any
+from urllib.parse import quote
 
 # httpx and the API's schemas (pydantic builds every model as it imports them) are imported where a request
 # first needs them: the `trainyard` command loads this module for every call, its --help and a refusal of its
@@ -20,6 +21,7 @@ if TYPE_CHECKING:
         CodeBundleDetail,
         CodeBundlesPublic,
         ForecastAccuracy,
+        GpuHealthChanged,
         HostsPublic,
         JobEventsPublic,
         JobPublic,
@@ -327,6 +329,18 @@ class TrainyardClient:
         from app.schemas import HostsPublic
 
         return HostsPublic.model_validate(self._call("GET", "/v1/gpus"))
+
+    def drain_gpu(self, host: str, index: int, reason: str) -> GpuHealthChanged:
+        from app.schemas import GpuHealthChanged
+
+        path = f"/v1/gpus/{quote(host, safe='')}/{index}/drain"
+        return GpuHealthChanged.model_validate(self._call("POST", path, json={"reason": reason}))
+
+    def undrain_gpu(self, host: str, index: int) -> GpuHealthChanged:
+        from app.schemas import GpuHealthChanged
+
+        path = f"/v1/gpus/{quote(host, safe='')}/{index}/undrain"
+        return GpuHealthChanged.model_validate(self._call("POST", path))
 
     def queue(self) -> QueuePublic:
         from app.schemas import QueuePublic

@@ -194,6 +194,9 @@ class StacksPublic(BaseModel):
     requested_at: datetime | None = Field(None, description="the latest capture asked for")
 
 
+GpuHealthState = Literal["ok", "degraded", "drained"]
+
+
 class GpuPublic(BaseModel):
     """A GPU as its worker reported it (utilisation and memory fields pass through), plus who holds it."""
 
@@ -203,6 +206,28 @@ class GpuPublic(BaseModel):
     name: str | None = None
     memory_total_mb: int | None = None
     job_id: int | None = Field(None, description="the job holding a lease on this GPU")
+    health: GpuHealthState = Field(
+        "ok", description="drained: nothing new is placed on it and its job is requeued; degraded: shown only"
+    )
+    health_reason: str | None = Field(None, description="why it is not ok, and who said so")
+
+
+class GpuDrain(BaseModel):
+    """POST /v1/gpus/{host}/{index}/drain."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    reason: str = Field(min_length=1, max_length=500, description="why, for everyone who lists the GPUs")
+
+
+class GpuHealthChanged(BaseModel):
+    host: str
+    index: int
+    health: GpuHealthState
+    health_reason: str | None
+    jobs_stopped: list[int] = Field(
+        description="running jobs on it asked to stop at their next checkpoint and requeued elsewhere"
+    )
 
 
 class HostGpus(BaseModel):

@@ -448,3 +448,29 @@ class JobSecretValue(Base):
     sealed: Mapped[bytes] = mapped_column(LargeBinary)  # a 12-byte nonce, then the ciphertext and its tag
 
     __table_args__ = ({"sqlite_autoincrement": True},)
+
+
+class GpuHealth(Base):
+    """A GPU that is not ok (core/gpu_health.py): `drained`, nothing new is placed on it and its job is
+    requeued elsewhere, or `degraded`, placed but shown. No row: ok."""
+
+    __tablename__ = "gpu_health"
+
+    host: Mapped[str] = mapped_column(String(255), primary_key=True)
+    gpu_index: Mapped[int] = mapped_column(Integer, primary_key=True)
+    state: Mapped[str] = mapped_column(String(16))  # core.gpu_health.GpuState
+    reason: Mapped[str] = mapped_column(Text)
+    source: Mapped[str] = mapped_column(String(16))  # core.gpu_health.HealthSource: who judged it
+    since: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class GpuJobFault(Base):
+    """How often a job's attempts failed with a device error (worker/failure.py) on one GPU: at the second,
+    the GPU is degraded and the job's next attempt is placed elsewhere."""
+
+    __tablename__ = "gpu_job_faults"
+
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True)
+    host: Mapped[str] = mapped_column(String(255), primary_key=True)
+    gpu_index: Mapped[int] = mapped_column(Integer, primary_key=True)
+    failures: Mapped[int] = mapped_column(Integer, default=0)

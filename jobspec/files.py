@@ -15,6 +15,7 @@ import os
 import stat
 from collections.abc import Iterator
 from dataclasses import dataclass
+from itertools import islice
 from pathlib import Path
 from types import TracebackType
 from typing import BinaryIO
@@ -185,28 +186,46 @@ def open_under(root: Path, path: Path, max_bytes: int | None) -> JobFile:
     return open_job_file(root, os.path.relpath(path, root), max_bytes)
 
 
-def job_files(root: Path, folder: str) -> list[str]:
-    """The names (relative to `root`, sorted) of the regular files under `folder`, at any depth; links are
-    neither listed nor descended into. Raises JobFileMissing or JobFileRefused for `folder` itself."""
+# What one listing looks at, names and folders alike: the service lists folders a job fills (logs/, stacks/,
+# tensorboard/), the worker some of them on its loop, and a job may make millions of names or a folder nested
+# thousands deep there.
+LISTING_MAX_NAMES = 10_000
+LISTING_MAX_DEPTH = 16
+
+
+def job_files(root: Path, folder: str, *, deep: bool = True, most: int = LISTING_MAX_NAMES) -> list[str]:
+    """The names (relative to `root`, sorted) of the regular files in `folder`, and with `deep` in its
+    folders down to LISTING_MAX_DEPTH; links are neither listed nor descended into. The walk looks at `most`
+    names at most, in the order the filesystem gives them, so a folder holding more is listed in part.
+    Raises JobFileMissing or JobFileRefused for `folder` itself."""
     parts = _parts(folder)
-    top = _open_folder(root, parts, len(parts))
+    walk = _walk(
+        _open_folder(root, parts, len(parts)), f"{'/'.join(parts)}/", LISTING_MAX_DEPTH if deep else 0
+    )
     try:
-        found = [
-            os.path.normpath(f"{folder}/{parent}/{name}")
-            for parent, _, names, fd in os.fwalk(".", dir_fd=top)
-            for name in names
-            if _is_regular(fd, name)
-        ]
+        return sorted(name for name in islice(walk, most) if name is not None)
     finally:
-        os.close(top)
-    return sorted(found)
+        walk.close()  # closes the folders a listing cut short left open
 
 
-def _is_regular(folder: int, name: str) -> bool:
+def _walk(folder: int, prefix: str, depth: int) -> Iterator[str | None]:
+    """Each name the walk looks at, lazily (a folder is read as far as the walk goes): a regular file's name
+    with `prefix`, None for anything else. Owns `folder`, a descriptor it closes."""
     try:
-        return stat.S_ISREG(os.stat(name, dir_fd=folder, follow_symlinks=False).st_mode)
-    except FileNotFoundError:  # removed since it was listed
-        return False
+        with os.scandir(folder) as entries:
+            for entry in entries:
+                if entry.is_file(follow_symlinks=False):
+                    yield prefix + entry.name
+                    continue
+                yield None
+                if depth and entry.is_dir(follow_symlinks=False):
+                    try:
+                        inner = os.open(entry.name, _DIR_FLAGS, dir_fd=folder)
+                    except OSError:  # replaced by a link or removed since it was listed
+                        continue
+                    yield from _walk(inner, f"{prefix}{entry.name}/", depth - 1)
+    finally:
+        os.close(folder)
 
 
 def inside(path: Path, root: Path) -> Path | None:

@@ -42,6 +42,13 @@ _COMMUNICATION = re.compile(
     r"[Ww]atchdog caught",
 )
 
+# What CUDA and the driver say when the GPU itself failed under a job (or the job's kernel broke it: the same
+# error twice on one GPU degrades it, core/gpu_health.py). Retryable: a restart may run on other GPUs.
+_DEVICE = re.compile(
+    r"an illegal memory access was encountered|uncorrectable ECC error|unspecified launch failure|"
+    r"GPU is lost|fallen off the bus|\bXid\b",
+)
+
 
 # torchrun's failure report in its own log, one block per failed rank ("time : 2026-11-26_07:18:42", "host :
 # ...", "rank : 1 (local_rank: 1)", "exitcode : -9 (pid: 123)"). A rank that died by a signal writes no error
@@ -68,10 +75,16 @@ class FailureKind(StrEnum):
     USER_CODE = "user_code_error"  # the bundle's code raised, or could not be imported: fix the bundle
     NONFINITE_LOSS = "nonfinite_loss"  # the loss went NaN or inf; a resume would diverge the same way
     PLATFORM = "platform_error"  # the service failed the job (a file it handed over is not there)
+    DEVICE = "device_error"  # CUDA or the driver reported the GPU failing (ECC, an illegal address, Xid)
 
     @property
     def retryable(self) -> bool:
-        return self in (FailureKind.CRASH, FailureKind.COMMUNICATION, FailureKind.PLATFORM)
+        return self in (
+            FailureKind.CRASH,
+            FailureKind.COMMUNICATION,
+            FailureKind.PLATFORM,
+            FailureKind.DEVICE,
+        )
 
 
 def _read_tail(run_dir: Path, name: str, limit: int, max_bytes: int | None = None) -> str | None:
@@ -123,7 +136,7 @@ def _logs_in_order(run_dir: Path) -> list[str]:
     """Rank logs by rank, then torchrun's own output, as names in the run directory; none when `logs` is
     not a plain folder."""
     try:
-        names = job_files(run_dir, LOG_DIR)
+        names = job_files(run_dir, LOG_DIR, deep=False)
     except JobFileError:
         return []
     ranks = [(int(m.group(1)), n) for n in names if (m := _RANK_LOG.fullmatch(n.removeprefix(f"{LOG_DIR}/")))]
@@ -176,6 +189,8 @@ def classify_failure(run_dir: Path, code: int) -> FailureKind:
     file), is retryable; a recorded exception is deterministic unless it is a communication error. Out of
     memory is an exception like any other: the same batch would run out again."""
     message = error_file_message(run_dir)
+    if _DEVICE.search(message or log_excerpt(run_dir)):
+        return FailureKind.DEVICE
     if code < 0 or message is None or _died_first(run_dir, message):
         return FailureKind.CRASH
     if message.startswith(USER_CODE_MARKER):

@@ -10,8 +10,10 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from core.config import Settings
+from core.gpu_health import Faults
 from core.gpu_series import GpuQuantity
 from core.sandbox import GpuDevice
+from worker.gpu_faults import XidWatch, read_faults
 
 log = logging.getLogger(__name__)
 
@@ -121,6 +123,25 @@ def _sampled(pynvml: Any, indices: list[int]) -> dict[int, dict[GpuQuantity, flo
     except pynvml.NVMLError as exc:
         log.warning("NVML failed while sampling GPUs %s, skipping this sample: %s", indices, exc)
         return {}
+
+
+_xids = XidWatch()
+
+
+def gpu_faults(indices: list[int]) -> dict[int, Faults]:
+    """What NVML says is wrong with each of these physical GPUs now (worker/gpu_faults.py); {} where it cannot
+    say, so a GPU is never judged on a failed read."""
+    with _nvml("GPU health") as pynvml:
+        if pynvml is None:
+            return {}
+        try:
+            _xids.start(pynvml, indices)
+            return read_faults(pynvml, indices, _xids.caught())
+        except pynvml.NVMLError as exc:
+            log.warning(
+                "NVML failed while reading GPU health %s, not judging them this beat: %s", indices, exc
+            )
+            return {}
 
 
 def gpu_devices(indices: list[int]) -> list[GpuDevice]:

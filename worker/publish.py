@@ -81,11 +81,11 @@ class LogParts:
     def _logs(self) -> list[str]:
         """The logs' names in the run directory: the regular files right in logs/ (a link is not listed)."""
         try:
-            names = job_files(self.run_dir, LOG_DIR)
+            names = job_files(self.run_dir, LOG_DIR, deep=False)
         except JobFileError:  # no logs folder yet, or the ranks made it a link
             return []
         skipped = () if self.launcher_log else (f"{LOG_DIR}/{LAUNCHER_LOG}",)
-        return [n for n in names if n.count("/") == 1 and n.endswith(".log") and n not in skipped]
+        return [n for n in names if n.endswith(".log") and n not in skipped]
 
     def send(self, abandoned: threading.Event) -> None:
         for relative in self._logs():

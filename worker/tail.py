@@ -19,6 +19,7 @@ from core.db import session_scope
 from core.models import Job, JobEvent, Metric, utcnow
 from core.states import JobStatus
 from core.transitions import move
+from core.upsert import insert_ignoring_duplicates
 from jobspec.events import (
     EVENTS_FILE,
     CheckpointEvent,
@@ -33,7 +34,6 @@ from jobspec.files import JobFileError, inside, open_job_file
 from jobspec.startup import WORKER_MARKS, Mark
 from worker.event_lines import BadLine, Read, parse_line, split_lines
 from worker.metric_caps import Admitted, MetricCounts
-from worker.upsert import insert_ignoring_duplicates
 
 if TYPE_CHECKING:
     from worker.uploads import Uploads

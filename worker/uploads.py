@@ -24,9 +24,9 @@ from core.config import get_settings
 from core.db import session_scope
 from core.models import Checkpoint, utcnow
 from core.storage import object_store
+from core.upsert import insert_or_update
 from jobspec.events import CheckpointEvent, CheckpointRemovedEvent
 from worker.publish import S3_ERRORS, LogParts, upload_checkpoint
-from worker.upsert import insert_or_update
 
 log = logging.getLogger(__name__)
 

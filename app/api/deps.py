@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Annotated
 
-from fastapi import Depends, Path
+from fastapi import Depends, HTTPException, Path, status
 from pydantic import BeforeValidator
 from sqlalchemy.orm import Session
 
@@ -35,6 +35,20 @@ SettingsDep = Annotated[Settings, Depends(current_settings)]
 # Every /v1 router depends on get_caller (app/main.py); routes that need to know who is asking name it again,
 # and FastAPI runs it once per request.
 CallerDep = Annotated[Caller, Depends(get_caller)]
+
+
+def admin_only(action: str, fix: str = "ask an admin") -> Callable[[Caller], Awaitable[None]]:
+    """A route dependency that answers 403 to anyone but an admin, naming what they tried and the fix."""
+
+    async def require_admin(caller: CallerDep) -> None:
+        if not caller.is_admin:
+            raise HTTPException(
+                status.HTTP_403_FORBIDDEN,
+                f"only an admin may {action}, and {caller.user!r} is not one; {fix}",
+            )
+
+    return require_admin
+
 
 # Ids and steps are 32-bit INTEGER columns on PostgreSQL; larger values could only miss anyway.
 DB_INT_MAX = 2**31 - 1

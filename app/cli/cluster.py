@@ -12,7 +12,7 @@ from app.cli.table import Column, Output, listing, output_option, print_table, t
 from app.client import TrainyardClient
 
 if TYPE_CHECKING:
-    from app.schemas import HostGpus, QueueEntry
+    from app.schemas import GpuHealthChanged, HostGpus, QueueEntry
 
 GPU_COLUMNS = (
     Column("host"),
@@ -22,13 +22,15 @@ GPU_COLUMNS = (
     Column("name", rank=2, free_text=True),
     Column("memory MB", rank=4, justify="right"),
     Column("job", rank=1),
+    Column("health"),
+    Column("why", rank=5, wraps=True),
 )
 
 
 def gpu_rows(host: HostGpus) -> list[tuple[str, ...]]:
     where = (host.host, host.address, host.status)
     if not host.gpus:
-        return [(*where, "-", "no GPUs (CPU jobs only)", "-", "-")]
+        return [(*where, "-", "no GPUs (CPU jobs only)", "-", "-", "-", "")]
     return [
         (
             *where,
@@ -36,20 +38,53 @@ def gpu_rows(host: HostGpus) -> list[tuple[str, ...]]:
             gpu.name or "-",
             str(gpu.memory_total_mb or "-"),
             "free" if gpu.job_id is None else str(gpu.job_id),
+            gpu.health,
+            gpu.health_reason or "",
         )
         for gpu in host.gpus
     ]
 
 
-@click.command()
+@click.group(invoke_without_command=True)
 @listing
-@click.pass_obj
-def gpus(client: TrainyardClient, wide: bool, output: Output) -> None:
-    """GPUs of every worker host (up or down, with its address) and the job holding each."""
-    hosts = client.gpus()
+@click.pass_context
+def gpus(context: click.Context, wide: bool, output: Output) -> None:
+    """GPUs of every worker host (up or down, with its address), their health and the job holding each;
+    `drain` and `undrain` (admins) take a GPU out of placement and put it back."""
+    if context.invoked_subcommand is not None:
+        return
+    hosts = context.obj.gpus()
     if not table_wanted(hosts, output, "no worker host has registered; start one with `python -m worker`"):
         return
     print_table(GPU_COLUMNS, [row for host in hosts.data for row in gpu_rows(host)], wide)
+
+
+def _said(changed: GpuHealthChanged) -> str:
+    stopped = ", ".join(str(job) for job in changed.jobs_stopped)
+    requeued = (
+        f"; job {stopped} asked to stop at its next checkpoint and requeued elsewhere" if stopped else ""
+    )
+    return f"GPU {changed.index} of {changed.host}: {changed.health}{requeued}"
+
+
+@gpus.command("drain")
+@click.argument("host")
+@click.argument("index", type=click.IntRange(min=0))
+@click.option("--reason", required=True, help="why, shown to everyone who lists the GPUs")
+@click.pass_obj
+def drain(client: TrainyardClient, host: str, index: int, reason: str) -> None:
+    """Place nothing new on GPU INDEX of HOST; its running job stops at its next checkpoint and resumes on
+    other GPUs. Admins only; it stays drained until `undrain`."""
+    click.echo(_said(client.drain_gpu(host, index, reason)))
+
+
+@gpus.command("undrain")
+@click.argument("host")
+@click.argument("index", type=click.IntRange(min=0))
+@click.pass_obj
+def undrain(client: TrainyardClient, host: str, index: int) -> None:
+    """GPU INDEX of HOST is sound again (after a reset, say): jobs are placed on it again. Admins only."""
+    click.echo(_said(client.undrain_gpu(host, index)))
 
 
 # Why a job waits is what this listing is for: its reason is never dropped nor cut, and a long name gives

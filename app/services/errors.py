@@ -53,6 +53,10 @@ class SweepEnded(DomainError):
         super().__init__(f"sweep {sweep.id} is {sweep.status}: it has no trials left to cancel")
 
 
+class GpuNotFound(DomainError):
+    """A drain or undrain of a GPU no worker reported."""
+
+
 class KeyNotFound(DomainError):
     def __init__(self, key_id: int) -> None:
         super().__init__(f"API key {key_id} does not exist; list the keys you may revoke with GET /v1/keys")

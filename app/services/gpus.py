@@ -5,17 +5,37 @@ from __future__ import annotations
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from app.schemas import GpuPublic, HostGpus, HostsPublic, as_utc
+from app.schemas import GpuHealthChanged, GpuPublic, HostGpus, HostsPublic, as_utc
+from app.services.errors import GpuNotFound
+from core import gpu_health
 from core.config import Settings
 from core.executors import executor_traits
 from core.hosts import freshest_per_host, gpu_indices, heartbeat_cutoff, live_hosts
-from core.models import GpuLease, Worker
+from core.models import GpuHealth, GpuLease, Worker
 from jobspec.cluster import Inventory
 from jobspec.plan import NO_HOSTS
 
 
+def _health(judged: dict[tuple[str, int], GpuHealth], host: str, index: int) -> dict[str, str | None]:
+    row = judged.get((host, index))
+    if row is None:
+        return {"health": "ok", "health_reason": None}
+    return {
+        "health": row.state,
+        "health_reason": f"{row.reason} ({_SAID_BY[row.source]}, {row.since:%Y-%m-%d %H:%M} UTC)",
+    }
+
+
+_SAID_BY = {
+    gpu_health.HealthSource.NVML: "NVML",
+    gpu_health.HealthSource.ADMIN: "an admin",
+    gpu_health.HealthSource.JOBS: "a job's device errors",
+}
+
+
 def list_host_gpus(session: Session, settings: Settings) -> HostsPublic:
     holders = {(lease.host, lease.gpu_index): lease.job_id for lease in session.scalars(select(GpuLease))}
+    judged = gpu_health.judged(session)
     live = live_hosts(session, settings)
     hosts = [
         HostGpus(
@@ -25,7 +45,13 @@ def list_host_gpus(session: Session, settings: Settings) -> HostsPublic:
             worker_id=worker.id,
             heartbeat_at=worker.heartbeat_at,
             gpus=[
-                GpuPublic.model_validate({**gpu, "job_id": holders.get((host, int(gpu["index"])))})
+                GpuPublic.model_validate(
+                    {
+                        **gpu,
+                        "job_id": holders.get((host, int(gpu["index"]))),
+                        **_health(judged, host, int(gpu["index"])),
+                    }
+                )
                 for gpu in sorted(worker.gpus, key=lambda gpu: int(gpu["index"]))
             ],
         )
@@ -47,3 +73,35 @@ def read_inventory(session: Session, settings: Settings) -> Inventory:
     return Inventory(
         {host: tuple(gpu_indices(report)) for host, report in freshest_per_host(live or reports).items()}
     )
+
+
+def _known(session: Session, settings: Settings, host: str, index: int) -> None:
+    """Raise GpuNotFound unless a worker reported GPU `index` on `host`. Where the executor's scheduler
+    places jobs (Slurm), no worker reports its nodes: `host` is a node's name, and Slurm judges it."""
+    if not executor_traits(settings).places_jobs:
+        return
+    workers = freshest_per_host(session.scalars(select(Worker)))
+    if host not in workers:
+        hosts = ", ".join(sorted(workers)) or "none"
+        raise GpuNotFound(f"no worker registered host {host!r} (hosts: {hosts}); see GET /v1/gpus")
+    indices = gpu_indices(workers[host])
+    if index not in indices:
+        have = ", ".join(str(gpu) for gpu in indices) or "none"
+        raise GpuNotFound(f"host {host} has no GPU {index} (its GPUs: {have}); see GET /v1/gpus")
+
+
+def drain_gpu(session: Session, settings: Settings, host: str, index: int, reason: str) -> GpuHealthChanged:
+    """Nothing new on it; its running job asked to stop at its next checkpoint, to resume elsewhere."""
+    _known(session, settings, host, index)
+    stopped = gpu_health.drain(session, host, index, reason)
+    session.commit()
+    said = _health(gpu_health.judged(session), host, index)
+    return GpuHealthChanged(host=host, index=index, **said, jobs_stopped=stopped)
+
+
+def undrain_gpu(session: Session, settings: Settings, host: str, index: int) -> GpuHealthChanged:
+    """Ok again, whoever judged it: the admin says it is sound (after a reset, say)."""
+    _known(session, settings, host, index)
+    gpu_health.undrain(session, host, index)
+    session.commit()
+    return GpuHealthChanged(host=host, index=index, health="ok", health_reason=None, jobs_stopped=[])

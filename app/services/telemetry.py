@@ -14,8 +14,10 @@ from sqlalchemy.orm import Session
 
 from app.schemas import as_utc
 from app.timings import TO_FIRST_STEP, between, phases
+from core import gpu_health
 from core.db import new_session
 from core.gpu_series import GAUGES, GpuQuantity, split_series
+from core.hosts import freshest_per_host, gpu_indices
 from core.models import GpuLease, Job, Metric, SweepTrial, Worker, utcnow
 from core.states import JobStatus, TrialState
 from jobspec.startup import Mark
@@ -33,6 +35,7 @@ class ClusterCollector(Collector):
             }
             leased = session.execute(select(GpuLease.host, func.count()).group_by(GpuLease.host)).all()
             workers = session.execute(select(Worker.id, Worker.host, Worker.heartbeat_at)).all()
+            health = gpu_health_states(session)
             telemetry = latest_gpu_telemetry(session)
             timings = session.scalars(select(Job.timings).where(Job.timings.is_not(None))).all()
             trials: dict[str, int] = {
@@ -64,12 +67,30 @@ class ClusterCollector(Collector):
         for worker_id, host, heartbeat_at in workers:
             age.add_metric([worker_id, host], (now - as_utc(heartbeat_at)).total_seconds())
         yield age
+        by_health = GaugeMetricFamily(
+            "trainyard_gpu_health",
+            "1 for each GPU's health (ok, degraded or drained); GET /v1/gpus says why",
+            labels=["host", "gpu", "health"],
+        )
+        for (host, gpu), state in sorted(health.items()):
+            by_health.add_metric([host, str(gpu), state], 1)
+        yield by_health
         for quantity, (name, documentation) in GAUGES.items():
             gauge = GaugeMetricFamily(name, documentation, labels=["job", "gpu"])
             for job_id, gpu, value in telemetry.get(quantity, []):
                 gauge.add_metric([str(job_id), gpu], value)
             yield gauge
         yield startup_histogram(stored for stored in timings if stored)
+
+
+def gpu_health_states(session: Session) -> dict[tuple[str, int], str]:
+    """Each reported GPU's health: its newest worker report's GPUs, judged by core/gpu_health.py."""
+    judged = gpu_health.judged(session)
+    return {
+        (host, gpu): judged[host, gpu].state if (host, gpu) in judged else gpu_health.GpuState.OK.value
+        for host, worker in freshest_per_host(session.scalars(select(Worker))).items()
+        for gpu in gpu_indices(worker)
+    }
 
 
 def startup_histogram(stored: Iterable[Mapping[str, Any]]) -> HistogramMetricFamily:

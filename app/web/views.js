@@ -94,19 +94,21 @@ function queueView(root, signal) {
 function gpusView(root, signal) {
   const body = h("div");
   root.append(h("h2", {}, "GPUs"), body);
-  const known = new Set(["index", "name", "memory_total_mb", "job_id"]);
-  const gpuRow = (gpu) => h("tr", {},
+  const known = new Set(["index", "name", "memory_total_mb", "job_id", "health", "health_reason"]);
+  const gpuRow = (gpu) => h("tr", { "data-health": gpu.health },
     h("td", { class: "num" }, String(gpu.index)),
     h("td", {}, gpu.name || ""),
     h("td", { class: "num" }, gpu.memory_total_mb ? formatBytes(gpu.memory_total_mb * 2 ** 20) : ""),
     // Workers may report more (utilisation, memory used): shown as they come.
     h("td", {}, Object.entries(gpu).filter(([k]) => !known.has(k)).map(([k, v]) => `${k} ${v}`).join(" · ")),
+    h("td", {}, h("span", { class: `status health-${gpu.health}` }, gpu.health),
+      gpu.health_reason ? h("div", { class: "why" }, gpu.health_reason) : ""),
     h("td", {}, gpu.job_id ? jobLink(gpu.job_id) : h("span", { class: "free" }, "free")));
   every(POLL_MS * 2, signal, async () => {
     const hosts = (await api.get("/v1/gpus", signal)).data;
     body.replaceChildren(...(hosts.length ? hosts.map((host) => h("section", { class: "card", "data-host": host.host },
       h("h3", {}, host.host, h("small", {}, ` worker ${host.worker_id} · seen ${formatTime(host.heartbeat_at)}`)),
-      table(["gpu", "model", "memory", "reported", "held by"], host.gpus.map(gpuRow),
+      table(["gpu", "model", "memory", "reported", "health", "held by"], host.gpus.map(gpuRow),
         "No GPUs on this host: it runs CPU jobs."))) : [h("p", { class: "empty" }, "No worker is running.")]));
   });
 }

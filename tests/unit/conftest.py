@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
@@ -139,3 +140,12 @@ def alembic_config() -> Config:
     config = Config(str(Path(__file__).resolve().parents[2] / "migrations" / "alembic.ini"))
     config.attributes["configure_logger"] = False
     return config
+
+
+@pytest.fixture
+def bin_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A folder first on PATH, for stand-ins of the commands the service runs (Slurm's, say)."""
+    folder = tmp_path / "bin"
+    folder.mkdir()
+    monkeypatch.setenv("PATH", f"{folder}{os.pathsep}{os.environ['PATH']}")
+    return folder

@@ -1,6 +1,6 @@
 """No package of the service imports itself round in a circle: a module that needs one of its importers'
 types takes a small shared type (worker/attempts/deadline.py's Attempt) or a helper both import
-(worker/upsert.py). pyproject.toml's import contracts keep the layers; this keeps each layer a tree."""
+(core/upsert.py). pyproject.toml's import contracts keep the layers; this keeps each layer a tree."""
 
 from __future__ import annotations
 

@@ -131,6 +131,9 @@ FAKE_TRAINER = textwrap.dedent(
         (run_dir / "error.json").write_text(json.dumps(error))
     if mode == "crash":
         print("Traceback (most recent call last):\\nRuntimeError: out of cheese", file=sys.stderr)
+    if mode == "device_error":
+        said = "RuntimeError: CUDA error: an illegal memory access was encountered"
+        (run_dir / "error.json").write_text(json.dumps({"message": {"message": said, "extraInfo": {}}}))
     if mode == "user_code_error":
         said = "UserCodeError: user_code_error: model.factory 'models:build' raised KeyError: 1"
         record = {"message": f"{said}\\n  models.py, line 3, in build", "extraInfo": {"py_callstack": "..."}}
@@ -167,16 +170,20 @@ FAKE_TRAINER = textwrap.dedent(
 
 @pytest.fixture
 def fake_trainer(monkeypatch: pytest.MonkeyPatch) -> Callable[[str], None]:
-    """Call with a mode (ok, checkpoint, hang, error_file, crash, user_code_error, fill_disk: 3 MiB, then
-    hang; stop_on_term: a checkpoint at step 5, another at step 10 on SIGTERM; ignore_term: step 5, then
-    ignores SIGTERM) to make the runner start FAKE_TRAINER instead."""
+    """Call with a mode (ok, checkpoint, hang, error_file, crash, user_code_error, device_error: CUDA's
+    illegal address, fill_disk: 3 MiB, then hang; stop_on_term: a checkpoint at step 5, another at step 10
+    on SIGTERM; ignore_term: step 5, then ignores SIGTERM) to make the runner start FAKE_TRAINER instead;
+    modes joined by commas are taken one per launch, the last for every launch after."""
     monkeypatch.setenv("TRAINYARD_CANCEL_GRACE_S", "2")
     get_settings.cache_clear()
     monkeypatch.setattr(runner, "SHUTDOWN", threading.Event())
 
-    def use(mode: str) -> None:
+    def use(modes: str) -> None:
+        ahead = modes.split(",")
+
         def build(plan: Plan, **kwargs: Any) -> Launch:
             real = launch.build_launch(plan, **kwargs)
+            mode = ahead.pop(0) if len(ahead) > 1 else ahead[0]
             return Launch([sys.executable, "-c", FAKE_TRAINER, str(kwargs["run_dir"]), mode], real.env)
 
         monkeypatch.setattr(runner, "build_launch", build)

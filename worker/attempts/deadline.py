@@ -60,12 +60,13 @@ class Look:
     step: int
     first_step_done: bool
     stacks_asked: bool  # POST /v1/jobs/{id}/stacks asked for a capture since the latest
+    reason: str | None = None  # why it is in this status: a preemption's, or a drained GPU's
 
 
 def look(job: Attempt) -> Look | None:
     """The attempt's status and runtime deadline; None once the attempt is no longer ours. Node 0 marks the
     launch and its tail the first step (running_at); the other nodes, which have no tail, read both here."""
-    columns = (Job.status, Job.attempt, Job.running_at, Job.timings, Job.progress_step)
+    columns = (Job.status, Job.status_reason, Job.attempt, Job.running_at, Job.timings, Job.progress_step)
     asked = (JobStacks.requested_at, JobStacks.captured_at)
     with session_scope() as session:
         query = select(*columns, *asked).outerjoin(JobStacks).where(Job.id == job.job_id)
@@ -79,7 +80,8 @@ def look(job: Attempt) -> Look | None:
         row.captured_at is None or row.requested_at > row.captured_at
     )
     stepped = Mark.FIRST_STEP_DONE in marks
-    return Look(JobStatus(row.status), deadline, row.progress_step or 0, stepped, stacks_asked)
+    step = row.progress_step or 0
+    return Look(JobStatus(row.status), deadline, step, stepped, stacks_asked, row.status_reason)
 
 
 def past_deadline(seen: Look, job: Attempt) -> Outcome | None:

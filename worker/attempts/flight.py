@@ -6,8 +6,8 @@ distributed/flight_recorder/components/loader.py reads it: {"version", "pg_confi
 "collective_seq_id", "profiling_name", "state", ...}]}); the job wrote it, so it is read through the confined
 opener, bounded, by an unpickler that builds no object but containers, strings and numbers.
 
-Written against that format and a hand-made dump (tests/unit/worker/test_flight.py); not yet checked against
-a dump from a hung job on GPUs.
+Checked against the dumps of a hung 2-GPU job (tests/gpu/test_stall_nccl_gpu.py on 2 H200s; kept in
+tests/unit/worker/nccl_hang/ for tests/unit/worker/test_flight.py).
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ def _dump(run_dir: Path, name: str) -> dict[str, Any] | None:
 def dumps(run_dir: Path) -> dict[int, dict[str, Any]]:
     """Each rank's dump, by rank; none where the ranks dumped nothing."""
     try:
-        names = job_files(run_dir, STACKS_DIR)
+        names = job_files(run_dir, STACKS_DIR, deep=False)
     except JobFileError:
         return {}
     found: dict[int, dict[str, Any]] = {}

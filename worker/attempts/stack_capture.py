@@ -19,10 +19,10 @@ from typing import Any
 from core.db import session_scope
 from core.log_mask import masked_text
 from core.models import JobStacks, utcnow
+from core.upsert import insert_or_update
 from jobspec.files import JobFileError, JobFileMissing, job_files, open_job_file
 from jobspec.stacks import PID_FILE_MAX_BYTES, STACKS_DIR, rank_of_pid_file, stack_file
 from worker.attempts.flight import summary
-from worker.upsert import insert_or_update
 
 STACK_MAX_BYTES = (
     64 << 10
@@ -64,7 +64,7 @@ def rank_pids(run_dir: Path) -> dict[int, RankPid]:
     """The ranks' pid files in the run directory, the first RANKS_SHOWN ranks; a file that is refused or
     says something else is left out."""
     try:
-        names = job_files(run_dir, STACKS_DIR)
+        names = job_files(run_dir, STACKS_DIR, deep=False)
     except JobFileError:
         return {}
     ranks = sorted((rank, name) for name in names if (rank := rank_of_pid_file(name)) is not None)

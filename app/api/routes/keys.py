@@ -4,24 +4,19 @@ shown once, when it is made."""
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Depends, HTTPException, status
+from fastapi import APIRouter, Depends, status
 
 from app.api.auth import KEY_TTL_S
-from app.api.deps import CallerDep, KeyId, SessionDep
+from app.api.deps import CallerDep, KeyId, SessionDep, admin_only
 from app.api.openapi import BODY_PROBLEMS, problems
 from app.schemas import KeyCreate, KeyCreated, KeyPublic, KeysPublic
 from app.services import keys as key_service
 from core import keys
 
-
-async def require_admin(caller: CallerDep) -> None:
-    # A key can make an admin key, so only an admin may make any: anyone else could raise their own rights.
-    if not caller.is_admin:
-        raise HTTPException(
-            status.HTTP_403_FORBIDDEN,
-            f"only an admin may make API keys, and {caller.user!r} is not one; ask an admin, or on the "
-            "server run `python -m core.keys create --user NAME --admin`",
-        )
+# A key can make an admin key, so only an admin may make any: anyone else could raise their own rights.
+require_admin = admin_only(
+    "make API keys", "ask an admin, or on the server run `python -m core.keys create --user NAME --admin`"
+)
 
 
 router = APIRouter(prefix="/keys", tags=["keys"])

@@ -1,11 +1,13 @@
 """The NCCL flight recorder's dumps reduced to which rank is missing from which collective
-(worker/attempts/flight.py), on hand-made dumps in the format torch's flight_recorder loader reads; a dump
-that would build any object is refused. Not yet checked against a dump from a hung job on GPUs."""
+(worker/attempts/flight.py), on hand-made dumps in the format torch's flight_recorder loader reads and on
+the dumps of a real hung job (nccl_hang/: tests/gpu/test_stall_nccl_gpu.py on 2 H200s, torch 2.11, where rank
+1 slept before an all_reduce rank 0 had entered); a dump that would build any object is refused."""
 
 from __future__ import annotations
 
 import os
 import pickle
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +48,13 @@ def test_the_ranks_behind_the_latest_collective_are_missing(tmp_path: Path) -> N
     # Rank 2 dumped nothing: the group's config still names it.
     assert summary(tmp_path) == [
         {"pg": "0", "seq": 3, "collective": "nccl:all_reduce", "waiting": [0], "missing": [1, 2]}
+    ]
+
+
+def test_the_dumps_of_a_real_hung_nccl_job_name_the_rank_that_never_arrived(tmp_path: Path) -> None:
+    shutil.copytree(Path(__file__).with_name("nccl_hang"), tmp_path / "stacks")
+    assert summary(tmp_path) == [
+        {"pg": "0", "seq": 14, "collective": "nccl:all_reduce", "waiting": [0], "missing": [1]}
     ]
 
 

@@ -3,7 +3,6 @@ scancel answering with their own words, from stand-ins on PATH (real executables
 
 from __future__ import annotations
 
-import os
 import stat
 import time
 from pathlib import Path
@@ -71,14 +70,6 @@ def fake(folder: Path, name: str, body: str) -> None:
     tool = folder / name
     tool.write_text(f'#!/bin/sh\necho "$@" > "$0.args"\ncat > "$0.stdin"\n{body}\n')
     tool.chmod(tool.stat().st_mode | stat.S_IXUSR)
-
-
-@pytest.fixture
-def bin_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    folder = tmp_path / "bin"
-    folder.mkdir()
-    monkeypatch.setenv("PATH", f"{folder}{os.pathsep}{os.environ['PATH']}")
-    return folder
 
 
 @pytest.mark.parametrize("answer", ["123", "123;cluster"])

@@ -24,10 +24,17 @@ class HostView:
     active_jobs: int = 0
     cpus: int | None = None  # the processes its CPU jobs may run (cores x overcommit); None: not counted
     cpu_held: dict[int, int] = field(default_factory=dict)  # CPU job -> the processes it runs here
+    # GPU -> why no job (or, for a job's device errors there, this job) may take it now: "drained (...)"
+    off: dict[int, str] = field(default_factory=dict)
+
+    @property
+    def usable(self) -> list[int]:
+        """Its GPUs neither held nor off, in order."""
+        return [gpu for gpu in sorted(self.gpu_ids) if gpu not in self.held and gpu not in self.off]
 
     @property
     def free(self) -> int:
-        return sum(gpu not in self.held for gpu in self.gpu_ids)
+        return len(self.usable)
 
     @property
     def takers(self) -> set[int]:
@@ -90,17 +97,24 @@ def wait_for_cores(plan: Plan, host: HostView) -> str | None:
     return f"waiting for {cores_text(plan.cpu_cores)} on {host.name}; {who} {used} of {host.cpus}"
 
 
-def pick_gpus(plan: Plan, host_gpu_ids: list[int], held: dict[int, int]) -> tuple[list[int], str | None]:
-    """The GPUs of one node given those held (gpu -> job), or ([], the reason to wait)."""
+def _off_text(host: HostView, gpus: Iterable[int]) -> list[str]:
+    return [f"GPU {gpu}, {host.off[gpu]}" for gpu in sorted(gpus) if gpu in host.off]
+
+
+def pick_gpus(plan: Plan, host: HostView) -> tuple[list[int], str | None]:
+    """The GPUs of one node on this host, given those held and those off, or ([], the reason to wait)."""
+    held = host.held
     if plan.gpus is not None:
-        busy = [gpu for gpu in plan.gpus if gpu in held]
-        if busy:
-            return [], "waiting for " + ", ".join(f"GPU {gpu}, held by job {held[gpu]}" for gpu in busy)
+        busy = [f"GPU {gpu}, held by job {held[gpu]}" for gpu in plan.gpus if gpu in held]
+        off = _off_text(host, (gpu for gpu in plan.gpus if gpu not in held))
+        if busy or off:
+            return [], "waiting for " + ", ".join(busy + off)
         return sorted(plan.gpus), None
-    free = [gpu for gpu in sorted(host_gpu_ids) if gpu not in held]
+    free = host.usable
     if len(free) < plan.num_gpus:
         holders = ", ".join(f"GPU {gpu} by job {job}" for gpu, job in sorted(held.items()))
-        return [], f"waiting for {plan.num_gpus} free GPUs, {len(free)} free; held: {holders}"
+        off = "".join(f"; {text}" for text in _off_text(host, host.off))
+        return [], f"waiting for {plan.num_gpus} free GPUs, {len(free)} free; held: {holders or 'none'}{off}"
     return free[: plan.num_gpus], None
 
 
@@ -135,7 +149,7 @@ def choose_nodes(plan: Plan, hosts: list[HostView]) -> tuple[list[NodeChoice], s
         if not host.live:
             waits.append(f"host {host.name} is down")
             continue
-        gpus, wait = pick_gpus(plan, host.gpu_ids, host.held)
+        gpus, wait = pick_gpus(plan, host)
         wait = wait or wait_for_cores(plan, host)
         if wait is None:
             fits.append((host, gpus))
@@ -176,7 +190,7 @@ def reserve(hosts: list[HostView], job_id: int, plan: Plan) -> list[HostView]:
         if not able:
             return hosts
         best = max(able, key=lambda host: (host.free if wants_gpus(plan) else host.free_cores, host.name))
-        free = [gpu for gpu in sorted(best.gpu_ids) if gpu not in best.held]
+        free = best.usable
         gpus = [gpu for gpu in (plan.gpus or free[: plan.num_gpus]) if gpu in free]
         wanted = {best.name: (gpus, min(plan.cpu_cores, best.free_cores))}
     return [_reserving(host, job_id, *wanted[host.name]) if host.name in wanted else host for host in hosts]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
 from sqlalchemy import ColumnElement, Select, delete, or_, select, update
@@ -13,6 +13,7 @@ from sqlalchemy.orm import Session
 from core.config import get_settings
 from core.db import session_scope
 from core.doorbell import ring_unless_pending
+from core.gpu_health import avoided, drained
 from core.hosts import freshest_per_host, gpu_indices, live_hosts
 from core.models import GpuLease, Job, JobNode, Worker, utcnow
 from core.queue_order import START_ORDER
@@ -76,6 +77,7 @@ def host_views(session: Session) -> list[HostView]:
         active[host] += 1
         if taken := Plan.model_validate(plan).cpu_cores:
             cores.setdefault(host, {})[job_id] = taken
+    off = drained(session)
     return [
         HostView(
             name=host,
@@ -86,8 +88,21 @@ def host_views(session: Session) -> list[HostView]:
             active_jobs=active[host],
             cpus=None if worker.cpus is None else max(1, int(worker.cpus * settings.cpu_overcommit)),
             cpu_held=cores.get(host, {}),
+            off={gpu: f"drained ({why})" for gpu, why in off.get(host, {}).items()},
         )
         for host, worker in sorted(known.items())
+    ]
+
+
+def _avoiding(session: Session, job_id: int, hosts: list[HostView]) -> list[HostView]:
+    """`hosts` as this job sees them: the GPUs it failed on twice with device errors are off for it."""
+    faulty = avoided(session, job_id)
+    why = "off for this job: it failed there twice with device errors"
+    return [
+        replace(host, off={**{gpu: why for gpu in faulty[host.name]}, **host.off})
+        if host.name in faulty
+        else host
+        for host in hosts
     ]
 
 
@@ -153,7 +168,7 @@ def _try_claim(job_id: int) -> Claim:
                 session, job_id, JobStatus.QUEUED, JobStatus.FAILED, reason="infeasible", message=reason
             )
             return Claim(job_id, ClaimOutcome.INFEASIBLE if moved else ClaimOutcome.NOT_QUEUED)
-        reserved = _reserved_ahead(session, job, hosts)
+        reserved = _avoiding(session, job_id, _reserved_ahead(session, job, hosts))
         nodes, wait = choose_nodes(plan, reserved)
         ahead = _reservers(hosts, reserved)
         if wait is not None and ahead:

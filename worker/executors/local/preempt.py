@@ -73,7 +73,7 @@ def _without(host: HostView, jobs: set[int]) -> HostView:
 
 
 def _fits(plan: Plan, host: HostView) -> bool:
-    return pick_gpus(plan, host.gpu_ids, host.held)[1] is None and wait_for_cores(plan, host) is None
+    return pick_gpus(plan, host)[1] is None and wait_for_cores(plan, host) is None
 
 
 def _cost(stop: tuple[Holder, ...]) -> tuple[int, tuple[int, ...], tuple[float, ...]]:

@@ -17,6 +17,7 @@ from sqlalchemy import ColumnElement, and_, delete, or_, select, update
 from core.clock import as_utc
 from core.config import get_settings
 from core.db import session_scope
+from core.gpu_health import record_faults, stop_jobs_on_drained
 from core.models import Job, JobEvent, JobNode, LostAttempt, Worker, utcnow
 from core.states import JobStatus
 from core.transitions import move, move_from_any
@@ -26,7 +27,7 @@ from worker.attempts.pending import fail_pending_timeouts
 from worker.attempts.starting import worker_id
 from worker.executors.local.kill import kill_job, mark_for
 from worker.executors.local.leases import ring_waiting_jobs
-from worker.gpus import host_gpus
+from worker.gpus import gpu_faults, host_gpus
 from worker.uploads import Uploads
 
 log = logging.getLogger(__name__)
@@ -50,10 +51,15 @@ class Rings:
 
 def beat() -> None:
     """Upsert this worker's row: who it is, where, what its GPUs look like now and its host's memory (what
-    the API forecasts a CPU job against)."""
+    the API forecasts a CPU job against); judge its GPUs' health (core/gpu_health.py) and ask the jobs on
+    a drained one to stop. A fake inventory has no NVML to read."""
     settings = get_settings()
-    gpus = [gpu.public() for gpu in host_gpus(settings)]
+    found = host_gpus(settings)
+    gpus = [gpu.public() for gpu in found]
+    faults = {} if settings.gpu_inventory is not None else gpu_faults([gpu.index for gpu in found])
     with session_scope() as session:
+        record_faults(session, settings.hostname, faults)
+        stop_jobs_on_drained(session, settings.hostname)
         session.merge(
             Worker(
                 id=worker_id(),

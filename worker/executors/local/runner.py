@@ -15,7 +15,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from sqlalchemy import update
+from sqlalchemy import select, update
 
 from core.config import ArtifactStore, Settings, get_settings
 from core.data_credentials import data_env
@@ -126,8 +126,15 @@ def _start_if_starting(
     (nothing starts) or after (the supervisor sees it on its first look).
     """
     with session_scope() as session:
-        # Node 0's view of the plan (its argv) is the one the API shows.
-        shown = {"plan": plan.public(), "worker_id": worker_id()} if task.node_rank == 0 else {}
+        # Node 0's view of the plan (its argv) is the one the API shows, with the GPUs the spec asked for: the
+        # leased ones are the job's gpu_ids, and a job requeued (preempted, its GPU drained, its worker lost)
+        # is placed anew, not pinned to the GPUs it had.
+        asked = session.scalar(select(Job.plan).where(Job.id == task.job_id)) or {}
+        shown = (
+            {"plan": plan.model_copy(update={"gpus": asked.get("gpus")}).public(), "worker_id": worker_id()}
+            if task.node_rank == 0
+            else {}
+        )
         still_ours = session.execute(
             update(Job)
             .where(Job.id == task.job_id, Job.attempt == task.attempt, Job.status == JobStatus.STARTING)

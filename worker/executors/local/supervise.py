@@ -15,16 +15,18 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.orm import Session
 
 from core.config import get_settings
 from core.db import session_scope
 from core.doorbell import enqueue_job
-from core.models import Job, utcnow
+from core.gpu_health import GPU_DRAINED, note_device_error
+from core.models import Job, JobNode, utcnow
 from core.states import JobStatus
 from core.transitions import move
 from jobspec.startup import Mark
 from worker.attempts.deadline import look
-from worker.attempts.ends import STALLED, Outcome, exit_outcome, own, to_restarting
+from worker.attempts.ends import STALLED, Outcome, exit_outcome, own, release_leases, to_restarting
 from worker.attempts.events import AttemptEvents
 from worker.attempts.stack_capture import RankPid
 from worker.attempts.watch import must_stop, record_end, wind_up
@@ -35,6 +37,7 @@ from worker.executors.local.nodes import NodeTask, next_attempt_of_nodes, unfini
 from worker.executors.local.preempt import PREEMPTED_REASON
 from worker.executors.local.stack_signal import signal_ranks
 from worker.executors.local.warm.factory_handle import JobProcess, never_ran
+from worker.failure import FailureKind
 from worker.tail import EventTail, add_marks
 from worker.uploads import Uploads
 
@@ -56,6 +59,13 @@ PREEMPTED = Outcome(
     PREEMPTED_REASON,
     "stopped for a higher priority; requeued to resume from its checkpoint",
 )
+DRAINED_OFF = Outcome(
+    JobStatus.QUEUED,
+    GPU_DRAINED,
+    "stopped because a GPU it ran on was drained; requeued to resume from its checkpoint on other GPUs",
+)
+# What a job asked to stop (preempting) ends as, by why it was asked.
+ASKED_TO_STOP = {PREEMPTED_REASON: PREEMPTED, GPU_DRAINED: DRAINED_OFF}
 
 
 @dataclass
@@ -78,15 +88,41 @@ class RunningJob:
         return NodeTask(self.job_id, self.attempt, self.node_rank)
 
 
-def begin_restart(job: RunningJob, outcome: Outcome) -> int | None:
-    """running -> restarting -> starting as the next attempt, keeping the GPU leases, in one transaction;
-    the new attempt, or None when no restart is left (or the job is no longer this attempt's)."""
+@dataclass(frozen=True)
+class Restarted:
+    attempt: int | None  # the next attempt, launched here in place; None: requeued, to be placed elsewhere
+
+
+def _device_errors(session: Session, job: RunningJob) -> list[int]:
+    """Note a device error on this node's GPUs; those the job has now failed on twice (core/gpu_health.py)."""
+    node = session.get(JobNode, (job.job_id, job.node_rank))
+    return [] if node is None else note_device_error(session, job.job_id, node.host, node.gpu_ids)
+
+
+def begin_restart(job: RunningJob, outcome: Outcome) -> Restarted | None:
+    """running -> restarting -> starting as the next attempt, keeping the GPU leases, in one transaction; or,
+    after a device error on GPUs the job has now failed on twice, -> queued without its leases, to be placed
+    on others. None when no restart is left (or the job is no longer this attempt's)."""
     with session_scope() as session:
         if not own(session, job.job_id, job.attempt):
             return None
+        faulty = _device_errors(session, job) if outcome.reason == FailureKind.DEVICE else []
         restart = to_restarting(session, job.job_id, job.max_restarts, outcome)
         if restart is None:
             return None
+        if faulty:
+            gpus = ", ".join(str(gpu) for gpu in faulty)
+            elsewhere = f"GPU {gpus} failed it twice with device errors; requeued to resume on other GPUs"
+            move(
+                session,
+                job.job_id,
+                JobStatus.RESTARTING,
+                JobStatus.QUEUED,
+                reason="restart",
+                message=f"{restart}: {elsewhere} from the latest checkpoint",
+            )
+            release_leases(session, job.job_id)
+            return Restarted(None)
         now = utcnow()
         move(
             session,
@@ -103,7 +139,7 @@ def begin_restart(job: RunningJob, outcome: Outcome) -> int | None:
         restarted = now.timestamp()
         add_marks(session.get_one(Job, job.job_id), {Mark.QUEUED: restarted, Mark.PLACED: restarted})
         next_attempt_of_nodes(session, job.job_id, job.attempt + 1)
-    return job.attempt + 1
+    return Restarted(job.attempt + 1)
 
 
 class LocalAttempt:
@@ -117,7 +153,8 @@ class LocalAttempt:
         self.job_id, self.attempt, self.started_at = job.job_id, job.attempt, job.started_at
         self.max_runtime_s, self.max_restarts = job.max_runtime_s, job.max_restarts
         self.secret_values = job.secret_values
-        self.next_attempt: int | None = None  # set when it restarted
+        self.next_attempt: int | None = None  # set when it restarted in place
+        self.requeued = False  # it restarted by going back to the queue
 
     def ended(self) -> Outcome | None:
         """Its torchrun's exit, judged from what its ranks left; a job whose standby was lost before it
@@ -138,7 +175,8 @@ class LocalAttempt:
         if outcome.reason == STALLED:  # ranks stuck in a collective reach no checkpoint: none is waited for
             self.kill(0.0)
             return
-        self.kill(settings.preempt_grace_s if outcome is PREEMPTED else settings.cancel_grace_s)
+        asked = outcome in ASKED_TO_STOP.values()
+        self.kill(settings.preempt_grace_s if asked else settings.cancel_grace_s)
 
     def kill(self, grace_s: float) -> None:
         process = self.job.process
@@ -146,8 +184,11 @@ class LocalAttempt:
         process.wait()
 
     def restart(self, outcome: Outcome) -> bool:
-        self.next_attempt = begin_restart(self.job, outcome)
-        return self.next_attempt is not None
+        restarted = begin_restart(self.job, outcome)
+        if restarted is None:
+            return False
+        self.next_attempt, self.requeued = restarted.attempt, restarted.attempt is None
+        return True
 
     def signal_ranks(self, ranks: dict[int, RankPid]) -> list[int]:
         return signal_ranks(self.job.mark, ranks)
@@ -208,8 +249,9 @@ class Supervisor:
             if seen.status is JobStatus.PREEMPTING:
                 # One that finished meanwhile keeps its success rather than running again.
                 ended = attempt.ended()
+                asked = ASKED_TO_STOP.get(seen.reason or "", PREEMPTED)
                 return self._end(
-                    ended if ended is not None and ended.status is JobStatus.SUCCEEDED else PREEMPTED
+                    ended if ended is not None and ended.status is JobStatus.SUCCEEDED else asked
                 )
             if (stop := must_stop(attempt, seen)) is not None:
                 return self._end(stop)
@@ -227,7 +269,9 @@ class Supervisor:
         job = self.job
         self.attempt.stop(outcome)
         final = wind_up(self.attempt, outcome, self.settings)
-        if final is None:  # restarted: run() hands back the next attempt
+        if final is None:  # restarted: run() hands back the next attempt, or it went back to the queue
+            if self.attempt.requeued:
+                self._requeued()
             return True
         if final.status is JobStatus.SUCCEEDED and not last_node_done(job):
             log.info(
@@ -237,9 +281,14 @@ class Supervisor:
         if not record_end(self.attempt, final):
             return True
         if final.status is JobStatus.QUEUED:
-            try:
-                enqueue_job(job.job_id)
-            except Exception:  # the reaper re-rings queued jobs
-                log.exception("could not re-enqueue job %s", job.job_id)
-        ring_others()
+            self._requeued()
+        else:
+            ring_others()
         return True
+
+    def _requeued(self) -> None:
+        try:
+            enqueue_job(self.job.job_id)
+        except Exception:  # the reaper re-rings queued jobs
+            log.exception("could not re-enqueue job %s", self.job.job_id)
+        ring_others()

@@ -20,12 +20,12 @@ from core.config import Settings
 from core.db import session_scope
 from core.gpu_series import GpuQuantity, series_name
 from core.models import Job, JobNode, Metric, UserUsage, utcnow
+from core.upsert import insert_ignoring_duplicates, insert_or_update
 from core.usage import NO_USE, Use, share_key, use_now
 from jobspec.plan import Plan
 from worker.executors.local.nodes import NodeTask
 from worker.gpus import sample_gpus
 from worker.tail import note
-from worker.upsert import insert_ignoring_duplicates, insert_or_update
 
 log = logging.getLogger(__name__)
 

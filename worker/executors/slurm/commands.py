@@ -138,3 +138,12 @@ def set_nice(job_id: int, nice: int) -> None:
 def requeue(job_id: int) -> None:
     """Back into Slurm's queue, to run again from the same script (its restart count goes up)."""
     _run(["scontrol", "requeue", str(job_id)])
+
+
+def drain_node(node: str, reason: str) -> None:
+    """Slurm places no new job on the node; what runs there runs on."""
+    _run(["scontrol", "update", f"NodeName={node}", "State=DRAIN", f"Reason={reason}"])
+
+
+def resume_node(node: str) -> None:
+    _run(["scontrol", "update", f"NodeName={node}", "State=RESUME"])

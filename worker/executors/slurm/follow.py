@@ -28,6 +28,7 @@ from worker.attempts.pending import fail_pending_timeouts
 from worker.attempts.watch import must_stop, record_end, settle, wind_up
 from worker.executors.slurm import commands, endings, outcomes
 from worker.executors.slurm.commands import SlurmError, SlurmJob
+from worker.executors.slurm.drains import NodeDrains
 from worker.executors.slurm.followed import Followed
 from worker.executors.slurm.handover import (
     SLURM_PENDING,
@@ -56,6 +57,7 @@ class Follower(threading.Thread):
         self.settings = get_settings()
         self.followed: dict[int, Followed] = {}
         self.pending_checked = 0.0
+        self.drains = NodeDrains()
 
     def run(self) -> None:
         while not self.stop.is_set():
@@ -72,8 +74,9 @@ class Follower(threading.Thread):
         now = time.monotonic()
         if now - self.pending_checked >= self.settings.heartbeat_s:
             # limits.max_pending_s, at the local reaper's pace; the Slurm job of a job failed so is cancelled
-            # below with the other strays.
+            # below with the other strays. Drained GPUs' nodes, drained in Slurm, at the same pace.
             fail_pending_timeouts(utcnow())
+            self.drains.reconcile()
             self.pending_checked = now
         submit_queued(self.settings)
         slurm = commands.show_jobs()

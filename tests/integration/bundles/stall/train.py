@@ -34,7 +34,7 @@ def main() -> None:
         if step == STALL_AT:
             if dist.get_rank() == 1:
                 wait_forever()
-            dist.all_reduce(torch.ones(1))
+            dist.all_reduce(torch.ones(1, device=x.device))  # on the GPU under NCCL
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
-"""Idempotent writes of rows the worker reads from a job's files: re-reading a file from the start, after a
-restart or by a second supervisor, stores each row once and leaves it as its last event said."""
+"""Idempotent writes: a row the worker reads from a job's files, re-read from the start after a restart or by
+a second supervisor, is stored once and left as its last event said; a GPU's health, judged by each worker
+process of a host at once, is one row."""
 
 from __future__ import annotations
 
