@@ -77,6 +77,8 @@ def record_faults(session: Session, host: str, faults: Mapping[int, Faults]) -> 
     """What one heartbeat read of this host's GPUs (those NVML could not read are not judged): a critical
     fault drains a GPU not drained yet; a slowdown degrades an ok GPU, and its degraded row goes when the
     slowdown ends. A GPU an admin or a job's errors judged keeps that judgement beside a slowdown."""
+    if not faults:
+        return
     rows = _rows(session, host)
     for index, found in faults.items():
         row = rows.get(index)

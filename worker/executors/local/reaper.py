@@ -13,11 +13,12 @@ from datetime import datetime, timedelta
 
 import psutil
 from sqlalchemy import ColumnElement, and_, delete, or_, select, update
+from sqlalchemy.exc import SQLAlchemyError
 
 from core.clock import as_utc
 from core.config import get_settings
 from core.db import session_scope
-from core.gpu_health import record_faults, stop_jobs_on_drained
+from core.gpu_health import Faults, record_faults, stop_jobs_on_drained
 from core.models import Job, JobEvent, JobNode, LostAttempt, Worker, utcnow
 from core.states import JobStatus
 from core.transitions import move, move_from_any
@@ -58,8 +59,6 @@ def beat() -> None:
     gpus = [gpu.public() for gpu in found]
     faults = {} if settings.gpu_inventory is not None else gpu_faults([gpu.index for gpu in found])
     with session_scope() as session:
-        record_faults(session, settings.hostname, faults)
-        stop_jobs_on_drained(session, settings.hostname)
         session.merge(
             Worker(
                 id=worker_id(),
@@ -71,6 +70,18 @@ def beat() -> None:
                 heartbeat_at=utcnow(),
             )
         )
+    judge_gpus(settings.hostname, faults)
+
+
+def judge_gpus(host: str, faults: dict[int, Faults]) -> None:
+    """This host's GPUs judged from what NVML said, and the jobs on a drained one asked to stop: in a
+    transaction of its own, after the heartbeat's, which must land whatever this one meets."""
+    try:
+        with session_scope() as session:
+            record_faults(session, host, faults)
+            stop_jobs_on_drained(session, host)
+    except SQLAlchemyError:
+        log.exception("could not judge the GPUs of %s this beat", host)
 
 
 def _quiet_node(cutoff: datetime) -> ColumnElement[bool]:
