@@ -282,6 +282,24 @@ def test_the_record_of_finished_jobs_side_by_side_and_a_failure(
     expect(host).to_have_count(1)
     expect(host).to_contain_text("No GPUs on this host")
     page.screenshot(path=shots / "gpus.png")
+    # A GPU box's answer, one GPU drained: each GPU's health, and why.
+    gpu = {
+        "name": "NVIDIA H200",
+        "memory_total_mb": 143771,
+        "job_id": None,
+        "health": "ok",
+        "health_reason": None,
+    }
+    why = "fans failing (an admin, 2026-11-30 06:14 UTC)"
+    box = {"host": "gpu-box", "address": "10.0.0.2", "status": "up", "worker_id": "gpu-box:7"}
+    box |= {"heartbeat_at": "2026-11-30T06:14:00Z"}
+    box["gpus"] = [{**gpu, "index": 0}, {**gpu, "index": 1, "health": "drained", "health_reason": why}]
+    page.route("**/v1/gpus", lambda route: route.fulfill(json={"data": [box]}))
+    page.reload()
+    expect(page.locator('tr[data-health="drained"]')).to_contain_text(f"drained{why}")
+    expect(page.locator('tr[data-health="ok"] .health-ok')).to_have_text("ok")
+    page.screenshot(path=shots / "gpus-health.png")
+    page.unroute("**/v1/gpus")
 
     page.get_by_role("link", name="Queue").click()
     expect(page.locator("main")).to_contain_text("Nothing is waiting.")
