@@ -13,7 +13,7 @@ import errno
 import hashlib
 import os
 import stat
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass
 from itertools import islice
 from pathlib import Path
@@ -208,7 +208,7 @@ def job_files(root: Path, folder: str, *, deep: bool = True, most: int = LISTING
         walk.close()  # closes the folders a listing cut short left open
 
 
-def _walk(folder: int, prefix: str, depth: int) -> Iterator[str | None]:
+def _walk(folder: int, prefix: str, depth: int) -> Generator[str | None]:
     """Each name the walk looks at, lazily (a folder is read as far as the walk goes): a regular file's name
     with `prefix`, None for anything else. Owns `folder`, a descriptor it closes."""
     try:

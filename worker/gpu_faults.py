@@ -146,7 +146,7 @@ class XidWatch:
 
     def caught(self) -> dict[int, list[int]]:
         """The Xids each GPU reported since the last call, without waiting."""
-        pynvml, found = self.pynvml, {}
+        pynvml, found = self.pynvml, dict[int, list[int]]()
         if pynvml is None:
             return {}
         while True:

@@ -26,7 +26,7 @@ def _health(judged: dict[tuple[str, int], GpuHealth], host: str, index: int) -> 
     }
 
 
-_SAID_BY = {
+_SAID_BY: dict[str, str] = {
     gpu_health.HealthSource.NVML: "NVML",
     gpu_health.HealthSource.ADMIN: "an admin",
     gpu_health.HealthSource.JOBS: "a job's device errors",

@@ -72,8 +72,8 @@ class ClusterCollector(Collector):
             "1 for each GPU's health (ok, degraded or drained); GET /v1/gpus says why",
             labels=["host", "gpu", "health"],
         )
-        for (host, gpu), state in sorted(health.items()):
-            by_health.add_metric([host, str(gpu), state], 1)
+        for (host, index), said in sorted(health.items()):
+            by_health.add_metric([host, str(index), said], 1)
         yield by_health
         for quantity, (name, documentation) in GAUGES.items():
             gauge = GaugeMetricFamily(name, documentation, labels=["job", "gpu"])

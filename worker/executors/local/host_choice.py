@@ -106,9 +106,9 @@ def pick_gpus(plan: Plan, host: HostView) -> tuple[list[int], str | None]:
     held = host.held
     if plan.gpus is not None:
         busy = [f"GPU {gpu}, held by job {held[gpu]}" for gpu in plan.gpus if gpu in held]
-        off = _off_text(host, (gpu for gpu in plan.gpus if gpu not in held))
-        if busy or off:
-            return [], "waiting for " + ", ".join(busy + off)
+        busy += _off_text(host, (gpu for gpu in plan.gpus if gpu not in held))
+        if busy:
+            return [], "waiting for " + ", ".join(busy)
         return sorted(plan.gpus), None
     free = host.usable
     if len(free) < plan.num_gpus:
