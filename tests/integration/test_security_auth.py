@@ -83,6 +83,8 @@ def alice_job(auth_stack: Stack, keys: Keys) -> dict[str, Any]:
         "webhook_id": hook.json()["id"],
         "sweep_id": sweep.json()["id"],
         **named,
+        "host": "gpu-box",  # a GPU's drain and undrain: no user's, an admin's alone
+        "index": 0,
     }
 
 
@@ -116,6 +118,10 @@ def app_routes() -> list[tuple[str, str]]:
     return list(flatten(create_app().routes))
 
 
+# Routes with a parameter that names no user's resource, which only an admin may call.
+ADMINS_ONLY = "/v1/gpus/"
+
+
 def fill(path: str, ids: dict[str, Any]) -> str:
     return PARAM.sub(lambda m: str(ids[m.group(1)]), path)
 
@@ -144,7 +150,8 @@ def test_another_users_job_is_404_on_every_route(
         for method, path in scoped:
             body = {"priority": 1} if method == "PATCH" else None
             response = bob.request(method, fill(path, alice_job), json=body)
-            assert response.status_code == 404, (method, path, response.status_code, response.text)
+            expected = 403 if path.startswith(ADMINS_ONLY) else 404
+            assert response.status_code == expected, (method, path, response.status_code, response.text)
         assert bob.get("/v1/jobs").json()["data"] == []
         assert bob.get("/v1/queue").json()["data"] == []
     with httpx.Client(base_url=auth_stack.url, timeout=30, headers=bearer(keys.alice)) as alice:
