@@ -8,15 +8,13 @@ Skipped with fewer than 2 GPUs; run on the device machine (nvidia-h200-x2):
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections.abc import Iterator
 
-import httpx
 import pytest
 import torch
 
 from tests.gpu.test_gpu_e2e import gpu_spec
+from tests.gpu.test_preemption_gpu import wait_until
 from tests.integration.jobs import job_processes, submit, wait_status
 from tests.integration.servers import Stack
 from tests.integration.test_cli_e2e import trainyard
@@ -38,16 +36,6 @@ def health(stack: Stack) -> dict[int, tuple[str, str | None]]:
     return {gpu["index"]: (gpu["health"], gpu["health_reason"]) for gpu in host["gpus"]}
 
 
-def wait_for(client: httpx.Client, job_id: int, wanted: Callable[[dict[str, Any]], bool]) -> dict[str, Any]:
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline:
-        job: dict[str, Any] = client.get(f"/v1/jobs/{job_id}").json()
-        if wanted(job):
-            return job
-        time.sleep(0.2)
-    raise AssertionError(f"job {job_id}: {job['status']} {job['message']}")
-
-
 def test_a_drained_gpus_job_resumes_on_the_other_and_a_pinned_job_waits_for_the_undrain(
     gpu_stack: Stack,
 ) -> None:
@@ -63,10 +51,10 @@ def test_a_drained_gpus_job_resumes_on_the_other_and_a_pinned_job_waits_for_the_
         drained = trainyard(gpu_stack, "gpus", "drain", host, gpu, "--reason", "fans failing")
         assert drained.returncode == 0, drained.stderr
         assert f"job {job_id} asked to stop at its next checkpoint" in drained.stdout
-        moved = wait_for(client, job_id, lambda job: job["attempt"] >= 2 and job["status"] == "running")
+        moved = wait_until(client, job_id, lambda job: job["attempt"] >= 2 and job["status"] == "running")
         events = client.get(f"/v1/jobs/{job_id}/events").json()["data"]
         pinned = submit(client, {**gpu_spec([gpu], max_steps=20), "name": "pinned"})["id"]
-        waiting = wait_for(client, pinned, lambda job: "drained" in (job["message"] or ""))
+        waiting = wait_until(client, pinned, lambda job: "drained" in (job["message"] or ""))
         listed = trainyard(gpu_stack, "gpus", "--wide")
         undrained = trainyard(gpu_stack, "gpus", "undrain", host, gpu)
         assert undrained.returncode == 0, undrained.stderr
