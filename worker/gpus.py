@@ -78,24 +78,30 @@ def nvml_gpus() -> list[GpuInfo]:
 
 def _listed(pynvml: Any) -> list[GpuInfo]:
     try:
-        gpus = []
-        for index in range(pynvml.nvmlDeviceGetCount()):
-            handle = pynvml.nvmlDeviceGetHandleByIndex(index)
-            memory = pynvml.nvmlDeviceGetMemoryInfo(handle)
-            gpus.append(
-                GpuInfo(
-                    index=index,
-                    uuid=_text(pynvml.nvmlDeviceGetUUID(handle)),
-                    name=_text(pynvml.nvmlDeviceGetName(handle)),
-                    memory_total_mb=int(memory.total) // _MIB,
-                    memory_used_mb=int(memory.used) // _MIB,
-                    utilization_pct=int(pynvml.nvmlDeviceGetUtilizationRates(handle).gpu),
-                )
-            )
-        return gpus
+        count = pynvml.nvmlDeviceGetCount()
     except pynvml.NVMLError as exc:
-        log.warning("NVML failed while listing GPUs, reporting none: %s", exc)
+        log.warning("NVML failed while counting GPUs, reporting none: %s", exc)
         return []
+    return [_gpu(pynvml, index) for index in range(count)]
+
+
+def _gpu(pynvml: Any, index: int) -> GpuInfo:
+    """One GPU as NVML describes it; one NVML cannot read (fallen off the bus, say) is still listed, as
+    unreadable, so that the host keeps its other GPUs and this one is judged (worker/gpu_faults.py)."""
+    try:
+        handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+        memory = pynvml.nvmlDeviceGetMemoryInfo(handle)
+        return GpuInfo(
+            index=index,
+            uuid=_text(pynvml.nvmlDeviceGetUUID(handle)),
+            name=_text(pynvml.nvmlDeviceGetName(handle)),
+            memory_total_mb=int(memory.total) // _MIB,
+            memory_used_mb=int(memory.used) // _MIB,
+            utilization_pct=int(pynvml.nvmlDeviceGetUtilizationRates(handle).gpu),
+        )
+    except pynvml.NVMLError as exc:
+        log.warning("NVML could not read GPU %s, listing it as unreadable: %s", index, exc)
+        return GpuInfo(index, "", f"unreadable ({exc})", 0, 0, 0)
 
 
 def sample_gpus(indices: list[int]) -> dict[int, dict[GpuQuantity, float]]:

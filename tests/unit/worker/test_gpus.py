@@ -101,12 +101,29 @@ def test_nvml_discovery_reads_each_gpu_then_shuts_down(monkeypatch: pytest.Monke
     assert nvml.shut_down
 
 
-def test_nvml_failure_mid_listing_reports_none(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_gpu_nvml_cannot_read_is_listed_as_unreadable_beside_the_others(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Reporting none would take every GPU of the host out of placement and leave the failing one unjudged."""
     nvml = FakeNvml()
-    monkeypatch.setattr(nvml, "nvmlDeviceGetHandleByIndex", lambda index: 9)
+    monkeypatch.setattr(nvml, "nvmlDeviceGetHandleByIndex", lambda index: 9 if index == 1 else index)
+    monkeypatch.setitem(sys.modules, "pynvml", nvml)
+    assert nvml_gpus() == [
+        GpuInfo(0, "GPU-0", "NVIDIA H100", 81920, 0, 0),
+        GpuInfo(1, "", "unreadable (GPU is lost)", 0, 0, 0),
+    ]
+    assert nvml.shut_down
+
+
+def test_nvml_failing_to_count_reports_none(monkeypatch: pytest.MonkeyPatch) -> None:
+    nvml = FakeNvml()
+
+    def fails() -> int:
+        raise nvml.NVMLError("Unknown Error")
+
+    monkeypatch.setattr(nvml, "nvmlDeviceGetCount", fails)
     monkeypatch.setitem(sys.modules, "pynvml", nvml)
     assert nvml_gpus() == []
-    assert nvml.shut_down
 
 
 class MissingLibraryNvml:
