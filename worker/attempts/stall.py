@@ -5,7 +5,9 @@ A step counter advances every metrics.every_n_steps (a program's reports), so th
 time between two advances the worker saw: 20 of them, and never less than STALL_FLOOR_S. Until the first
 advance the attempt is starting (imports, the ranks meeting, data, a compile), which takes as long as it
 takes on a busy host (minutes, where 2 cores are shared): the start-up allowance then, counted from the
-attempt's first look, which a longer stall_timeout_s extends; a set value applies from the first advance."""
+attempt's first look, which a longer stall_timeout_s extends; a set value applies from the first advance.
+For an NCCL job the rule waits past its collective timeout and the flight recorder's dump
+(flight_dump_floor)."""
 
 from __future__ import annotations
 
@@ -25,6 +27,18 @@ from jobspec.spec import JobSpec
 STALL_FLOOR_S = 600.0
 STEP_TIMES = 20
 GAPS_KEPT = 64  # the median of the latest advances: the work per look stays flat over a long job
+# NCCL's watchdog, once a collective timed out, signals every rank to dump: on 2 H200s the dumps were written
+# within a second (tests/gpu/test_stall_nccl_gpu.py); a minute leaves room for a large job's.
+FLIGHT_DUMP_S = 60.0
+
+
+def flight_dump_floor(backend: str | None, collective_timeout_s: float) -> float:
+    """For an NCCL job, when the rule may call a stall at the earliest: after its collective timeout and the
+    dump it sets off, so that the capture holds torch's flight recorder, which alone names the rank missing
+    from a collective (NCCL's calls return to Python at once, so no rank's stack shows it). The rule's clock
+    starts at the last step, before the hung collective was issued, and with both at 10 minutes it called the
+    stall before NCCL's watchdog had dumped. A limits.stall_timeout_s set by the user is taken as set."""
+    return collective_timeout_s + FLIGHT_DUMP_S if backend == "nccl" else 0.0
 
 
 def startup_allowance(settings: Settings) -> float:
@@ -44,13 +58,19 @@ class StallWatch:
     progress: Hashable | None = None  # what the latest look saw of it (stalled_for)
     advanced: bool = False
     gaps: deque[float] = field(default_factory=lambda: deque(maxlen=GAPS_KEPT))
+    # The rule's least, past the job's collective timeout for NCCL (see flight_dump_floor); 0: none.
+    floor_s: float = 0.0
 
     @classmethod
     def for_job(cls, job_id: int, settings: Settings) -> StallWatch:
         with session_scope() as session:
-            spec = session.scalar(select(Job.spec).where(Job.id == job_id))
-        timeout = None if spec is None else JobSpec.model_validate(spec).limits.stall_timeout_s
-        return cls(None if timeout is None else float(timeout), startup_allowance(settings))
+            row = session.execute(select(Job.spec, Job.plan).where(Job.id == job_id)).first()
+        if row is None:
+            return cls(None, startup_allowance(settings))
+        limits = JobSpec.model_validate(row.spec).limits
+        timeout = None if limits.stall_timeout_s is None else float(limits.stall_timeout_s)
+        floor = flight_dump_floor((row.plan or {}).get("backend"), limits.collective_timeout_s)
+        return cls(timeout, startup_allowance(settings), floor_s=floor)
 
     def limit_s(self) -> float:
         """How long the counter may stand still now."""
@@ -60,7 +80,7 @@ class StallWatch:
             return self.timeout_s
         if not self.gaps:  # one advance: no step time known yet
             return self.allowance_s
-        return max(STALL_FLOOR_S, STEP_TIMES * median(self.gaps))
+        return max(STALL_FLOOR_S, STEP_TIMES * median(self.gaps), self.floor_s)
 
     def stalled_for(self, progress: Hashable, now: float | None = None) -> float | None:
         """Seconds the attempt's `progress` (its step counter, and whether this attempt took its first step:

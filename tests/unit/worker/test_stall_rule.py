@@ -1,10 +1,11 @@
 """limits.stall_timeout_s's rule (worker/attempts/stall.py): the start-up allowance until the step counter
 first advances (which a longer set value extends), then the set value, or else 20x the median time between
-the counter's advances, never less than 600 s."""
+the counter's advances, never less than 600 s (for NCCL, nor than its collective timeout and the flight
+recorder's dump)."""
 
 from __future__ import annotations
 
-from worker.attempts.stall import STALL_FLOOR_S, StallWatch
+from worker.attempts.stall import FLIGHT_DUMP_S, STALL_FLOOR_S, StallWatch, flight_dump_floor
 
 ALLOWANCE = 900.0
 
@@ -65,3 +66,20 @@ def test_a_resumed_attempts_first_step_is_an_advance_though_its_count_was_reache
     assert stall.stalled_for((True, 3), now=200) is None, "its first step: start-up is over"
     assert stall.stalled_for((True, 3), now=229) is None
     assert stall.stalled_for((True, 3), now=230) == 30
+
+
+def test_for_nccl_the_rule_waits_past_the_collective_timeout_and_its_dump() -> None:
+    """NCCL's flight recorder, which alone names the missing rank, is dumped when a collective times out:
+    the rule's stall comes after that, and a value the user set is kept as set."""
+    assert flight_dump_floor("gloo", 600) == 0.0
+    floor = flight_dump_floor("nccl", 600)
+    assert floor == 600 + FLIGHT_DUMP_S
+    rule = StallWatch(None, ALLOWANCE, since=0.0, floor_s=floor)
+    chosen = StallWatch(30, ALLOWANCE, since=0.0, floor_s=floor)
+    for stall in (rule, chosen):
+        stall.stalled_for(0, now=0)
+        for at in range(10, 40, 10):  # a step every 10 s: 20 of them make 200 s, under the floor
+            stall.stalled_for(at, now=at)
+    assert rule.limit_s() == floor
+    assert rule.stalled_for(30, now=30 + floor - 1) is None
+    assert chosen.limit_s() == 30
