@@ -199,33 +199,33 @@ def job_files(root: Path, folder: str, *, deep: bool = True, most: int = LISTING
     names at most, in the order the filesystem gives them, so a folder holding more is listed in part.
     Raises JobFileMissing or JobFileRefused for `folder` itself."""
     parts = _parts(folder)
-    walk = _walk(
-        _open_folder(root, parts, len(parts)), f"{'/'.join(parts)}/", LISTING_MAX_DEPTH if deep else 0
-    )
+    top = _open_folder(root, parts, len(parts))
+    walk = _walk(top, f"{'/'.join(parts)}/", LISTING_MAX_DEPTH if deep else 0)
     try:
         return sorted(name for name in islice(walk, most) if name is not None)
     finally:
-        walk.close()  # closes the folders a listing cut short left open
+        walk.close()  # closes the folders inside that a listing cut short left open
+        os.close(top)
 
 
 def _walk(folder: int, prefix: str, depth: int) -> Generator[str | None]:
     """Each name the walk looks at, lazily (a folder is read as far as the walk goes): a regular file's name
-    with `prefix`, None for anything else. Owns `folder`, a descriptor it closes."""
-    try:
-        with os.scandir(folder) as entries:
-            for entry in entries:
-                if entry.is_file(follow_symlinks=False):
-                    yield prefix + entry.name
+    with `prefix`, None for anything else. `folder` stays the caller's; the folders inside are its own."""
+    with os.scandir(folder) as entries:  # reads a copy of the descriptor, which it closes
+        for entry in entries:
+            if entry.is_file(follow_symlinks=False):
+                yield prefix + entry.name
+                continue
+            yield None
+            if depth and entry.is_dir(follow_symlinks=False):
+                try:
+                    inner = os.open(entry.name, _DIR_FLAGS, dir_fd=folder)
+                except OSError:  # replaced by a link or removed since it was listed
                     continue
-                yield None
-                if depth and entry.is_dir(follow_symlinks=False):
-                    try:
-                        inner = os.open(entry.name, _DIR_FLAGS, dir_fd=folder)
-                    except OSError:  # replaced by a link or removed since it was listed
-                        continue
+                try:
                     yield from _walk(inner, f"{prefix}{entry.name}/", depth - 1)
-    finally:
-        os.close(folder)
+                finally:
+                    os.close(inner)
 
 
 def inside(path: Path, root: Path) -> Path | None:

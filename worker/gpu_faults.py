@@ -40,20 +40,15 @@ SLOWDOWNS = {
 }
 
 
-def _unsupported(pynvml: Any, exc: Exception) -> bool:
-    """A query this GPU or driver does not answer (ECC off, a consumer GPU, no permission in a container):
-    nothing to judge, not a fault."""
-    kinds = tuple(
-        getattr(pynvml, name)
-        for name in ("NVMLError_NotSupported", "NVMLError_NoPermission", "NVMLError_FunctionNotFound")
-        if hasattr(pynvml, name)
-    )
-    return isinstance(exc, kinds)
+# A query this GPU or driver does not answer (ECC off, a consumer GPU, no permission in a container): nothing
+# to judge, not a fault.
+UNSUPPORTED = ("NVMLError_NotSupported", "NVMLError_NoPermission", "NVMLError_FunctionNotFound")
+LOST = ("NVMLError_GpuIsLost",)
 
 
-def _lost(pynvml: Any, exc: Exception) -> bool:
-    kinds = tuple(getattr(pynvml, name) for name in ("NVMLError_GpuIsLost",) if hasattr(pynvml, name))
-    return isinstance(exc, kinds)
+def _is(pynvml: Any, exc: Exception, names: tuple[str, ...]) -> bool:
+    """Whether `exc` is one of these nvidia-ml-py error classes (those this release defines)."""
+    return isinstance(exc, tuple(getattr(pynvml, name) for name in names if hasattr(pynvml, name)))
 
 
 def _memory_faults(pynvml: Any, handle: Any) -> list[str]:
@@ -105,7 +100,7 @@ def read_faults(pynvml: Any, indices: Iterable[int], xids: dict[int, list[int]])
                 critical += _answered(pynvml, read, handle)
             faults[index] = Faults(tuple(critical), tuple(_answered(pynvml, _slowdowns, handle)))
         except pynvml.NVMLError as exc:
-            if _lost(pynvml, exc):
+            if _is(pynvml, exc, LOST):
                 faults[index] = Faults(("it fell off the bus: NVML no longer reaches it",))
             else:
                 log.warning("NVML could not read GPU %s's health, not judging it this beat: %s", index, exc)
@@ -116,7 +111,7 @@ def _answered(pynvml: Any, read: Any, handle: Any) -> list[str]:
     try:
         found: list[str] = read(pynvml, handle)
     except pynvml.NVMLError as exc:
-        if _unsupported(pynvml, exc):
+        if _is(pynvml, exc, UNSUPPORTED):
             return []
         raise
     return found

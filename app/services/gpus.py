@@ -16,8 +16,7 @@ from jobspec.cluster import Inventory
 from jobspec.plan import NO_HOSTS
 
 
-def _health(judged: dict[tuple[str, int], GpuHealth], host: str, index: int) -> dict[str, str | None]:
-    row = judged.get((host, index))
+def _health(row: GpuHealth | None) -> dict[str, str | None]:
     if row is None:
         return {"health": "ok", "health_reason": None}
     return {
@@ -49,7 +48,7 @@ def list_host_gpus(session: Session, settings: Settings) -> HostsPublic:
                     {
                         **gpu,
                         "job_id": holders.get((host, int(gpu["index"]))),
-                        **_health(judged, host, int(gpu["index"])),
+                        **_health(judged.get((host, int(gpu["index"])))),
                     }
                 )
                 for gpu in sorted(worker.gpus, key=lambda gpu: int(gpu["index"]))
@@ -95,7 +94,7 @@ def drain_gpu(session: Session, settings: Settings, host: str, index: int, reaso
     _known(session, settings, host, index)
     stopped = gpu_health.drain(session, host, index, reason)
     session.commit()
-    said = _health(gpu_health.judged(session), host, index)
+    said = _health(session.get(GpuHealth, (host, index)))
     return GpuHealthChanged(host=host, index=index, **said, jobs_stopped=stopped)
 
 

@@ -21,6 +21,7 @@ def test_a_folder_of_many_names_is_listed_in_part(tmp_path: Path) -> None:
     before = open_descriptors()
     assert len(job_files(tmp_path, "logs", most=50)) == 50
     assert len(job_files(tmp_path, "logs")) == 300
+    assert job_files(tmp_path, "logs", most=0) == []  # a walk never started closes its folder too
     assert open_descriptors() == before
 
 
