@@ -15,9 +15,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
+import psutil
 import sqlalchemy
 
 from core.secrets import new_key
+from worker.executors.local.warm.factory_handle import FACTORY_MODULE
 
 ROOT = Path(__file__).resolve().parents[2]
 PG_BIN = Path("/usr/lib/postgresql/15/bin")
@@ -183,6 +185,21 @@ class Postgres:
 SHORT_LEASE = {"TRAINYARD_LEASE_TIMEOUT_S": "4", "TRAINYARD_HEARTBEAT_S": "0.5"}
 
 
+WARM_WAIT_S = 60
+
+
+def standby_forked(worker_pid: int) -> bool:
+    """Whether the worker's standby factory has forked a standby, which it does once it has its imports."""
+    try:
+        for process in psutil.Process(worker_pid).children(recursive=True):
+            parent = process.parent()
+            if parent is not None and all(FACTORY_MODULE in p.cmdline() for p in (process, parent)):
+                return True
+    except psutil.Error:
+        return False
+    return False
+
+
 @dataclass
 class Stack:
     """Trainyard as `make run` starts it: migrations, then the API (uvicorn through app.serve) and a real
@@ -282,6 +299,16 @@ class Stack:
             return
         # A worker announces itself (and its GPUs, none here) in the workers table with its first heartbeat.
         wait_for(lambda: self.sql("SELECT count(*) FROM workers") > registered, 90, name)
+        self._wait_warm(self.procs[name])
+
+    @staticmethod
+    def _wait_warm(worker: subprocess.Popen[bytes]) -> None:
+        """Until its standby factory has its imports, a job the worker starts runs cold, each rank importing
+        torch itself: on two cores, seconds of CPU a job more than waiting here for the factory's first
+        standby. Not an assertion: a test of the worker's start itself says what it expects."""
+        deadline = time.monotonic() + WARM_WAIT_S
+        while time.monotonic() < deadline and worker.poll() is None and not standby_forked(worker.pid):
+            time.sleep(0.2)
 
     def sql(self, query: str) -> int:
         """One number straight from the database, for what the API does not show."""

@@ -61,6 +61,7 @@ def write_config(
 
 # train_together runs up to three at once: each of them finds a standby ready.
 STANDBYS = 3
+FACTORY_IMPORT_S = 120  # on two cores the other parts of `make test` keep busy
 
 
 @functools.cache
@@ -71,6 +72,12 @@ def _session_launcher() -> WarmLauncher:
     exits."""
     launcher = WarmLauncher(sys.executable, ROOT, count=STANDBYS)
     launcher.prepare()
+    # Until the factory has its imports, a run starts cold, each of its ranks importing torch itself: a
+    # session's first runs, started together, cost seconds of CPU more each on a box of two cores than the
+    # wait for the factory does.
+    first = launcher.standby
+    if first is not None:
+        first.forked(FACTORY_IMPORT_S)
     return launcher
 
 

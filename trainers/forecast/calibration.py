@@ -4,7 +4,8 @@ FLOP rate each kind of model reaches, and the cost of launching an eager step's 
 figures were fitted to `python -m bench.forecast` on the GPU named (bench/RESULTS.md, "forecast"), and hold
 under ddp (`--strategy ddp --gpus 2`: its compiled model computes the loss inside, as single's does,
 trainers/loss_carrier.py); a GPU model not measured yet takes the H200's, and says so in the forecast's
-basis."""
+basis. Steps were timed after 20-30 warm-up steps: after 8, ResNet-50's were still a third slower than they
+settle at, which had set its launch cost too high (bench/RESULTS.md, 2026-11-30)."""
 
 from __future__ import annotations
 
@@ -34,6 +35,10 @@ class DeviceCalibration:
     # GPUs of one host (16.5 GB/s for ddp's all-reduce, although those two H200s had 18 NVLinks between
     # them): the step computes meanwhile, so the longer of the two bounds it.
     collective_bytes_per_s: float
+    # What fsdp over several GPUs adds per group it shards (each block, and the root), compiled or not: its
+    # hooks gather and reshard each group before and after its forward and backward, from Python, one group
+    # at a time. A step of many small groups (ResNet-50's 20, GPT-2's 13) is bound by them.
+    fsdp_group_s: dict[bool, float]
 
 
 H200 = DeviceCalibration(
@@ -52,9 +57,10 @@ H200 = DeviceCalibration(
         (ModelKind.OTHER, True): 0.05,
         (ModelKind.OTHER, False): 0.05,
     },
-    launch_s={ModelKind.CONVOLUTIONAL: 11e-6, ModelKind.OTHER: 11e-6},
+    launch_s={ModelKind.CONVOLUTIONAL: 7e-6, ModelKind.OTHER: 11e-6},
     default_launch_s=7.5e-6,
     collective_bytes_per_s=16.5e9,
+    fsdp_group_s={False: 2.75e-3, True: 4.9e-3},
 )
 GPUS: dict[str, DeviceCalibration] = {"H200": H200}
 FP32_SLOWDOWN = 2.0  # fp32 matrix products run on TF32 tensor cores, at half the bf16 rate

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from jobspec.forecast import EXECUTION, GPU_MODEL, MODEL_KIND, Execution, Forecast
 from jobspec.plan import Plan, RunConfig
-from jobspec.spec import Precision
+from jobspec.spec import Precision, Strategy
 from trainers.forecast import calibration
 from trainers.forecast.devices import Share, collective_bytes, compute_share, per_device
 from trainers.forecast.trace import Traced, model_layers, traced_step
@@ -42,7 +42,7 @@ def forecast(config: RunConfig, target: Target, total_steps: int | None) -> Fore
         factor = gpu.compiled_per_traced.get(traced.kind) if compiled else None
         base = gpu.compiled_base if factor is not None else gpu.reserved_base
         reserved = int(share.peak * (factor or gpu.reserved_per_traced)) + base
-        timing = _busiest_share(_gpu_time(traced, gpu, target, compiled, plan.precision), plan)
+        timing = _busiest_share(gpu_step_time(traced, gpu, target, compiled, plan), plan)
         timing = collectives_bound(timing, traced, plan, gpu)
         source = gpu.source if measured else f"{gpu.source}, standing in for {target.gpu_name or 'this GPU'}"
     else:
@@ -93,22 +93,30 @@ def _step_key(device: str, target: Target, compiled: bool) -> dict[str, int | fl
     return {GPU_MODEL: target.gpu_name, EXECUTION: Execution.COMPILED if compiled else Execution.EAGER}
 
 
-def _gpu_time(
-    traced: Traced, gpu: calibration.DeviceCalibration, target: Target, compiled: bool, precision: Precision
+def gpu_step_time(
+    traced: Traced, gpu: calibration.DeviceCalibration, target: Target, compiled: bool, plan: Plan
 ) -> Timing:
     peak = peak_flops(target.gpu_name or "")
     if peak is None:
         return Timing(0.0, f"no peak FLOP rate known for {target.gpu_name or 'an unnamed GPU'}: no step time")
     efficiency = gpu.efficiency[(traced.kind, compiled)]
-    slowdown = calibration.FP32_SLOWDOWN if precision is Precision.FP32 else 1.0
+    slowdown = calibration.FP32_SLOWDOWN if plan.precision is Precision.FP32 else 1.0
     compute = traced.flops_per_step * slowdown / (peak * efficiency)
-    if compiled:
-        return Timing(compute, f"step time at {efficiency:.0%} of the {peak / 1e12:g} TFLOP/s peak")
-    # An eager step's operations are launched one by one from Python while the GPU runs the earlier ones:
-    # the longer of the two bounds it, the other adds where they do not overlap.
-    launches = traced.ops_per_step * gpu.launch_s.get(traced.kind, gpu.default_launch_s)
-    bound = "launches" if launches > compute else f"{efficiency:.0%} of the {peak / 1e12:g} TFLOP/s peak"
-    return Timing(soft_max(compute, launches), f"step time mostly {bound}")
+    # What the host does one thing after another while the GPU runs the earlier work: an eager step's
+    # operations launched from Python, fsdp's hooks around each group. The longer of the two bounds the
+    # step, the other adds where they do not overlap.
+    hooks = traced.shard_groups * gpu.fsdp_group_s[compiled] if _shards_over_ranks(plan) else 0.0
+    launches = 0.0 if compiled else traced.ops_per_step * gpu.launch_s.get(traced.kind, gpu.default_launch_s)
+    host = launches + hooks
+    if host > compute:
+        bound = "fsdp's hooks per group" if hooks > launches else "launches"
+    else:
+        bound = f"{efficiency:.0%} of the {peak / 1e12:g} TFLOP/s peak"
+    return Timing(soft_max(compute, host) if host else compute, f"step time mostly {bound}")
+
+
+def _shards_over_ranks(plan: Plan) -> bool:
+    return plan.strategy is Strategy.FSDP and plan.data_parallel_size > 1
 
 
 def _busiest_share(timing: Timing, plan: Plan) -> Timing:

@@ -35,6 +35,7 @@ from trainers.objectives import Objective, build_objective
 from trainers.performance import checkpoint_activations, convolutional
 from trainers.precision import MixedPrecision
 from trainers.schedule import build_optimizer, sparse_parameters
+from trainers.strategies.fsdp import fsdp_units
 from trainers.user_code import Bundle
 
 CPU = torch.device("cpu")
@@ -88,6 +89,7 @@ class Traced:
     trained_count: int  # parameters the optimizer updates (LoRA: the adapters)
     flops_per_step: float  # forward and backward over every micro-batch of one optimizer step
     ops_per_step: int  # the operations torch dispatches in one step, which eager mode launches one by one
+    shard_groups: int  # what fsdp would shard one at a time, the root among them
     kind: ModelKind
 
     @property
@@ -129,6 +131,7 @@ def trace(config: RunConfig, layers: int | None = None) -> Traced:
         parameter_count = sum(p.numel() for p in model.parameters())
         kind = _kind(model, spec)
         parallel = own_blocks(spec.parallel, model)
+        shard_groups = len(fsdp_units(model, parallel.wrap)) + 1
         if spec.performance.activation_checkpointing:
             model = checkpoint_activations(model, parallel.wrap)
         trained = [p for p in model.parameters() if p.requires_grad]
@@ -157,6 +160,7 @@ def trace(config: RunConfig, layers: int | None = None) -> Traced:
         trained_count=sum(p.numel() for p in trained),
         flops_per_step=float(flops.get_total_flops()) * micro_steps,
         ops_per_step=ops.count * micro_steps,
+        shard_groups=shard_groups,
         kind=kind,
     )
 
@@ -250,4 +254,4 @@ def traced_step(config: RunConfig) -> Traced:
 
 
 PHASE_FIELDS = tuple(field.name for field in fields(Phase))
-STEP_FIELDS = ("parameter_count", "trained_count", "flops_per_step", "ops_per_step")
+STEP_FIELDS = ("parameter_count", "trained_count", "flops_per_step", "ops_per_step", "shard_groups")

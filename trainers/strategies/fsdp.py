@@ -61,6 +61,15 @@ def shard_units(model: nn.Module) -> list[nn.Module]:
     return units
 
 
+def fsdp_units(module: nn.Module, wrap: Sequence[str] | None) -> list[nn.Module]:
+    """The model's blocks (parallel.wrap, or its largest ModuleList's children), else shard_units; inner
+    units before the units holding them, as fully_shard needs (the classes of parallel.wrap may nest)."""
+    found = blocks(module, wrap)
+    if found is None:
+        return shard_units(module)
+    return found[::-1] if wrap else found
+
+
 def dense_embeddings(model: nn.Module) -> None:
     """Sparse gradients have no sharded form (FSDP reduce-scatters dense ones), so embeddings built with
     sparse=True train with dense gradients here; the flag is read at each forward."""
@@ -121,12 +130,7 @@ class FSDPStrategy(ProcessGroupStrategy):
         self._root: FSDPModule | None = None
 
     def units(self, module: nn.Module) -> list[nn.Module]:
-        """The model's blocks (parallel.wrap, or its largest ModuleList's children), else shard_units; inner
-        units before the units holding them, as fully_shard needs (the classes of parallel.wrap may nest)."""
-        found = blocks(module, self.block_classes)
-        if found is None:
-            return shard_units(module)
-        return found[::-1] if self.block_classes else found
+        return fsdp_units(module, self.block_classes)
 
     def wrap(self, module: nn.Module) -> nn.Module:
         dense_embeddings(module)

@@ -1,6 +1,6 @@
 """ddp's and fsdp's share of a traced step (trainers/forecast/devices.py) and their steps bound by their
-collectives (estimate.py), on phases made by hand: the bench (`bench.forecast --strategy ddp|fsdp --gpus 2`)
-has the figures against real runs."""
+collectives or by fsdp's hooks (estimate.py), on phases made by hand: the bench (`bench.forecast --strategy
+ddp|fsdp --gpus 2`) has the figures against real runs."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from jobspec.plan import Plan
 from jobspec.spec import Precision, Strategy
 from trainers.forecast.calibration import H200
 from trainers.forecast.devices import collective_bytes, per_device
-from trainers.forecast.estimate import Timing, collectives_bound
+from trainers.forecast.estimate import Target, Timing, collectives_bound, gpu_step_time, soft_max
 from trainers.forecast.trace import ModelKind, Phase, Traced
 
 GB = 10**9
@@ -22,7 +22,7 @@ def phase(grads: int, total: int, frozen: int = 0) -> Phase:
 
 
 def traced(backward: Phase, update: Phase) -> Traced:
-    return Traced(backward, update, TRAINED, TRAINED, 1e12, 1000, ModelKind.TRANSFORMER)
+    return Traced(backward, update, TRAINED, TRAINED, 1e12, 1000, 13, ModelKind.TRANSFORMER)
 
 
 def plan(strategy: Strategy, ranks: int) -> Plan:
@@ -73,3 +73,22 @@ def test_collectives_bound_a_step_shorter_than_them() -> None:
     assert short.step_s == bound and "collectives" in short.basis
     long = Timing(bound * 2, "compute")
     assert collectives_bound(long, step, plan(Strategy.DDP, 4), H200) == long
+
+
+def test_fsdp_over_ranks_adds_its_hooks_per_group_to_the_host_s_side_of_the_step() -> None:
+    step = traced(backward=phase(grads=0, total=GB), update=phase(grads=GB, total=2 * GB))
+    h200 = Target("NVIDIA H200", 141 * GB)
+    alone = gpu_step_time(step, H200, h200, compiled=True, plan=plan(Strategy.FSDP, 1))
+    ddp = gpu_step_time(step, H200, h200, compiled=True, plan=plan(Strategy.DDP, 2))
+    sharded = gpu_step_time(step, H200, h200, compiled=True, plan=plan(Strategy.FSDP, 2))
+    assert alone == ddp  # one rank's fsdp is the bare model (trainers/strategies/fsdp.py)
+    hooks = step.shard_groups * H200.fsdp_group_s[True]
+    assert sharded.step_s == soft_max(alone.step_s, hooks) and "fsdp" in sharded.basis
+    # Eager, they add to the launches of its operations.
+    eager = gpu_step_time(step, H200, h200, compiled=False, plan=plan(Strategy.FSDP, 1))
+    launches = step.ops_per_step * H200.default_launch_s
+    assert launches > alone.step_s and "launches" in eager.basis
+    eager_sharded = gpu_step_time(step, H200, h200, compiled=False, plan=plan(Strategy.FSDP, 2))
+    host = launches + step.shard_groups * H200.fsdp_group_s[False]
+    # The GPU's work (a few ms) hides under the host's: the step is little more than the host's side.
+    assert host < eager_sharded.step_s < host * 1.01 and "fsdp" in eager_sharded.basis
