@@ -24,6 +24,9 @@ class DeviceCalibration:
     # A compiled step's reservation over its eager trace: fusions keep fewer activations (a language
     # model's fp32 logits above all). Kinds not measured compiled take the eager figures.
     compiled_per_traced: dict[ModelKind, float]
+    # The same where the loss is compiled as a graph of its own (fsdp over several GPUs, trainers/strategies/
+    # base.py's loss_in_forward_graph): its backward writes the logits' gradient beside the logits.
+    compiled_loss_apart_per_traced: dict[ModelKind, float]
     compiled_base: int
     # The share of the GPU's dense bf16 peak a step reaches, by kind of model and whether compiled.
     efficiency: dict[tuple[ModelKind, bool], float]
@@ -46,6 +49,9 @@ H200 = DeviceCalibration(
     reserved_per_traced=1.12,
     reserved_base=256 * MiB,
     compiled_per_traced={ModelKind.TRANSFORMER: 0.545},
+    # Fitted on GPT-2 under ddp at batches 8-32 per GPU, before ddp's loss moved inside its module
+    # (trainers/loss_carrier.py); fsdp on two H200s read 1.04-1.07x with it (2026-11-30).
+    compiled_loss_apart_per_traced={ModelKind.TRANSFORMER: 0.67},
     compiled_base=356 * MiB,
     efficiency={
         (ModelKind.TRANSFORMER, True): 0.385,

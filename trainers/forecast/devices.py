@@ -41,15 +41,29 @@ def per_device(traced: Traced, plan: Plan, layers: int | None) -> Share:
         held = buckets(busiest)
         return Share(busiest.total + held, busiest, {"ddp_gradient_buckets": held})
     if strategy is Strategy.FSDP:
-        # Frozen parameters (LoRA's base model) are sharded too; MemTracker counts them with the buffers,
-        # which are small beside them.
-        state = state_bytes(peak) + peak.buffers
-        sharded = state - state // plan.data_parallel_size
+        ranks = plan.data_parallel_size
         # A block gathered whole to compute, and the next one prefetched meanwhile.
         gathered = 2 * traced.parameter_count // max(layers or 1, 1) * _BYTES[plan.precision]
-        return Share(
-            peak.total - sharded + gathered, peak, {"fsdp_sharded_away": -sharded, "fsdp_gathered": gathered}
-        )
+        # Over several ranks the parameters are DTensors, whose optimizers take torch's foreach kernels, not
+        # the fused ones: the step holds a list of temporaries as large as the trained shards (Adam's
+        # denominators), which the trace, on fused or per-parameter kernels, does not.
+        foreach = traced.trained_count * FP32 // ranks if ranks > 1 else 0
+
+        def sharded_away(phase: Phase) -> int:
+            # Frozen parameters (LoRA's base model) are sharded too; MemTracker counts them with the
+            # buffers, which are small beside them.
+            state = state_bytes(phase) + phase.buffers
+            return state - state // ranks
+
+        def kept(phase: Phase) -> int:
+            return phase.total - sharded_away(phase) + (foreach if phase is traced.update else 0)
+
+        # Sharding takes more from the phase that holds more state: the other may become the busiest.
+        busiest = max((traced.backward, traced.update), key=kept)
+        strategy_bytes = {"fsdp_sharded_away": -sharded_away(busiest), "fsdp_gathered": gathered}
+        if busiest is traced.update and foreach:
+            strategy_bytes["fsdp_foreach_step"] = foreach
+        return Share(kept(busiest) + gathered, busiest, strategy_bytes)
     if strategy in (Strategy.PIPELINE, Strategy.MODEL_PARALLEL):
         # Each stage holds its share of the state and of the activations (the micro-batches in flight among
         # them).

@@ -39,7 +39,8 @@ def forecast(config: RunConfig, target: Target, total_steps: int | None) -> Fore
     compiled = spec.performance.compile
     if plan.device == "cuda":
         gpu, measured = calibration.device_calibration(target.gpu_name or "")
-        factor = gpu.compiled_per_traced.get(traced.kind) if compiled else None
+        factors = gpu.compiled_loss_apart_per_traced if _shards_over_ranks(plan) else gpu.compiled_per_traced
+        factor = factors.get(traced.kind) if compiled else None
         base = gpu.compiled_base if factor is not None else gpu.reserved_base
         reserved = int(share.peak * (factor or gpu.reserved_per_traced)) + base
         timing = _busiest_share(gpu_step_time(traced, gpu, target, compiled, plan), plan)

@@ -92,3 +92,31 @@ def test_fsdp_over_ranks_adds_its_hooks_per_group_to_the_host_s_side_of_the_step
     host = launches + step.shard_groups * H200.fsdp_group_s[False]
     # The GPU's work (a few ms) hides under the host's: the step is little more than the host's side.
     assert host < eager_sharded.step_s < host * 1.01 and "fsdp" in eager_sharded.basis
+
+
+def test_fsdp_over_ranks_takes_the_phase_busiest_once_sharded_and_the_foreach_step() -> None:
+    # single's peak is the update, which holds the most state, but sharding takes half of that state: the
+    # backward's activations, which stay whole, then outweigh it.
+    backward = Phase(
+        params=GB,
+        buffers=0,
+        grads=0,
+        optimizer=2 * GB,
+        activations=7 * GB // 4,
+        temporaries=0,
+        total=19 * GB // 4,
+    )
+    update = Phase(
+        params=GB, buffers=0, grads=2 * GB, optimizer=2 * GB, activations=0, temporaries=0, total=5 * GB
+    )
+    step = traced(backward, update)
+    assert step.peak is update
+    share = per_device(step, plan(Strategy.FSDP, 2), layers=None)
+    assert share.phase is backward and share.strategy["fsdp_sharded_away"] == -3 * GB // 2
+    assert "fsdp_foreach_step" not in share.strategy
+    # With the backward's activations small, the update is busiest, with its foreach temporaries: an fp32
+    # list as large as the trained shards.
+    light = traced(Phase(**{**vars(backward), "activations": 0, "total": 3 * GB}), update)
+    share = per_device(light, plan(Strategy.FSDP, 2), layers=None)
+    assert share.phase is light.update and share.strategy["fsdp_foreach_step"] == TRAINED * 4 // 2
+    assert "fsdp_foreach_step" not in per_device(light, plan(Strategy.FSDP, 1), layers=None).strategy
