@@ -64,7 +64,7 @@ from bench.report import record, section
 from bench.table import markdown, number
 from core.models import Job
 from core.queue_order import JOBS
-from tests.integration.servers import ROOT, Stack, free_port, stop, wait_for
+from tests.integration.servers import ROOT, Stack, free_port, local_get, stop, wait_for
 
 SUBMIT_CONCURRENCY, GET_CONCURRENCY = 32, 64
 PHASE_LIMIT_S = 60.0
@@ -350,7 +350,7 @@ def start_noop_server() -> tuple[subprocess.Popen[bytes], str]:
     argv = [sys.executable, "-m", "uvicorn", "bench.api_load:noop_app", "--port", str(port), "--log-level"]
     server = subprocess.Popen([*argv, "warning"], cwd=ROOT)
     url = f"http://127.0.0.1:{port}"
-    wait_for(lambda: httpx.get(url).status_code == 200, 60, "no-op server")
+    wait_for(lambda: local_get(url).status_code == 200, 60, "no-op server")
     return server, url
 
 

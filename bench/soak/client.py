@@ -11,7 +11,7 @@ from typing import Any
 
 import httpx
 
-from tests.integration.servers import Stack
+from tests.integration.servers import LOCAL_TLS, Stack
 
 RETRY_S = 0.5
 RETRY_FOR_S = 120.0  # a PostgreSQL restart, or a worker's return, is over well within this
@@ -31,7 +31,7 @@ class User:
         return {"Authorization": f"Bearer {self.key}"}
 
     def client(self, stack: Stack) -> httpx.Client:
-        return httpx.Client(base_url=stack.url, headers=self.headers, timeout=TIMEOUT_S)
+        return httpx.Client(base_url=stack.url, headers=self.headers, timeout=TIMEOUT_S, verify=LOCAL_TLS)
 
     def count(self, outcome: str) -> None:
         with self.lock:

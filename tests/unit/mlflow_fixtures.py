@@ -11,9 +11,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-import httpx
-
-from tests.integration.servers import free_port, wait_for
+from tests.integration.servers import free_port, local_get, wait_for
 
 # The server's own checks: no usage data sent out, no job runners it would start for GenAI features.
 SERVER_ENV = {"MLFLOW_DISABLE_TELEMETRY": "true", "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
@@ -61,7 +59,7 @@ class MlflowServer:
     def _healthy(self) -> bool:
         if not self.running:
             raise RuntimeError(f"mlflow server exited; see {self.root / 'server.log'}")
-        return httpx.get(f"{self.uri}/health", timeout=2).status_code == 200
+        return local_get(f"{self.uri}/health").status_code == 200
 
     def stop(self) -> None:
         if self.proc is None or not self.running:
