@@ -84,11 +84,12 @@ def losses(stack: Stack, job_id: int) -> list[tuple[int, float]]:
 
 # The max_runtime test's job needs no test to act on it mid-run, only time to pass. The limit counts training
 # once the job runs (its start-up is added, tests/unit/worker/test_runtime_deadline.py), so its seconds are
-# seconds of steps (dozens at the least, so the final checkpoint is past step 0): every second of it is two
-# ranks' CPU. Until its first step, though, the limit counts from its placement: a start-up longer than the
-# limit times the job out before any step, as a loaded CI box's did with 5 s.
+# seconds of steps (dozens at the least, so the final checkpoint is past step 0): every second of it is a
+# rank's CPU, so it has one rank. Until its first step, though, the limit counts from its placement: a
+# start-up longer than the limit times the job out before any step, as a loaded CI box's did with 5 s.
 RUNTIME_LIMITED = {
     **RESTARTABLE,
+    "parallel": {"strategy": "single"},
     "train": {**RESTARTABLE["train"], "epochs": 2000},
     "checkpoint": {"every_n_epochs": 0, "every_n_steps": 0, "save_final": False},
     "limits": {"max_runtime_s": 15},
