@@ -88,10 +88,10 @@ slurm: install slurm-packages
 
 # The suite as four pytest processes at once (tests/parts.py), with the linters beside them: the tests on the
 # shared running services (then the benchmarks' smoke runs) in the foreground; those with services of their
-# own, the soak (then the API's, the core's and the trainer's unit tests), the linters and everything else
-# in the background, their output shown once the foreground part ends. Each part prints its 15 slowest tests
-# and its 15 costliest in CPU (tests/cpu_report.py, every test's in var/test-<part>.cpu), so that what makes
-# the suite long shows: on two cores, the CPU the parts take from each other.
+# own, the soak (then the API's and the core's unit tests), the linters and everything else in the
+# background, their output shown once the foreground part ends. Each part prints its 15 slowest tests and its
+# 15 costliest in CPU (tests/cpu_report.py, every test's in var/test-<part>.cpu), so that what makes the suite
+# long shows: on two cores, the CPU the parts take from each other.
 PYTEST := $(VENV)/bin/pytest -q -p no:cacheprovider --durations=15
 test: install-test servers
 	@mkdir -p var; \

@@ -6,11 +6,10 @@ other parts' work fills. `stacks` is every test on one of the shared running ser
 (tests/integration/conftest.py), so that each starts once, then the benchmarks' smoke runs. `services` is the
 modules that start services of their own (the Slurm cluster, hosts, workers and object stores of their own),
 which wait the most and say so with `pytestmark = pytest.mark.own_services`. `rest` is everything else: the
-worker's unit tests, the trainer's runs under torchrun; the linters run beside it. `soak` is the modules
-marked `soak` (bench/soak, light, 2 minutes), which run minutes on their own service from the start, beside
-the others, so that their length is not added to any part's, then the unit tests of the API, the core and
-the trainer, which would otherwise keep `rest` running long after the others' end (it ended a minute or two
-after them with the trainer's). The work that needs
+worker's and the trainer's unit tests, the trainer's runs under torchrun; the linters run beside it. `soak`
+is the modules marked `soak` (bench/soak, light, 2 minutes), which run minutes on their own service from the
+start, beside the others, so that their length is not added to any part's, then the unit tests of the API
+and the core, which would otherwise keep `services` running long after the soak's end. The work that needs
 nothing running is split so that the parts end together: a part left alone at the end waits on one core.
 Without `--part`, pytest runs everything, as before.
 """
@@ -40,7 +39,7 @@ TESTS = Path(__file__).parent
 # Test files that never use a shared running service (its fixtures are tests/integration's).
 OFF_THE_STACKS = (TESTS / "unit", TESTS / "gpu")
 SHARED_STACKS = frozenset({"embedded_stack", "redis_postgres_stack", "stack", "auth_stack"})
-UNIT_TESTS = (TESTS / "unit" / "app", TESTS / "unit" / "core", TESTS / "unit" / "trainers")
+UNIT_TESTS = (TESTS / "unit" / "app", TESTS / "unit" / "core")
 BENCH_SMOKE = (TESTS.parent / "bench" / "tests",)
 OWN_SERVICES = "own_services"  # the markers, declared in pyproject.toml
 SOAK = "soak"
