@@ -186,8 +186,9 @@ class LimitsSpec(Section):
         le=30 * 86400,
         description="no step for this long after the attempt's first: stalled (every rank's stack kept, then "
         "failed, or restarted as limits.max_restarts allows); unset: the larger of 600 s and 20x the median "
-        "time between its step counter's advances; before the first step, the start-up allowance "
-        "(TRAINYARD_SLURM_STARTUP_S, at least 600 s), which a longer value set here extends",
+        "time between its step counter's advances, and for an NCCL job at least limits.collective_timeout_s "
+        "plus 60 s, so that torch's flight recorder has dumped; before the first step, the start-up "
+        "allowance (TRAINYARD_SLURM_STARTUP_S, at least 600 s), which a longer value set here extends",
     )
     max_disk_gb: float | None = Field(
         None, gt=0, le=2**30, description="the run directory's size (checkpoints, logs); past it: disk_limit"
