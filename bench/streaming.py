@@ -1,176 +1,82 @@
-"""Streamed image data (issues 16 and 34): ResNet-50 at 224 px (--image-size), bf16, channels_last, random
-resized crop + flip, on an ImageNet-like JPEG folder this script writes to the machine's disk.
+"""Streamed image data (issues 16, 34 and 48): ResNet-50 at 224 px (--image-size), bf16, channels_last,
+random resized crop + flip, on an ImageNet-like JPEG folder this script writes to the machine's disk.
 
     python -m bench.streaming [--images N] [--classes C] [--picture-px P] [--image-size S] [--dir DIR]
-        [--steps N] [--budget-s S] [--smoke] [--s3 | --s3-only]
+        [--workers N[,N...]] [--steps N] [--budget-s S] [--smoke] [--s3 | --s3-only]
 
 The folder (--images JPEGs of about 400 x 350, or of about P x P with --picture-px, default 50,000, in
 --classes folders, default 100, written by every core at once and kept for the next run) is read by, one
-after another on GPU 0:
-  - the Trainyard trainer streaming it (data.placement=stream), decoded by cores-2 loader workers;
+after another on GPU 0, at each loader-worker count of --workers (default cores-2), a table each:
+  - the Trainyard trainer streaming it (data.placement=stream), decoded by the loader workers;
   - the same, decoded on the GPU (data.decode=gpu);
+  - the same, data.decode=auto: its row names what it chose (bench/streaming_forecast.py gives its plan the
+    forecast the service would store, which auto weighs the workers against); on the CPU, skipped, as
+    auto is the first row there;
   - the same job with the folder decoded once onto the GPU before step 1 (data.placement=gpu);
-  - bench/folder_loop.py: torchvision ImageFolder + PIL transforms + DataLoader(num_workers=cores-2);
-  - with --s3, the first one again on the folder uploaded to moto's S3 server on loopback (bench/s3_root.py):
-    data.root s3://..., each image a GET, the job's cache on; then the same pictures packed into shards of
-    SHARD_SAMPLES (dataset shards, WebDataset's tar layout), streamed from the disk and from the server,
-    where each shard is a few large reads.
+  - bench/folder_loop.py: torchvision ImageFolder + PIL transforms + DataLoader(num_workers=the count);
+  - with --s3, at the first count only, the first one again on the folder uploaded to moto's S3 server on
+    loopback (bench/s3_root.py): data.root s3://..., each image a GET, the job's cache on; then the same
+    pictures packed into shards (dataset shards, WebDataset's tar layout: bench/streaming_folder.py),
+    streamed from the disk and from the server, where each shard is a few large reads.
+Issue 48's targets are at 128 px with 4 and 14 loader workers, on pictures of about 160 px:
+
+    python -m bench.streaming --images 20000 --picture-px 160 --image-size 128 --workers 4,14 --budget-s 1100
+
+(two counts run ten jobs: give them the time, or run --workers 4 and --workers 14 one after the other).
 The trainer runs under torchrun as the worker starts it (tests/integration/trainer_helpers.py), without the
 service: "start→first step" runs from the launch to the trainer's first step. Its img/s is the median of its
 samples_per_s reports after warm-up. GPU utilisation (nvidia-smi) and the CPU cores busy machine-wide
 (/proc/stat: the loader workers and the training process) are sampled twice a second and averaged over the
-timed steps. Rows and the targets' ratios are printed and, unless --smoke, appended to bench/RESULTS.md.
+timed steps. Rows and the targets' ratios (bench/streaming_tables.py) are printed and, unless --smoke,
+appended to bench/RESULTS.md.
 """
 
 from __future__ import annotations
 
 import argparse
-import io
 import json
 import os
-import shutil
 import subprocess
 import sys
-import tarfile
 import tempfile
-import threading
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from bench.budget import Budget
 from bench.report import record, section
-from bench.result import SKIPPED, Result, exit_code, failed, parse
+from bench.result import SKIPPED, exit_code, failed, parse
 from bench.run import CHILD_TIMEOUT_S, child_argv
 from bench.s3_root import s3_root
 from bench.service import Finished, job_result
-from bench.table import markdown, name, number, ratio, times
+from bench.streaming_folder import FOLDER, SHARDS, ensure_folder, ensure_shards, pictures
+from bench.streaming_forecast import forecast, with_forecast
+from bench.streaming_monitor import Monitor
+from bench.streaming_tables import (
+    AUTO_DECODE,
+    FROM_S3,
+    GPU_DECODE,
+    RESIDENT,
+    SHARDS_DISK,
+    SHARDS_S3,
+    STREAMED,
+    Row,
+    hand_written,
+    tables,
+)
 from bench.warm_start import launch_run
 from bench.workload import LR, MOMENTUM, WINDOW_PREFIX, Workload, default_workers, preset
 from jobspec.datadir import DATA_DIR_ENV
 from jobspec.events import MetricsEvent
+from jobspec.forecast import Forecast
 from tests.integration.trainer_helpers import TrainerRun, write_config
-from tests.unit.trainers.image_sets import Pictures, write_folder
 
 BUDGET_S = 560
 IMAGES, CLASSES, SMOKE_IMAGES, SMOKE_CLASSES = 50_000, 100, 64, 4
-FOLDER = "imagenet-like"
-COLUMNS = (
-    "variant",
-    "img/s",
-    "x resident",
-    "x hand-written",
-    "GPU util",
-    "CPU cores busy",
-    "start→first step s",
-)
-STREAMED, GPU_DECODE, RESIDENT, FROM_S3, SHARDS_DISK, SHARDS_S3 = (
-    "streamed (loader workers)",
-    "streamed (data.decode=gpu)",
-    "decoded once, resident",
-    "streamed from a local S3 server",
-    "shards streamed from the disk",
-    "shards streamed from a local S3 server",
-)
-SHARDS = f"{FOLDER}-shards"
-SHARD_SAMPLES = 500  # about 12 MB of ImageNet-sized JPEGs a shard, as WebDataset's guides suggest
-
-
-@dataclass
-class Monitor:
-    """Machine-wide CPU cores busy and GPU 0's utilisation, sampled in a thread: (time, cores, gpu %)."""
-
-    gpu: bool
-    samples: list[tuple[float, float, float | None]] = field(default_factory=list)
-    stop: threading.Event = field(default_factory=threading.Event)
-
-    def __post_init__(self) -> None:
-        threading.Thread(target=self._sample, daemon=True).start()
-
-    def _sample(self) -> None:
-        busy, total = _cpu_jiffies()
-        while not self.stop.wait(0.5):
-            now_busy, now_total = _cpu_jiffies()
-            cores = (now_busy - busy) / max(now_total - total, 1) * (os.cpu_count() or 1)
-            self.samples.append((time.time(), cores, _gpu_percent() if self.gpu else None))
-            busy, total = now_busy, now_total
-
-    def mean(self, window: tuple[float, float] | None) -> tuple[float | None, float | None]:
-        inside = [s for s in self.samples if window and window[0] <= s[0] <= window[1]]
-        if not inside:
-            return None, None
-        gpu = [g for _, _, g in inside if g is not None]
-        return sum(c for _, c, _ in inside) / len(inside), (sum(gpu) / len(gpu) if gpu else None)
-
-
-def _cpu_jiffies() -> tuple[int, int]:
-    fields = [int(value) for value in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
-    return sum(fields) - fields[3] - fields[4], sum(fields)  # busy: all but idle and iowait
-
-
-def _gpu_percent() -> float | None:
-    query = ["nvidia-smi", "--query-gpu=utilization.gpu", "--format=csv,noheader,nounits", "-i", "0"]
-    try:
-        return float(subprocess.run(query, capture_output=True, text=True, timeout=5).stdout.strip())
-    except (OSError, ValueError, subprocess.TimeoutExpired):
-        return None
-
-
-@dataclass(frozen=True)
-class Row:
-    result: Result
-    cores: float | None = None
-    gpu_percent: float | None = None
-
-
-def pictures(images: int, classes: int, smoke: bool, side: int | None) -> Pictures:
-    """ImageNet's shapes (about 400 x 350), or about side x side (each side within 1/8 of it)."""
-    if smoke:
-        return Pictures(count=images, classes=classes, width=(40, 56), height=(36, 48))
-    if side is not None:
-        around = (side - side // 8, side + side // 8)
-        return Pictures(count=images, classes=classes, width=around, height=around)
-    return Pictures(count=images, classes=classes, width=(300, 500), height=(250, 450))
-
-
-def ensure_folder(data_dir: Path, wanted: Pictures) -> Path:
-    """The folder under data_dir, written unless a run with the same pictures left it there."""
-    root, marker = data_dir / FOLDER, data_dir / f"{FOLDER}.json"
-    description = json.dumps(wanted.__dict__)
-    if not (marker.exists() and marker.read_text() == description):
-        started = time.monotonic()
-        shutil.rmtree(root, ignore_errors=True)  # an earlier, larger folder's extra files would be read too
-        write_folder(root, wanted, processes=os.cpu_count() or 1)
-        marker.write_text(description)
-        print(f"wrote {wanted.count} JPEGs in {time.monotonic() - started:.0f}s", file=sys.stderr, flush=True)
-    return root
-
-
-def ensure_shards(data_dir: Path, folder: Path) -> Path:
-    """The folder's pictures packed into shards under data_dir (key.jpg, then key.cls: the class's index in
-    the folder's sorted class names), rewritten whenever the folder was."""
-    root, marker = data_dir / SHARDS, data_dir / f"{SHARDS}.json"
-    description = (data_dir / f"{FOLDER}.json").read_text()
-    if marker.exists() and marker.read_text() == description:
-        return root
-    shutil.rmtree(root, ignore_errors=True)
-    root.mkdir()
-    classes = sorted(path.name for path in folder.iterdir() if path.is_dir())
-    samples = [
-        (label, path) for label, name in enumerate(classes) for path in sorted((folder / name).iterdir())
-    ]
-    for start in range(0, len(samples), SHARD_SAMPLES):
-        with tarfile.open(root / f"shard-{start // SHARD_SAMPLES:05d}.tar", "w") as tar:
-            for label, path in samples[start : start + SHARD_SAMPLES]:
-                key = f"{label:04d}-{path.stem}"
-                tar.add(path, f"{key}.jpg")
-                cls = tarfile.TarInfo(f"{key}.cls")
-                cls.size = len(str(label))
-                tar.addfile(cls, io.BytesIO(str(label).encode()))
-    marker.write_text(description)
-    return root
+# The rank's line of what data.decode=auto chose (trainers/data/decode_choice.py).
+AUTO_LOG = "data: data.decode=auto: "
 
 
 def job_spec(
@@ -217,13 +123,17 @@ def timed_window(events: list[Any], warmup: int) -> tuple[float, float] | None:
     return (after[0], after[-1]) if len(after) > 1 else None
 
 
-def trainer_row(variant: str, spec: dict[str, Any], workload: Workload, run_dir: Path, budget: Budget) -> Row:
-    timeout = budget.timeout(CHILD_TIMEOUT_S)
+def trainer_row(variant: str, spec: dict[str, Any], bench: Bench, run_dir: Path) -> Row:
+    """The trainer's run of `spec`, its plan given the forecast the service would store."""
+    workload = bench.workload
+    timeout = bench.budget.timeout(CHILD_TIMEOUT_S)
     if timeout is None:
         return Row(failed(variant, f"{SKIPPED}: out of time"))
     print(f"\n>>> {variant}", file=sys.stderr, flush=True)
     on_gpu = workload.device == "cuda"
     write_config(run_dir, spec)
+    if bench.figures is not None:
+        with_forecast(run_dir, bench.figures)
     monitor = Monitor(on_gpu)
     started = time.time()
     try:
@@ -240,13 +150,18 @@ def trainer_row(variant: str, spec: dict[str, Any], workload: Workload, run_dir:
     losses = run.metric("loss")
     job = {"created_at": datetime.fromtimestamp(started, UTC).isoformat(), "latest_metrics": {}}
     job["latest_metrics"] = {"loss": losses[-1][1]} if losses else {}
-    result = job_result(variant, Finished(job, events), workload.warmup, on_gpu, world_size=1)
+    result = job_result(
+        chosen(variant, run.log(0)), Finished(job, events), workload.warmup, on_gpu, world_size=1
+    )
     cores, gpu = monitor.mean(timed_window(events, workload.warmup))
     return Row(result, cores, gpu)
 
 
-def hand_written(workers: int) -> str:
-    return f"hand-written ImageFolder loop ({workers} workers)"
+def chosen(variant: str, log: str) -> str:
+    """The variant, with the decoder data.decode=auto chose where its rank's log line says (its first
+    word after the field: cpu or gpu)."""
+    lines = [line for line in log.splitlines() if line.startswith(AUTO_LOG)]
+    return f"{variant}: {lines[0][len(AUTO_LOG) :].split(':')[0]}" if lines else variant
 
 
 def folder_loop_row(root: Path, workload: Workload, workers: int, budget: Budget) -> Row:
@@ -272,95 +187,96 @@ def folder_loop_row(root: Path, workload: Workload, workers: int, budget: Budget
     return Row(replace(found, variant=variant), cores, gpu)
 
 
-def percent(value: float | None) -> str:
-    return "—" if value is None else f"{value:.0f} %"
+@dataclass(frozen=True)
+class Bench:
+    """What every row of a run shares."""
+
+    workload: Workload
+    budget: Budget
+    data_dir: Path
+    runs: Path  # the run directories, fresh each time: a trainer must never read an earlier run's events
+    s3_only: bool
+    figures: Forecast | None  # the model's forecast, stored in every trainer job's plan as the service would
+
+    @property
+    def root(self) -> Path:
+        return self.data_dir / FOLDER
 
 
-def target(label: str, result: Result, reference: Result, goal: str) -> list[str]:
-    return [label, times(ratio(result.images_per_s, reference.images_per_s)), goal]
-
-
-def tables(rows: list[Row]) -> str:
-    """The rows, x the resident job's and the hand-written loop's img/s; then the issue's targets."""
-    streamed, gpu, resident, hand = (row.result for row in rows[:4])
-    named = {row.result.variant: row for row in rows[4:]}
-    body = [
-        [
-            name(row.result),
-            number(row.result.images_per_s, 0),
-            times(ratio(row.result.images_per_s, resident.images_per_s)),
-            times(ratio(row.result.images_per_s, hand.images_per_s)),
-            percent(row.gpu_percent),
-            number(row.cores, 1),
-            number(row.result.latency_s, 1),
-        ]
-        for row in rows
-    ]
-    late = None
-    if streamed.latency_s is not None and resident.latency_s is not None:
-        late = streamed.latency_s - resident.latency_s
-    targets = markdown(
-        ("against", "value", "target"),
-        [
-            target("streamed: resident img/s", streamed, resident, "≥ 0.90x"),
-            target("streamed: hand-written img/s", streamed, hand, "≥ 1.20x"),
-            ["streamed: resident start→first step", number(late, 1) + " s later", "≤ 5 s later"],
-            # issue 34's, at 128 px on pictures of about 160 px
-            target("data.decode=gpu: resident img/s", gpu, resident, "≥ 0.90x"),
-            target("data.decode=gpu: hand-written img/s", gpu, hand, "≥ 1.50x"),
-            # issue 46's: the same streamed job, its folder or its shards in an object store
-            *[
-                target(f"{label}: {against.result.variant} img/s", found.result, against.result, "≥ 0.90x")
-                for label, against in ((SHARDS_S3, named.get(SHARDS_DISK)), (FROM_S3, rows[0]))
-                if (found := named.get(label)) is not None and against is not None
-            ],
-        ],
-    )
-    return markdown(COLUMNS, body) + "\n\n" + targets
-
-
-def measure(args: argparse.Namespace) -> tuple[str, list[Row]]:
-    workload = preset("resnet50", smoke=args.smoke, steps=args.steps)
-    if args.image_size:
-        workload = replace(workload, image_size=args.image_size)
-    budget = Budget(args.budget_s)
-    data_dir = Path(args.dir)
-    images, classes = (SMOKE_IMAGES, SMOKE_CLASSES) if args.smoke else (IMAGES, CLASSES)
-    wanted = pictures(args.images or images, args.classes or classes, args.smoke, args.picture_px)
-    root = ensure_folder(data_dir, wanted)
-    os.environ[DATA_DIR_ENV] = str(data_dir)
-    workers = args.workers
+def worker_rows(bench: Bench, workers: int) -> list[Row]:
+    """One loader-worker count's rows: streamed with each decode, resident, the hand-written loop."""
+    workload = bench.workload
     on_gpu = workload.device == "cuda"
+    gpu_only = on_gpu and not bench.s3_only
     variants = [
         (STREAMED, job_spec(workload, "stream", "cpu", workers)),
-        (GPU_DECODE, job_spec(workload, "stream", "gpu", workers) if on_gpu and not args.s3_only else None),
-        (RESIDENT, None if args.s3_only else job_spec(workload, "gpu" if on_gpu else "cpu", "cpu", workers)),
+        (GPU_DECODE, job_spec(workload, "stream", "gpu", workers) if gpu_only else None),
+        # On a CPU job auto is the loader workers' decoding by its rule: the row above.
+        (AUTO_DECODE, job_spec(workload, "stream", "auto", workers) if gpu_only else None),
+        (RESIDENT, None if bench.s3_only else job_spec(workload, "gpu" if on_gpu else "cpu", "cpu", workers)),
     ]
-    skipped = f"{SKIPPED}: --s3-only" if args.s3_only else f"{SKIPPED}: needs a GPU"
-    # Fresh run directories each time: the folder is kept between runs, and a trainer must never read an
-    # earlier run's events as its own.
-    runs = Path(tempfile.mkdtemp(prefix="runs-", dir=data_dir))
+    skipped = f"{SKIPPED}: --s3-only" if bench.s3_only else f"{SKIPPED}: needs a GPU"
     rows = [
-        trainer_row(variant, spec, workload, runs / str(i), budget) if spec else Row(failed(variant, skipped))
+        trainer_row(variant, spec, bench, bench.runs / f"{workers}-{i}")
+        if spec
+        else Row(failed(variant, skipped))
         for i, (variant, spec) in enumerate(variants)
     ]
     hand = hand_written(workers)
     rows.append(
-        Row(failed(hand, skipped)) if args.s3_only else folder_loop_row(root, workload, workers, budget)
+        Row(failed(hand, skipped))
+        if bench.s3_only
+        else folder_loop_row(bench.root, workload, workers, bench.budget)
     )
+    return rows
+
+
+def s3_rows(bench: Bench, workers: int) -> list[Row]:
+    """Issue 46's: the shards from the disk and from the S3 server, then the folder from the server."""
+    rows, workload = [], bench.workload
+    # The shards first: a few uploads, where the folder's are one per image.
+    shards = ensure_shards(bench.data_dir, bench.root)
+    spec = job_spec(workload, "stream", "cpu", workers, SHARDS, "shards")
+    rows.append(trainer_row(SHARDS_DISK, spec, bench, bench.runs / "shards"))
+    with s3_root(shards) as stored:
+        spec = job_spec(workload, "stream", "cpu", workers, stored, "shards")
+        rows.append(trainer_row(SHARDS_S3, spec, bench, bench.runs / "shards-s3"))
+    with s3_root(bench.root) as stored:
+        spec = job_spec(workload, "stream", "cpu", workers, stored)
+        rows.append(trainer_row(FROM_S3, spec, bench, bench.runs / "s3"))
+    return rows
+
+
+def measure(args: argparse.Namespace) -> tuple[str, dict[int, list[Row]]]:
+    """The rows of each loader-worker count (--workers), the S3 rows with the first."""
+    workload = preset("resnet50", smoke=args.smoke, steps=args.steps)
+    if args.image_size:
+        workload = replace(workload, image_size=args.image_size)
+    data_dir = Path(args.dir)
+    images, classes = (SMOKE_IMAGES, SMOKE_CLASSES) if args.smoke else (IMAGES, CLASSES)
+    ensure_folder(
+        data_dir, pictures(args.images or images, args.classes or classes, args.smoke, args.picture_px)
+    )
+    os.environ[DATA_DIR_ENV] = str(data_dir)
+    on_gpu = workload.device == "cuda"
+    runs = Path(tempfile.mkdtemp(prefix="runs-", dir=data_dir))
+    # The model's forecast is the same at every worker count: asked once.
+    auto = job_spec(workload, "stream", "auto", args.workers[0])
+    figures = forecast(write_config(runs / "forecast", auto)) if on_gpu and not args.s3_only else None
+    bench = Bench(workload, Budget(args.budget_s), data_dir, runs, args.s3_only, figures)
+    rows = {workers: worker_rows(bench, workers) for workers in args.workers}
     if args.s3 or args.s3_only:
-        # The shards first: a few uploads, where the folder's are one per image.
-        shards = ensure_shards(data_dir, root)
-        spec = job_spec(workload, "stream", "cpu", workers, SHARDS, "shards")
-        rows.append(trainer_row(SHARDS_DISK, spec, workload, runs / "shards", budget))
-        with s3_root(shards) as stored:
-            spec = job_spec(workload, "stream", "cpu", workers, stored, "shards")
-            rows.append(trainer_row(SHARDS_S3, spec, workload, runs / "shards-s3", budget))
-        with s3_root(root) as stored:
-            spec = job_spec(workload, "stream", "cpu", workers, stored)
-            rows.append(trainer_row(FROM_S3, spec, workload, runs / "s3", budget))
-    device = "cpu" if not on_gpu else next((r.result.device for r in rows if r.result.device), "GPU")
-    return device, rows
+        rows[args.workers[0]] += s3_rows(bench, args.workers[0])
+    found = (row.result.device for counted in rows.values() for row in counted if row.result.device)
+    return ("cpu" if not on_gpu else next(found, "GPU")), rows
+
+
+def worker_counts(text: str) -> list[int]:
+    """--workers: one count, or several separated by commas (4,14), each at least 1."""
+    counts = [int(part) for part in text.split(",")]
+    if not counts or min(counts) < 1:
+        raise argparse.ArgumentTypeError(f"--workers {text}: give counts of at least 1, e.g. 4,14")
+    return counts
 
 
 def main() -> int:
@@ -376,7 +292,12 @@ def main() -> int:
     )
     parser.add_argument("--image-size", type=int, help="the model's input side (default 224; --smoke: 32)")
     parser.add_argument("--dir", default="/tmp/trainyard-bench-images", help="where the folder is written")
-    parser.add_argument("--workers", type=int, default=default_workers(), help="loader workers (cores-2)")
+    parser.add_argument(
+        "--workers",
+        type=worker_counts,
+        default=[default_workers()],
+        help="loader workers, or a list (4,14): every row at each count (default cores-2)",
+    )
     parser.add_argument("--steps", type=int, help="timed steps (after warm-up) per variant")
     parser.add_argument("--budget-s", type=float, default=BUDGET_S, help="skip variants past this")
     parser.add_argument("--smoke", action="store_true", help="tiny sizes on the CPU; prints only")
@@ -388,9 +309,10 @@ def main() -> int:
     )
     args = parser.parse_args()
     device, rows = measure(args)
-    heading, body = section(device, 1, tables(rows)).split("\n", 1)
-    record(f"{heading} (issues 16 and 34: streamed image data)\n{body}", args.smoke)
-    return exit_code([row.result for row in rows])
+    body = "\n\n".join(f"### {workers} loader workers\n\n{tables(found)}" for workers, found in rows.items())
+    heading, body = section(device, 1, body).split("\n", 1)
+    record(f"{heading} (issues 16, 34 and 48: streamed image data)\n{body}", args.smoke)
+    return exit_code([row.result for found in rows.values() for row in found])
 
 
 if __name__ == "__main__":

@@ -3,10 +3,11 @@ the rest of the spec. No torch: the API plans with this, and the rank applies th
 the file count and its free memory (trainers/data/images.py).
 
 A built-in dataset is held whole (resident) on the device, or in host memory with data.placement=cpu: the
-fast path. image_folder and shards can also be streamed: decoded per epoch by loader workers (or the GPU),
-never held whole. data.placement=auto keeps them resident when their decoded size, files x 3 x
-data.load_size^2 bytes, is at most RESIDENT_SHARE of the memory they would live in: the GPU's free memory
-on a GPU job; on a CPU job the host's available memory shared by the host's ranks (each holds a copy).
+fast path. image_folder and shards can also be streamed: decoded per epoch by loader workers or the GPU
+(data.decode; under auto, jobspec/decode_plan.py's rule decides at start), never held whole.
+data.placement=auto keeps them resident when their decoded size, files x 3 x data.load_size^2 bytes, is at
+most RESIDENT_SHARE of the memory they would live in: the GPU's free memory on a GPU job; on a CPU job the
+host's available memory shared by the host's ranks (each holds a copy).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from collections.abc import Iterator
 from enum import StrEnum
 
 from jobspec.catalog.datasets import DATASETS, InputKind
+from jobspec.decode_plan import auto_rule
 from jobspec.problems import Problem
 from jobspec.spec import DataPlacement, DataSpec, JobSpec, Loss, Strategy
 from jobspec.spec_augment import Decode
@@ -56,6 +58,15 @@ def fits(files: int, side: int, free_bytes: int) -> tuple[bool, str]:
     return need <= budget, reason
 
 
+def stream_reader(data: DataSpec, device: str) -> str:
+    """Who decodes a streamed set, or under data.decode=auto on a GPU job, by what rule it is decided."""
+    if data.decode is Decode.GPU:
+        return "the GPU (nvJPEG)"
+    if data.decode is Decode.AUTO and device == "cuda":
+        return auto_rule(data.loader_workers)
+    return f"{data.loader_workers} loader workers"
+
+
 def plan_data(spec: JobSpec, device: str) -> tuple[DataPath, str]:
     """How the job's data is read, and why."""
     data = spec.inputs.data
@@ -66,15 +77,15 @@ def plan_data(spec: JobSpec, device: str) -> tuple[DataPath, str]:
     if not DATASETS[data.dataset].streams:
         return DataPath.RESIDENT, f"{data.dataset} is held whole"
     if data.placement is DataPlacement.STREAM:
-        reader = "the GPU (nvJPEG)" if data.decode is Decode.GPU else f"{data.loader_workers} loader workers"
-        return DataPath.STREAM, f"data.placement=stream: decoded per epoch by {reader}"
+        return DataPath.STREAM, f"data.placement=stream: decoded per epoch by {stream_reader(data, device)}"
     if data.placement is not DataPlacement.AUTO:
         return DataPath.RESIDENT, f"data.placement={data.placement}: decoded once, held whole"
     where = "the GPU's free memory" if device == "cuda" else "the host's available memory per rank"
     side = load_side(data)
     return DataPath.BY_SIZE, (
         f"data.placement=auto: held whole if its decoded size (files x {decoded_bytes(1, side):,} bytes at "
-        f"{side} px) is at most {RESIDENT_SHARE:.0%} of {where} when the job starts, else streamed"
+        f"{side} px) is at most {RESIDENT_SHARE:.0%} of {where} when the job starts, else streamed, decoded "
+        f"per epoch by {stream_reader(data, device)}"
     )
 
 

@@ -19,6 +19,7 @@ Spread = Annotated[float, Field(gt=0.0, le=10.0)]
 
 
 class Decode(StrEnum):
+    AUTO = "auto"  # gpu where the loader workers cannot keep up with the model, else cpu: decided at start
     CPU = "cpu"  # in DataLoader worker processes (PIL)
     GPU = "gpu"  # nvJPEG on the rank's GPU, a batch at a time
 

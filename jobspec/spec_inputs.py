@@ -13,6 +13,7 @@ from pydantic import Field, JsonValue, TypeAdapter, ValidationInfo, field_valida
 from jobspec.catalog.archs import Arch
 from jobspec.catalog.datasets import DatasetName
 from jobspec.data_store import STORED_DATASETS, is_store_root, parse_store_root
+from jobspec.decode_plan import GPU_DECODE_KEEPS
 from jobspec.spec_augment import AugmentSpec, Decode, OnBadSample
 from jobspec.spec_env import SECRET_NAME_PATTERN
 from jobspec.spec_fields import Choice, EntryPoint, KwargValue, Section, known
@@ -247,8 +248,10 @@ class DataSpec(Section):
         "kept) before the device crops them to data.image_size; default: data.image_size, else 64",
     )
     decode: Choice[Decode] = Field(
-        Decode.CPU,
-        description="streamed image_folder, shards: cpu (loader workers) or gpu (nvJPEG, JPEGs only)",
+        Decode.AUTO,
+        description="streamed image_folder, shards: cpu (loader workers), gpu (nvJPEG, JPEGs only), or auto: "
+        "gpu when the loader workers, timed on the job's first JPEGs at start, decode under "
+        f"{GPU_DECODE_KEEPS:.0%} of the images a second the forecast says the model takes; else cpu",
     )
     on_bad_sample: Choice[OnBadSample] = Field(
         OnBadSample.FAIL,

@@ -142,7 +142,7 @@ def load_data(spec: JobSpec, plan: Plan, bundle: Bundle | None, device: torch.de
     if spec.inputs.data.dataset is not None and DATASETS[spec.inputs.data.dataset].input is InputKind.TOKENS:
         return load_tokens(spec.inputs.data, spec.train.seed)
     if spec.inputs.data.dataset is not None and DATASETS[spec.inputs.data.dataset].streams:
-        return load_images(spec, device, plan.nproc_per_node)
+        return load_images(spec, plan, device)
     return load_dataset(spec.inputs.data, spec.train.seed)
 
 

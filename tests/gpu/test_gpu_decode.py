@@ -122,7 +122,9 @@ def test_training_steps_decoded_a_batch_ahead_equal_an_idle_decode_of_their_file
     samples = Labelled(64)
     data = {"dataset": "image_folder", "root": "unused", "image_size": SIDE, "decode": "gpu"}
     spec = JobSpec.model_validate({"model": {"arch": "mlp"}, "data": data, "train": {"batch_size": 16}})
-    images = streamed_images(spec, ImageSet(samples, samples.count, np.arange(samples.count), np.arange(0)))
+    images = streamed_images(
+        spec, ImageSet(samples, samples.count, np.arange(samples.count), np.arange(0)), encoded=True
+    )
     batching = Batching(per_rank_batch=16, micro_batch=16, seed=3, workers=0, device=cuda())
     env = DistEnv(rank=0, local_rank=0, world_size=1, device=cuda())
     steps = ImageSteps(images, env, batching, BadSamples(spec.data.on_bad_sample))

@@ -7,8 +7,9 @@ the tail beyond ranks x floor(samples / ranks) is not seen that epoch, nor the s
 incomplete step), and a rank's loader workers split its batches between them, so each sample of the
 epoch's shards is read once. A resumed job starts at its step's epoch and position and reads none of the
 skipped samples. Loader workers decode into pinned memory (on a GPU job), each two batches ahead of the
-step; the copy to the device is asynchronous. With data.decode=gpu they read bytes only, and the GPU
-decodes each batch on a stream of its own, the next training batch in a thread while the current one trains.
+step; the copy to the device is asynchronous. With data.decode=gpu (or auto's choice of it,
+trainers/data/decode_choice.py) they read bytes only, and the GPU decodes each batch on a stream of its own,
+the next training batch in a thread while the current one trains.
 """
 
 from __future__ import annotations
@@ -21,12 +22,14 @@ from pathlib import Path
 import torch
 
 from jobspec.data_plan import DataPath, fits, load_side, plan_data
+from jobspec.plan import Plan
 from jobspec.spec import JobSpec
-from jobspec.spec_augment import Decode, OnBadSample
+from jobspec.spec_augment import OnBadSample
 from trainers.data import SOURCES, LoadedData, View
 from trainers.data.augment import Transform, Transformed
 from trainers.data.batches import Batch, Counts, no_counts
 from trainers.data.decode import Encoded, OnDevice, decode_on_device
+from trainers.data.decode_choice import gpu_decodes
 from trainers.data.held_out import AnyLeft, LoaderHeldOut, Shard
 from trainers.data.images import BadSamples, DecodedImages, ImageSet, collate, decode_whole
 from trainers.data.steps import Batching, SampledSteps
@@ -43,7 +46,7 @@ class StreamedImages:
     native_size: int  # the decoded side
     channels: int = 3
     tokens: bool = False
-    encoded: bool = False  # the loader yields JPEG bytes, decoded on the device (data.decode=gpu)
+    encoded: bool = False  # the loader yields JPEG bytes, decoded on the device (data.decode=gpu, or auto)
 
 
 def free_memory(device: torch.device, ranks_per_host: int) -> int:
@@ -65,9 +68,10 @@ def streams(spec: JobSpec, files: int, device: torch.device, ranks_per_host: int
     return not held, f"data.placement=auto: {why}: {'held whole' if held else 'streamed'}"
 
 
-def streamed_images(spec: JobSpec, images: ImageSet) -> StreamedImages:
+def streamed_images(spec: JobSpec, images: ImageSet, *, encoded: bool) -> StreamedImages:
+    """The set ready to stream: decoded by the loader workers, or (encoded) read as bytes for the GPU."""
     data, side = spec.inputs.data, load_side(spec.inputs.data)
-    encoded, replace = data.decode is Decode.GPU, data.on_bad_sample is OnBadSample.SKIP
+    replace = data.on_bad_sample is OnBadSample.SKIP
     train, val = (
         DecodedImages(images.samples, indices, side, encoded, replace)
         for indices in (images.train, images.val)
@@ -76,16 +80,17 @@ def streamed_images(spec: JobSpec, images: ImageSet) -> StreamedImages:
     return StreamedImages(reader, images.num_classes, side, encoded=encoded)
 
 
-def load_images(spec: JobSpec, device: torch.device, ranks_per_host: int) -> LoadedData | StreamedImages:
-    """image_folder or shards, listed (or indexed), then decoded whole or made ready to stream."""
+def load_images(spec: JobSpec, plan: Plan, device: torch.device) -> LoadedData | StreamedImages:
+    """image_folder or shards, listed (or indexed), then decoded whole or made ready to stream, its decoder
+    chosen (data.decode)."""
     assert spec.inputs.data.dataset is not None
     open_set = SOURCES[spec.inputs.data.dataset].images
     assert open_set is not None, f"{spec.inputs.data.dataset} is not read from image files"
     images = open_set(spec.inputs.data, spec.train.seed)
-    stream, reason = streams(spec, len(images.samples), device, ranks_per_host)
+    stream, reason = streams(spec, len(images.samples), device, plan.nproc_per_node)
     print(f"data: {reason}", flush=True)
     if stream:
-        return streamed_images(spec, images)
+        return streamed_images(spec, images, encoded=gpu_decodes(spec, plan, images, device))
     train_x, train_y, val_x, val_y = decode_whole(images, spec.inputs.data, load_side(spec.inputs.data))
     return LoadedData((train_x, train_y), (val_x, val_y), images.num_classes)
 

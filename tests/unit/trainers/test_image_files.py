@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from jobspec.data_plan import fits
+from jobspec.plan import resolve_plan
 from jobspec.spec import DataSpec, JobSpec
 from tests.unit.trainers.image_sets import Pictures, write_folder, write_shards
 from trainers.data import load_dataset
@@ -94,7 +95,7 @@ def test_auto_holds_a_set_whole_when_it_fits_and_stream_streams_it(
     def loaded(placement: str) -> object:
         data = {"dataset": "image_folder", "root": "pets", "load_size": 16, "placement": placement}
         spec = JobSpec.model_validate({"model": {"arch": "mlp"}, "data": data})
-        return load_images(spec, torch.device("cpu"), ranks_per_host=1)
+        return load_images(spec, resolve_plan(spec), torch.device("cpu"))
 
     assert not isinstance(loaded("auto"), StreamedImages)
     assert "30 images at 16 px take" in capsys.readouterr().out

@@ -18,7 +18,7 @@ from PIL import Image
 
 from jobspec.plan import resolve_plan
 from jobspec.spec import JobSpec
-from jobspec.spec_augment import OnBadSample
+from jobspec.spec_augment import Decode, OnBadSample
 from trainers.components import feeds
 from trainers.data import LoadedData
 from trainers.data.decode import Encoded, decode_on_device
@@ -76,7 +76,8 @@ def job(workers: int = 0, on_bad_sample: str = "fail", augment: bool = False, de
 
 
 def streamed(spec: JobSpec, samples: Numbered) -> StreamedImages:
-    return streamed_images(spec, ImageSet(samples, samples.count, np.arange(samples.count), np.arange(0)))
+    images = ImageSet(samples, samples.count, np.arange(samples.count), np.arange(0))
+    return streamed_images(spec, images, encoded=spec.data.decode is Decode.GPU)
 
 
 def steps(samples: Numbered, rank: int = 0, world: int = 1, workers: int = 0, **job_args: str) -> ImageSteps:
