@@ -3,14 +3,14 @@ first request, not at import."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from fastapi import Depends, FastAPI
 
-from app.api.deps import get_caller
 from app.api.errors import install_error_handlers
-from app.api.fair_share import take_turn
+from app.api.gate import V1Gate
 from app.api.guards import install_request_guards
 from app.api.openapi import install_openapi, problems
 from app.api.routes import (
@@ -36,12 +36,14 @@ from app.api.routes import (
 )
 from app.api.routes.prometheus import install_prometheus
 from app.api.slow_requests import SlowRequestLog
-from app.api.storable import RefuseUnstorableText
 from app.services.forecasts import forecasting
 from app.services.integrations.mlflow_exporter import exporting
 from core.config import get_settings
+from core.doorbell import drain_rings
 
 API_PREFIX = "/v1"
+# How long a stopping API waits for its last rings to reach the broker.
+RINGS_DRAIN_S = 5.0
 
 
 @asynccontextmanager
@@ -51,6 +53,8 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     async with webhooks.lifespan(app):
         with exporting(get_settings()), forecasting(get_settings()):
             yield
+    # The rings of the last submissions, before the process goes (the reaper would ring for them later).
+    await asyncio.to_thread(drain_rings, RINGS_DRAIN_S)
 
 
 def create_app() -> FastAPI:
@@ -66,12 +70,7 @@ def create_app() -> FastAPI:
     # The one body that is not a JSON spec: a code bundle's archive, capped by TRAINYARD_CODE_MAX_BYTES.
     raw_bodies = [("POST", f"{API_PREFIX}{code.router.prefix}")]
     install_error_handlers(app, streamed=raw_bodies)
-    # Auth first: a turn is taken (app/api/fair_share.py), and text checked, only for a caller who may.
-    v1_dependencies = [
-        Depends(get_caller),
-        Depends(take_turn, scope="function"),
-        Depends(RefuseUnstorableText(raw_bodies)),
-    ]
+    v1_dependencies = [Depends(V1Gate(raw_bodies), scope="function")]
     for module in (
         jobs,
         sweeps,

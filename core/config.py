@@ -135,6 +135,14 @@ class Settings(BaseSettings):
         le=1_000_000,
         description="connections and requests the API holds at once; past it a new request gets 503",
     )
+    api_read_threads: int = Field(
+        2,
+        ge=1,
+        le=64,
+        description="threads per API process that answer the polled reads (a job, a page of jobs, the "
+        "queue); more overlap a server database's round trips, but each one more that wants Python at once "
+        "makes every request dearer",
+    )
     max_header_bytes: int = Field(
         65536, ge=4096, le=2**24, description="h11: the largest unfinished request head the API buffers"
     )

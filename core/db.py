@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
+import threading
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from functools import lru_cache, partial
 from pathlib import Path
@@ -106,3 +109,27 @@ async def run_in_session(work: Callable[Concatenate[Session, P], T], *args: P.ar
     """Run `work(session, ...)`, a unit of work that writes, in a pool thread and a session of its own: the
     request's whole unit of work in one hop, with at most SQLITE_UNITS_AT_ONCE of them at once on SQLite."""
     return await to_thread.run_sync(partial(_in_session, work, *args, **kwargs), limiter=_units_limiter())
+
+
+# The reads clients poll (a job, a page of jobs, the queue) are short and never wait for a writer (SQLite's
+# WAL, PostgreSQL's MVCC). They run on a few threads of their own, not on anyio's pool of 40 that sync routes
+# and writes share: the threads that want the GIL at once take turns at it, and every turn costs CPU, so a
+# read answered by one of 40 busy threads cost about twice what it costs on one of two (bench/RESULTS.md).
+_read_pool: ThreadPoolExecutor | None = None
+_read_pool_lock = threading.Lock()
+
+
+def _readers() -> ThreadPoolExecutor:
+    global _read_pool
+    with _read_pool_lock:
+        if _read_pool is None:
+            threads = get_settings().api_read_threads
+            _read_pool = ThreadPoolExecutor(threads, thread_name_prefix="trainyard-read")
+        return _read_pool
+
+
+async def run_read(work: Callable[Concatenate[Session, P], T], *args: P.args, **kwargs: P.kwargs) -> T:
+    """Run `work(session, ...)`, a read that writes nothing, on the API's read threads, in a session of its
+    own: the request's whole read in one thread hop."""
+    read = partial(_in_session, work, *args, **kwargs)
+    return await asyncio.get_running_loop().run_in_executor(_readers(), read)

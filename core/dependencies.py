@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 
 from kombu.exceptions import OperationalError
-from sqlalchemy import delete, select, update
+from sqlalchemy import delete, insert, select, update
 from sqlalchemy.orm import Session
 
 from core.db import session_scope
@@ -38,15 +38,14 @@ def waiting_message(ids: list[int]) -> str:
     return f"waiting for {jobs_text(ids)} to succeed (depends_on)"
 
 
-def record_dependencies(session: Session, job: Job, unmet: list[int]) -> None:
+def record_dependencies(session: Session, job_id: int, unmet: list[int]) -> None:
     """In the submission's transaction, once the job has its id: it waits for `unmet`, the jobs of its
     depends_on that have not ended yet."""
     if not unmet:
         return
-    job.waiting_on = len(unmet)
-    job.status_reason = WAITING_FOR_JOBS
-    job.message = waiting_message(unmet)
-    session.add_all(JobDependency(job_id=job.id, depends_on_id=parent) for parent in unmet)
+    waiting = {"waiting_on": len(unmet), "status_reason": WAITING_FOR_JOBS, "message": waiting_message(unmet)}
+    session.execute(update(Job).where(Job.id == job_id).values(waiting))
+    session.execute(insert(JobDependency), [{"job_id": job_id, "depends_on_id": parent} for parent in unmet])
     session.execute(update(Job).where(Job.id.in_(unmet)).values(has_dependants=True))
 
 

@@ -3,7 +3,12 @@ worker re-ringing) needs none of the worker's code. The database decides who run
 
 from __future__ import annotations
 
+import logging
+import os
 import sqlite3
+import threading
+import time
+from collections.abc import Callable
 from contextlib import closing
 from functools import lru_cache
 from pathlib import Path
@@ -16,6 +21,10 @@ RUN_JOB_TASK = "trainyard.run_job"  # on the shared queue: any worker places the
 RUN_NODE_TASK = "trainyard.run_node"  # on a host's own queue: only that host's worker runs its node
 SHARED_QUEUE = "trainyard"
 EMBEDDED_BROKER = "sqla+sqlite:///"
+
+log = logging.getLogger(__name__)
+# The least time between two rings of one process: a submission's job starts that much later at most.
+RING_GAP_S = 0.05
 
 
 def host_queue(host: str) -> str:
@@ -83,3 +92,73 @@ def ring_unless_pending(job_id: int) -> bool:
 def dispatch_node(job_id: int, attempt: int, node_rank: int, host: str) -> None:
     """Hand one node of a placed job to the worker of the host that leased its GPUs, and to no other."""
     get_celery().send_task(RUN_NODE_TASK, args=[job_id, attempt, node_rank], queue=host_queue(host))
+
+
+class Ringer:
+    """Rings for submissions, sent by a thread of its own: one ring for all the submissions that come while
+    one is being sent. A ring only wakes a worker, which claims the queue in start order whatever job the
+    ring names and rings again for the rest (worker/executors/local/runner.py::run_job), so a ring sent
+    after a job's row was committed is all that job needs. A burst of submissions then sends a few rings
+    rather than one each (a ring is a write and a commit on the embedded broker), and no submission waits
+    for the broker. Rings follow each other at least `gap_s` apart, so a steady stream of submissions costs
+    a few rings a second, and a job's start waits that much at most. A ring that fails is logged: the
+    worker's reaper rings again for queued jobs."""
+
+    def __init__(self, send: Callable[[int], None] = enqueue_job, gap_s: float = RING_GAP_S) -> None:
+        self._send, self._gap_s = send, gap_s
+        self._changed = threading.Condition()
+        self._due: int | None = None  # the newest job whose ring is not sent yet
+        self._sending = False
+        self._thread: threading.Thread | None = None
+
+    def ring(self, job_id: int) -> None:
+        """Ring for `job_id`, whose row is committed, soon."""
+        with self._changed:
+            self._due = job_id
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._send_due, name="trainyard-doorbell", daemon=True)
+                self._thread.start()
+            self._changed.notify_all()
+
+    def drain(self, timeout_s: float) -> bool:
+        """Wait until every ring asked for is sent (or failed); whether that happened within `timeout_s`."""
+        with self._changed:
+            return self._changed.wait_for(lambda: self._due is None and not self._sending, timeout_s)
+
+    def _send_due(self) -> None:
+        while True:
+            with self._changed:
+                while self._due is None:
+                    self._changed.wait()
+                job_id, self._due, self._sending = self._due, None, True
+            try:
+                self._send(job_id)
+            except Exception:  # the thread serves every later submission: it must not end here
+                log.warning("no ring for job %s: it waits for the reaper's", job_id, exc_info=True)
+            finally:
+                with self._changed:
+                    self._sending = False
+                    self._changed.notify_all()
+            time.sleep(self._gap_s)
+
+
+_ringer = Ringer()
+
+
+def _new_ringer_after_fork() -> None:
+    """A forked child has none of its parent's threads: its rings need a sender of its own."""
+    global _ringer
+    _ringer = Ringer()
+
+
+os.register_at_fork(after_in_child=_new_ringer_after_fork)
+
+
+def ring_soon(job_id: int) -> None:
+    """Ring for a submitted job, whose row is committed, from the process's ringing thread (Ringer)."""
+    _ringer.ring(job_id)
+
+
+def drain_rings(timeout_s: float) -> bool:
+    """Wait for the rings asked for in this process to be sent: before it exits, and in tests."""
+    return _ringer.drain(timeout_s)

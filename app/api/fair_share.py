@@ -13,14 +13,12 @@ local admin's, and nobody takes turns.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Annotated
 
 from anyio import Semaphore
 from anyio.lowlevel import RunVar
-from fastapi import Depends
 
-from app.api.auth import get_caller
 from app.services.errors import QuotaExceeded
 from app.services.keys import Caller
 from core.config import AuthMode, get_settings
@@ -57,9 +55,10 @@ def _refusal(user: str, waiting: int, in_flight: int) -> QuotaExceeded:
     )
 
 
-async def take_turn(caller: Annotated[Caller, Depends(get_caller)]) -> AsyncIterator[None]:
-    """A dependency of every /v1 route (app/main.py) with `scope="function"`: FastAPI releases the turn once
-    the route's answer is made, before its body is sent."""
+@asynccontextmanager
+async def turn(caller: Caller) -> AsyncIterator[None]:
+    """The caller's turn, held by every /v1 route's gate (app/api/gate.py), which FastAPI leaves once the
+    route's answer is made, before its body is sent."""
     settings = get_settings()
     if settings.auth is AuthMode.OFF:  # one user (the local admin): there is no one else to take turns with
         yield

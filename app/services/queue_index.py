@@ -17,7 +17,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from weakref import WeakKeyDictionary
 
-from sqlalchemy import Engine, func, select
+from sqlalchemy import Engine, bindparam, func, select
 from sqlalchemy.orm import Session
 
 from core.queue_order import JOBS, QUEUE_CHANGES, USAGE
@@ -29,6 +29,14 @@ _HEAD = select(func.max(QUEUE_CHANGES.c.version))
 _QUEUED = select(JOBS.c.id, JOBS.c.priority, JOBS.c.owner).where(
     JOBS.c.status == JobStatus.QUEUED, JOBS.c.waiting_on == 0
 )
+# Built once with parameters, as the queries run at every change: SQLAlchemy then finds them compiled
+# without working out a new statement's cache key each time.
+_CHANGES_AFTER = (
+    select(QUEUE_CHANGES.c.version, QUEUE_CHANGES.c.job_id)
+    .where(QUEUE_CHANGES.c.version > bindparam("after"))
+    .order_by(QUEUE_CHANGES.c.version)
+)
+_QUEUED_AMONG = _QUEUED.where(JOBS.c.id.in_(bindparam("ids", expanding=True)))
 
 
 @dataclass(frozen=True)
@@ -80,15 +88,12 @@ class _Index:
         head = session.scalar(_HEAD) or 0
         if head == self.version:
             return
-        after = select(QUEUE_CHANGES.c.version, QUEUE_CHANGES.c.job_id).where(
-            QUEUE_CHANGES.c.version > self.version
-        )
-        changes = session.execute(after.order_by(QUEUE_CHANGES.c.version)).all()
+        changes = session.execute(_CHANGES_AFTER, {"after": self.version}).all()
         if self.version < 0 or head < self.version or not changes or changes[0].version != self.version + 1:
             self.reload(session, head)
             return
         changed = {change.job_id for change in changes}
-        now = session.execute(_QUEUED.where(JOBS.c.id.in_(changed))).all()
+        now = session.execute(_QUEUED_AMONG, {"ids": list(changed)}).all()
         for job_id in changed:
             self.remove(job_id)
         for row in now:

@@ -18,12 +18,15 @@ from sqlalchemy.orm import Session
 from app.main import create_app
 from core import db
 from core.config import Settings, get_settings
-from core.doorbell import get_celery
+from core.doorbell import drain_rings, get_celery
 from core.models import Base, Job, JobEvent
 from jobspec.datadir import DATA_DIR_ENV
 
+RING_WAIT_S = 30.0
+
 
 def _clear_caches() -> None:
+    drain_rings(RING_WAIT_S)  # a ring asked for under these settings goes to their broker, not the next's
     if get_celery.cache_info().currsize:
         get_celery().close()
     get_celery.cache_clear()
@@ -91,7 +94,8 @@ def job_body(**sections: Any) -> dict[str, Any]:
 
 
 def enqueued(settings: Settings) -> list[int]:
-    """Job ids waiting in the embedded broker, oldest first."""
+    """Job ids rung for in the embedded broker, oldest first, once the rings asked for are sent."""
+    assert drain_rings(RING_WAIT_S), f"rings still unsent after {RING_WAIT_S} s"
     path = settings.broker_url.removeprefix("sqla+sqlite:///")
     if not Path(path).exists():
         return []

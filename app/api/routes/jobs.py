@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, Header, Query, Response, status
-from fastapi.concurrency import run_in_threadpool
 from sqlalchemy.orm import Session
 
 from app.api.caching import IfNoneMatch, revalidated, revalidated_json
@@ -23,7 +22,7 @@ from app.schemas import (
 from app.services import jobs, submit
 from app.services.keys import Caller
 from core.config import Settings
-from core.db import new_session, run_in_session
+from core.db import run_in_session, run_read
 from core.states import JobStatus
 from jobspec.plan import Plan
 from jobspec.spec import JobSpec
@@ -82,8 +81,7 @@ def _submit(
     response_model=JobsPublic,
     responses=revalidated("the page"),
 )
-def list_jobs(
-    session: SessionDep,
+async def list_jobs(
     caller: CallerDep,
     status_filter: Annotated[JobStatus | None, Query(alias="status")] = None,
     cursor: Annotated[
@@ -97,7 +95,7 @@ def list_jobs(
     # The dashboard's jobs page polls this. Serialised once from the models built for it, where a returned
     # model would be dumped, validated again and serialised (FastAPI's response_model); a page unchanged
     # since the client's copy is a 304 without a body.
-    page, next_cursor = jobs.list_jobs(session, caller, status_filter, cursor, limit)
+    page, next_cursor = await run_read(jobs.list_jobs, caller, status_filter, cursor, limit)
     return revalidated_json(JobsPublic(data=page, next_cursor=next_cursor), if_none_match)
 
 
@@ -111,14 +109,13 @@ def list_jobs(
 )
 async def get_job(job_id: JobId, caller: CallerDep, if_none_match: IfNoneMatch = None) -> Response:
     # The route clients poll most: the session, the row, the owner check and the queue position in one trip
-    # to a pool thread, where SessionDep and OwnedJob would take one each.
-    shown = await run_in_threadpool(_shown_job, job_id, caller)
+    # to a read thread, where SessionDep and OwnedJob would take one each to anyio's pool.
+    shown = await run_read(_shown_job, job_id, caller)
     return revalidated_json(shown, if_none_match)
 
 
-def _shown_job(job_id: int, caller: Caller) -> JobPublic:
-    with new_session() as session:
-        return jobs.public_job(session, jobs.get_owned_row(session, job_id, caller))
+def _shown_job(session: Session, job_id: int, caller: Caller) -> JobPublic:
+    return jobs.public_job(session, jobs.get_owned_row(session, job_id, caller))
 
 
 @router.patch(

@@ -70,6 +70,7 @@ def test_events_of_unknown_job_is_404(client: TestClient) -> None:
 
 def test_retry_makes_a_new_job_with_the_same_spec(client: TestClient, settings: Settings) -> None:
     old = submit(client, priority=7)
+    assert enqueued(settings) == [old["id"]]
     client.post(f"/v1/jobs/{old['id']}/cancel")
     response = client.post(f"/v1/jobs/{old['id']}/retry")
     assert response.status_code == 201, response.text

@@ -13,7 +13,7 @@ import httpx
 import pytest
 from sqlalchemy.orm import Session
 
-from app.api.fair_share import take_turn
+from app.api.fair_share import turn
 from app.main import create_app
 from app.services.keys import Caller
 from core.config import Settings, get_settings
@@ -27,7 +27,7 @@ async def held(user: str, turns: int) -> AsyncIterator[None]:
     """`turns` of `user`'s turns taken, as that many of their requests being served would take them."""
     async with AsyncExitStack() as stack:
         for _ in range(turns):
-            await stack.enter_async_context(asynccontextmanager(take_turn)(Caller(user)))
+            await stack.enter_async_context(turn(Caller(user)))
         yield
 
 

@@ -31,7 +31,7 @@ def dependant(database: WorkerDb, *parents: int) -> int:
     """A queued job that waits for `parents`, recorded as a submission records it."""
     job_id = database.add_job()
     with session_scope() as session:
-        record_dependencies(session, session.get_one(Job, job_id), list(parents))
+        record_dependencies(session, job_id, list(parents))
     return job_id
 
 
@@ -77,7 +77,7 @@ def test_placement_passes_over_a_waiting_job_and_keeps_no_room_for_it(database: 
     # First in start order (priority) and asking for every GPU: were it not waiting, nothing could start.
     waiting = database.add_job(database.spec(gpus=[0, 1, 2, 3]), priority=10)
     with session_scope() as session:
-        record_dependencies(session, session.get_one(Job, waiting), [running])
+        record_dependencies(session, waiting, [running])
     later = database.add_job(database.spec(gpus=[1]))
     claimed = claim_next()
     assert claimed is not None and claimed.job_id == later

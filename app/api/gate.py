@@ -1,0 +1,27 @@
+"""What every /v1 route passes before it runs, as one FastAPI dependency (app/main.py): the caller is known
+(app/api/auth.py), takes a turn (app/api/fair_share.py), and the body's text is checked (app/api/storable.py).
+One dependency rather than one each: FastAPI's work per request grows with every dependency it resolves,
+and a job's GET, the route clients poll most, cost a fifth less with two fewer (bench/RESULTS.md)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Collection
+
+from fastapi import Request
+
+from app.api.deps import CallerDep
+from app.api.fair_share import turn
+from app.api.storable import RefuseUnstorableText
+
+
+class V1Gate:
+    """Auth first: a turn is taken, and text checked, only for a caller who may. Used with
+    `scope="function"`, so the turn is given back once the route's answer is made."""
+
+    def __init__(self, raw_bodies: Collection[tuple[str, str]]) -> None:
+        self.refuse_unstorable_text = RefuseUnstorableText(raw_bodies)
+
+    async def __call__(self, request: Request, caller: CallerDep) -> AsyncIterator[None]:
+        async with turn(caller):
+            await self.refuse_unstorable_text(request)
+            yield
