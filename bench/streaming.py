@@ -158,8 +158,8 @@ def trainer_row(variant: str, spec: dict[str, Any], bench: Bench, run_dir: Path)
 
 
 def chosen(variant: str, log: str) -> str:
-    """The variant, with the decoder data.decode=auto chose where its rank's log line says (its first
-    word after the field: cpu or gpu)."""
+    """The variant, with the decoder data.decode=auto chose where its rank's log line says (what precedes
+    its first colon after the field: cpu, gpu, or split with the workers' and the GPU's shares)."""
     lines = [line for line in log.splitlines() if line.startswith(AUTO_LOG)]
     return f"{variant}: {lines[0][len(AUTO_LOG) :].split(':')[0]}" if lines else variant
 

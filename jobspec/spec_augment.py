@@ -19,7 +19,9 @@ Spread = Annotated[float, Field(gt=0.0, le=10.0)]
 
 
 class Decode(StrEnum):
-    AUTO = "auto"  # gpu where the loader workers cannot keep up with the model, else cpu: decided at start
+    # Where the loader workers cannot keep up with the model, they decode their part of each batch and the GPU
+    # the rest; else cpu: decided at start.
+    AUTO = "auto"
     CPU = "cpu"  # in DataLoader worker processes (PIL)
     GPU = "gpu"  # nvJPEG on the rank's GPU, a batch at a time
 

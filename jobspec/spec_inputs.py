@@ -250,8 +250,9 @@ class DataSpec(Section):
     decode: Choice[Decode] = Field(
         Decode.AUTO,
         description="streamed image_folder, shards: cpu (loader workers), gpu (nvJPEG, JPEGs only), or auto: "
-        "gpu when the loader workers, timed on the job's first JPEGs at start, decode under "
-        f"{GPU_DECODE_KEEPS:.0%} of the images a second the forecast says the model takes; else cpu",
+        "when the loader workers, timed on the job's first JPEGs at start, decode under "
+        f"{GPU_DECODE_KEEPS:.0%} of the images a second the forecast says the model takes, they decode "
+        "their part of each batch and the GPU the rest; else cpu",
     )
     on_bad_sample: Choice[OnBadSample] = Field(
         OnBadSample.FAIL,

@@ -45,6 +45,8 @@ def test_workers_is_one_count_or_a_list() -> None:
 def test_the_auto_row_names_its_choice_from_the_ranks_log() -> None:
     log = "data: data.placement=stream: ...\ndata: data.decode=auto: gpu: 4 loader workers decode 3 img/s\n"
     assert chosen("streamed (data.decode=auto)", log) == "streamed (data.decode=auto): gpu"
+    split = "data: data.decode=auto: split (workers 31%, GPU 69%): 4 loader workers decode 3 img/s\n"
+    assert chosen("streamed (data.decode=auto)", split).endswith("auto): split (workers 31%, GPU 69%)")
     assert chosen("streamed (loader workers)", "data: data.placement=stream\n") == "streamed (loader workers)"
 
 

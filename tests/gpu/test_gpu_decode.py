@@ -1,6 +1,7 @@
-"""data.decode=gpu on a real GPU: nvJPEG decodes on a stream of its own, with no device-wide sync, and
-neither overwrites what the training stream still reads nor lets that stream read pixels before they are
-written; the pixels equal those of a decode on an idle GPU and are close to the CPU path's.
+"""data.decode=gpu, and auto's split, on a real GPU: nvJPEG decodes on a stream of its own, with no
+device-wide sync, and neither overwrites what the training stream still reads nor lets that stream read
+pixels before they are written; the pixels equal those of a decode on an idle GPU and are close to the CPU
+path's.
 
 Each test queues work behind a long kernel on the training stream (torch.cuda._sleep), so anything the
 decode writes too early lands before that work reads. Skipped without CUDA; run on the device machine:
@@ -18,10 +19,11 @@ import pytest
 import torch
 from PIL import Image
 
+from jobspec.decode_plan import GPU_DECODES_ALL
 from jobspec.spec import JobSpec
 from tests.unit.trainers.image_sets import Pictures
-from trainers.data.decode import Encoded, decode_on_device, decode_square
-from trainers.data.images import BadSamples, ImageSet
+from trainers.data.decode import Encoded, Split, decode_on_device, decode_square
+from trainers.data.images import BadSamples, ImageSet, worker_decodes
 from trainers.data.steps import Batching
 from trainers.data.streamed import ImageSteps, streamed_images
 from trainers.dist_env import DistEnv
@@ -47,7 +49,7 @@ def packed(indices: list[int]) -> Encoded:
     return Encoded.packed(files, [f"picture-{i}" for i in indices])
 
 
-def on_idle_gpu(batch: Encoded) -> torch.Tensor:
+def on_idle_gpu(batch: Encoded | Split) -> torch.Tensor:
     """The batch's pixels decoded with nothing else queued, as data.decode=gpu did with a device sync."""
     torch.cuda.synchronize()
     pixels = decode_on_device(batch, SIDE, cuda()).received().pixels.cpu()
@@ -116,14 +118,15 @@ class Labelled:
         return f"picture-{index}"
 
 
-def test_training_steps_decoded_a_batch_ahead_equal_an_idle_decode_of_their_files() -> None:
-    """Through ImageSteps, as the trainer reads: the next batch decodes in a thread while the training
-    stream is busy; each step's pixels are read on the training stream the moment they are handed over."""
+def stepped(share: float) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Through ImageSteps, as the trainer reads, with `share` of each batch decoded by the loader workers:
+    the next batch decodes in a thread while the training stream is busy; each step's pixels are read on
+    the training stream the moment they are handed over."""
     samples = Labelled(64)
-    data = {"dataset": "image_folder", "root": "unused", "image_size": SIDE, "decode": "gpu"}
+    data = {"dataset": "image_folder", "root": "unused", "image_size": SIDE}
     spec = JobSpec.model_validate({"model": {"arch": "mlp"}, "data": data, "train": {"batch_size": 16}})
     images = streamed_images(
-        spec, ImageSet(samples, samples.count, np.arange(samples.count), np.arange(0)), encoded=True
+        spec, ImageSet(samples, samples.count, np.arange(samples.count), np.arange(0)), workers_share=share
     )
     batching = Batching(per_rank_batch=16, micro_batch=16, seed=3, workers=0, device=cuda())
     env = DistEnv(rank=0, local_rank=0, world_size=1, device=cuda())
@@ -134,5 +137,22 @@ def test_training_steps_decoded_a_batch_ahead_equal_an_idle_decode_of_their_file
             seen.append((pixels.clone(), labels.clone()))
         torch.cuda._sleep(BUSY_CYCLES // 8)
     torch.cuda.synchronize()
-    for pixels, labels in seen:
+    return seen
+
+
+def test_training_steps_decoded_a_batch_ahead_equal_an_idle_decode_of_their_files() -> None:
+    for pixels, labels in stepped(GPU_DECODES_ALL):
         assert torch.equal(pixels.cpu(), on_idle_gpu(packed(labels.tolist())))
+
+
+def test_split_steps_equal_an_idle_decode_of_their_two_parts() -> None:
+    """data.decode=auto's split: the workers' squares (pinned, copied on the decode stream) and the GPU's
+    part, each in its place."""
+    share = 0.5
+    for pixels, labels in stepped(share):
+        files = labels.tolist()
+        decoded_at = [i for i, file in enumerate(files) if worker_decodes(file, share)]
+        squares = torch.stack([decode_square(jpeg(files[i]), SIDE) for i in decoded_at])
+        rest = packed([file for i, file in enumerate(files) if i not in decoded_at])
+        assert 0 < len(decoded_at) < len(files)
+        assert torch.equal(pixels.cpu(), on_idle_gpu(Split(squares, rest, decoded_at)))

@@ -4,7 +4,8 @@ the middle square kept, which is all the CPU does before batching; the device cr
 
 With data.decode=cpu each loader worker decodes with PIL; with data.decode=gpu the workers only read the
 bytes and the rank's GPU decodes a batch at a time (nvJPEG through torchvision), on a stream of its own
-that the training stream waits for through an event: never a device-wide sync.
+that the training stream waits for through an event: never a device-wide sync. data.decode=auto may split
+each batch between them (Split): the GPU decodes the bytes and puts the workers' squares in their places.
 """
 
 from __future__ import annotations
@@ -68,6 +69,20 @@ class Encoded:
         """The DataLoader's pinning thread calls this: nvJPEG's copies of the files from pinned memory go at
         the link's speed, without a staging copy on the decoding thread."""
         return replace(self, data=self.data.pin_memory())
+
+
+@dataclass(frozen=True)
+class Split:
+    """A batch decoded partly by the loader workers and partly on the GPU (data.decode=auto's split): the
+    workers' squares, the rest's bytes, and where the squares stand in the batch (the bytes' files fill the
+    other places, in order). Never all of one kind: such a batch is a plain one of that kind."""
+
+    pixels: torch.Tensor  # k x 3 x side x side uint8
+    encoded: Encoded
+    decoded_at: list[int]  # ascending
+
+    def pin_memory(self) -> Split:
+        return replace(self, pixels=self.pixels.pin_memory(), encoded=self.encoded.pin_memory())
 
 
 def _resize_weights(sides: torch.Tensor, offsets: torch.Tensor, side: int, length: int) -> torch.Tensor:
@@ -134,13 +149,13 @@ def decode_stream(device: torch.device) -> DecodeStream:
     return DecodeStream(torch.cuda.Stream(device, priority=-1), threading.Lock())
 
 
-def decode_on_device(batch: Encoded, side: int, device: torch.device) -> OnDevice:
+def decode_on_device(batch: Encoded | Split, side: int, device: torch.device) -> OnDevice:
     """The batch decoded on `device` (nvJPEG on a GPU), queued on the device's decode stream without waiting
     for the training stream: take the result with `received()`. A file that does not decode is
     replaced by the batch's previous (or first) good one, so the batch keeps its size; its label must follow
     (`sources`)."""
     if device.type != "cuda":
-        return _decoded(batch, side, device)
+        return _any_decoded(batch, side, device)
     line = decode_stream(device)
     with line.lock, torch.cuda.stream(line.stream):
         # torchvision's CUDA decoder allocates its outputs on the current stream, this one, and nvJPEG's
@@ -149,20 +164,25 @@ def decode_on_device(batch: Encoded, side: int, device: torch.device) -> OnDevic
         # here may still read one: this stream idle, never the whole device. The training stream's blocks
         # are never this stream's to hand out, and the outputs are whole when the call returns.
         line.stream.synchronize()
-        decoded = _decoded(batch, side, device)
+        decoded = _any_decoded(batch, side, device)
         done = torch.cuda.Event()
         done.record(line.stream)
     return replace(decoded, done=done)
 
 
-def _decoded(batch: Encoded, side: int, device: torch.device) -> OnDevice:
+def _any_decoded(batch: Encoded | Split, side: int, device: torch.device) -> OnDevice:
+    return _split_decoded(batch, side, device) if isinstance(batch, Split) else _decoded(batch, side, device)
+
+
+def _jpegs(batch: Encoded, device: torch.device) -> tuple[list[torch.Tensor | None], list[str]]:
+    """Each file decoded to 3 x H x W (None where it does not decode), and per file what failed."""
     from torchvision.io import ImageReadMode, decode_jpeg
 
     try:
         decoded: list[torch.Tensor | None] = list(
             decode_jpeg(batch.files(), mode=ImageReadMode.RGB, device=device)
         )
-        problems = [""] * len(batch.lengths)
+        return decoded, [""] * len(batch.lengths)
     except RuntimeError:  # one bad file fails the whole call: find it one file at a time
         decoded, problems = [], []
         for raw, name in zip(batch.files(), batch.names, strict=True):
@@ -173,14 +193,46 @@ def _decoded(batch: Encoded, side: int, device: torch.device) -> OnDevice:
                 decoded.append(None)
                 # torchvision's first line is "decode_jpeg, <source file>:<line>, <what is wrong>".
                 problems.append(f"{name} cannot be decoded ({str(exc).splitlines()[0].rsplit(', ', 1)[-1]})")
+        return decoded, problems
+
+
+def _sources(good: list[bool]) -> list[int]:
+    """Per image of a batch, the one in its place: itself, or a bad one's previous (or first) good one."""
+    sources, source = [], good.index(True)
+    for i, ok in enumerate(good):
+        source = i if ok else source
+        sources.append(source)
+    return sources
+
+
+def _decoded(batch: Encoded, side: int, device: torch.device) -> OnDevice:
+    decoded, problems = _jpegs(batch, device)
     good = {i: image for i, image in enumerate(decoded) if image is not None}
     if not good:
         raise ValueError(
             f"data.decode=gpu: none of a batch of {len(decoded)} JPEGs decodes ({problems[0]}); use "
             "data.decode cpu, which reads what the GPU's decoder cannot"
         )
-    sources, source = [], next(iter(good))
-    for i in range(len(decoded)):
-        source = i if i in good else source
-        sources.append(source)
+    sources = _sources([image is not None for image in decoded])
     return OnDevice(squares([good[i] for i in sources], side), sources, problems)
+
+
+def _split_decoded(batch: Split, side: int, device: torch.device) -> OnDevice:
+    """The bytes decoded and resized as a batch of their own, then each image, the workers' squares
+    included, put in its place: one gather, which also puts a good image in a bad one's."""
+    decoded, decode_problems = _jpegs(batch.encoded, device)
+    size = len(batch.decoded_at) + len(decoded)
+    by_workers = set(batch.decoded_at)
+    encoded_at = [position for position in range(size) if position not in by_workers]
+    good, problems = [True] * size, [""] * size
+    for position, image, problem in zip(encoded_at, decoded, decode_problems, strict=True):
+        good[position], problems[position] = image is not None, problem
+    resized_at = [position for position in encoded_at if good[position]]
+    # The rows of the workers' squares, then of the resized images, for each place's image.
+    row = {position: i for i, position in enumerate(batch.decoded_at + resized_at)}
+    sources = _sources(good)
+    # First, while the decode stream is idle: a list's copy to the device waits for the current stream.
+    rows = torch.tensor([row[source] for source in sources], device=device)
+    resized = [squares([image for image in decoded if image is not None], side)] if resized_at else []
+    pixels = torch.cat([batch.pixels.to(device, non_blocking=True), *resized])
+    return OnDevice(pixels.index_select(0, rows), sources, problems)

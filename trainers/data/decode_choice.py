@@ -13,7 +13,15 @@ from collections import deque
 import torch
 
 from jobspec.data_plan import load_side
-from jobspec.decode_plan import DecodeChoice, Supply, choose_decode, decoding_workers, images_needed
+from jobspec.decode_plan import (
+    GPU_DECODES_ALL,
+    WORKERS_DECODE_ALL,
+    DecodeChoice,
+    Supply,
+    choose_decode,
+    decoding_workers,
+    images_needed,
+)
 from jobspec.plan import Plan
 from jobspec.spec import JobSpec
 from jobspec.spec_augment import Decode
@@ -91,10 +99,12 @@ def auto_decode(spec: JobSpec, plan: Plan, images: ImageSet, device: torch.devic
     return choose_decode(device.type, needed, worker_supply(spec, plan, images) if timed else None)
 
 
-def gpu_decodes(spec: JobSpec, plan: Plan, images: ImageSet, device: torch.device) -> bool:
-    """Whether the rank's GPU decodes the streamed set: data.decode as given, or auto's choice, logged."""
-    if spec.inputs.data.decode is not Decode.AUTO:
-        return spec.inputs.data.decode is Decode.GPU
+def workers_share(spec: JobSpec, plan: Plan, images: ImageSet, device: torch.device) -> float:
+    """Of each batch of the streamed set, what the rank's loader workers decode (the GPU the rest): all or
+    none by data.decode as given, or auto's choice, logged."""
+    decode = spec.inputs.data.decode
+    if decode is not Decode.AUTO:
+        return GPU_DECODES_ALL if decode is Decode.GPU else WORKERS_DECODE_ALL
     choice = auto_decode(spec, plan, images, device)
     print(f"data: data.decode=auto: {choice.reason}", flush=True)
-    return choice.decode is Decode.GPU
+    return choice.workers_share

@@ -2,6 +2,10 @@
 RGB uint8 squares of data.load_size: once and whole for the resident path, or per epoch when streamed
 (trainers/data/streamed.py).
 
+Under data.decode=gpu the workers read the bytes alone, and under auto's split they decode some samples and
+read the others' bytes: which ones depends on each sample's index alone (`worker_decodes`), so a resumed run
+decodes each where it did.
+
 An unreadable or undecodable file is a bad sample. The worker reports it, by name, next to the batch; the
 rank applies data.on_bad_sample: `fail` raises, naming the file; `skip` counts it, and the worker has put
 the next readable sample of the split in its place, so batches keep their size and a resumed run reads
@@ -10,6 +14,7 @@ the same samples (the replacement depends on the data alone). The resident path 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sized
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -18,9 +23,10 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, default_collate
 
+from jobspec.decode_plan import WORKERS_DECODE_ALL
 from jobspec.spec import DataSpec
 from jobspec.spec_augment import OnBadSample
-from trainers.data.decode import Encoded, decode_square, is_jpeg
+from trainers.data.decode import Encoded, Split, decode_square, is_jpeg
 from trainers.data.loader import stop_safe
 from trainers.user_errors import error_line
 
@@ -28,7 +34,7 @@ from trainers.user_errors import error_line
 MAX_REPLACEMENTS = 16
 _DECODE_BATCH = 64
 # What a worker yields per sample: the image (or its bytes), its label, what was wrong ("": nothing), and
-# the file's name where the GPU decodes (data.decode=gpu), for its messages.
+# the file's name where the GPU decodes it, for its messages.
 Item = tuple[torch.Tensor, int, str, str]
 
 
@@ -67,17 +73,24 @@ def image_set(samples: Samples, num_classes: int, data: DataSpec, seed: int) -> 
     return ImageSet(samples, num_classes, train, val)
 
 
+def worker_decodes(index: int, share: float) -> bool:
+    """Whether the loader worker decodes sample `index` (else the GPU does): `share` of the samples, spread
+    evenly over the indices, so every class of a folder alike, and the same in every process and run."""
+    return math.floor((index + 1) * share) > math.floor(index * share)
+
+
 class DecodedImages(Dataset[Item]):
-    """The samples at `indices`, decoded to side x side (or, encoded=True, their JPEG bytes for the GPU).
-    replace=True puts the next readable sample of `indices` in place of a bad one."""
+    """The samples at `indices`, `workers_share` of them (1: all, 0: none) decoded to side x side here, the
+    others read as JPEG bytes for the GPU. replace=True puts the next readable sample of `indices` in place
+    of a bad one."""
 
     def __init__(
-        self, samples: Samples, indices: np.ndarray, side: int, encoded: bool, replace: bool
+        self, samples: Samples, indices: np.ndarray, side: int, workers_share: float, replace: bool
     ) -> None:
         self.samples = samples
         self.indices = indices
         self.side = side
-        self.encoded = encoded
+        self.workers_share = workers_share
         self.replace = replace
 
     def __len__(self) -> int:
@@ -85,7 +98,7 @@ class DecodedImages(Dataset[Item]):
 
     def _decoded(self, index: int) -> torch.Tensor:
         raw = self.samples.read(index)
-        if not self.encoded:
+        if worker_decodes(index, self.workers_share):
             return decode_square(raw, self.side)
         if not is_jpeg(raw):
             raise ValueError("data.decode=gpu decodes JPEG files only")
@@ -97,7 +110,7 @@ class DecodedImages(Dataset[Item]):
             index = int(self.indices[(position + tried) % len(self.indices)])
             try:
                 image = self._decoded(index)
-                name = self.samples.name(index) if self.encoded else ""
+                name = self.samples.name(index) if image.dim() == 1 else ""
                 return image, int(self.samples.labels[index]), problem, name
             except Exception as exc:  # PIL raises a dozen kinds for a broken file; each is this file's fault
                 problem = problem or f"{self.samples.name(index)} cannot be read ({error_line(exc)})"
@@ -108,20 +121,31 @@ class DecodedImages(Dataset[Item]):
             )
         index = int(self.indices[position])
         # Only `fail` gets here, and fails the job on this sample: its pixels are never seen.
-        blank = torch.zeros((0,) if self.encoded else (3, self.side, self.side), dtype=torch.uint8)
+        decoded = worker_decodes(index, self.workers_share)
+        blank = torch.zeros((3, self.side, self.side) if decoded else (0,), dtype=torch.uint8)
         return blank, int(self.samples.labels[index]), problem, ""
 
 
-Images = torch.Tensor | Encoded
+Images = torch.Tensor | Encoded | Split
+
+
+def batched(images: list[torch.Tensor], names: list[str]) -> Images:
+    """Decoded squares stack into one uint8 batch; JPEG bytes of many lengths pack into one (Encoded); a
+    batch of both (auto's split) keeps each part apart, and where the squares stand."""
+    decoded_at = [i for i, image in enumerate(images) if image.dim() == 3]
+    if len(decoded_at) == len(images):
+        return default_collate(images)
+    files = [(image, name) for image, name in zip(images, names, strict=True) if image.dim() == 1]
+    encoded = Encoded.packed([image for image, _ in files], [name for _, name in files])
+    if not decoded_at:
+        return encoded
+    # default_collate stacks into shared memory in a worker: no copy on the way to the rank.
+    return Split(default_collate([images[i] for i in decoded_at]), encoded, decoded_at)
 
 
 def collate(items: list[Item]) -> tuple[Images, torch.Tensor, list[str]]:
-    """Decoded images stack into one uint8 batch; JPEG bytes of many lengths stay a list (Encoded)."""
     images, labels, problems, names = zip(*items, strict=True)
-    batch = (
-        Encoded.packed(list(images), list(names)) if images[0].dim() == 1 else default_collate(list(images))
-    )
-    return batch, torch.tensor(labels), list(problems)
+    return batched(list(images), list(names)), torch.tensor(labels), list(problems)
 
 
 class BadSamples:
@@ -152,7 +176,7 @@ def decode_whole(
     policy = BadSamples(data.on_bad_sample)
     split: list[torch.Tensor] = []
     for indices in (images.train, images.val):
-        dataset = DecodedImages(images.samples, indices, side, encoded=False, replace=False)
+        dataset = DecodedImages(images.samples, indices, side, WORKERS_DECODE_ALL, replace=False)
         loader: DataLoader[Any] = DataLoader(
             dataset,
             **stop_safe(

@@ -7,9 +7,10 @@ the tail beyond ranks x floor(samples / ranks) is not seen that epoch, nor the s
 incomplete step), and a rank's loader workers split its batches between them, so each sample of the
 epoch's shards is read once. A resumed job starts at its step's epoch and position and reads none of the
 skipped samples. Loader workers decode into pinned memory (on a GPU job), each two batches ahead of the
-step; the copy to the device is asynchronous. With data.decode=gpu (or auto's choice of it,
-trainers/data/decode_choice.py) they read bytes only, and the GPU decodes each batch on a stream of its own,
-the next training batch in a thread while the current one trains.
+step; the copy to the device is asynchronous. With data.decode=gpu they read bytes only, and the GPU decodes
+each batch on a stream of its own, the next training batch in a thread while the current one trains; under
+auto's split (trainers/data/decode_choice.py) they decode part of each batch, the GPU the rest, in that
+thread too.
 """
 
 from __future__ import annotations
@@ -22,14 +23,15 @@ from pathlib import Path
 import torch
 
 from jobspec.data_plan import DataPath, fits, load_side, plan_data
+from jobspec.decode_plan import WORKERS_DECODE_ALL
 from jobspec.plan import Plan
 from jobspec.spec import JobSpec
 from jobspec.spec_augment import OnBadSample
 from trainers.data import SOURCES, LoadedData, View
 from trainers.data.augment import Transform, Transformed
 from trainers.data.batches import Batch, Counts, no_counts
-from trainers.data.decode import Encoded, OnDevice, decode_on_device
-from trainers.data.decode_choice import gpu_decodes
+from trainers.data.decode import Encoded, OnDevice, Split, decode_on_device
+from trainers.data.decode_choice import workers_share
 from trainers.data.held_out import AnyLeft, LoaderHeldOut, Shard
 from trainers.data.images import BadSamples, DecodedImages, ImageSet, collate, decode_whole
 from trainers.data.steps import Batching, SampledSteps
@@ -46,7 +48,8 @@ class StreamedImages:
     native_size: int  # the decoded side
     channels: int = 3
     tokens: bool = False
-    encoded: bool = False  # the loader yields JPEG bytes, decoded on the device (data.decode=gpu, or auto)
+    # Of each batch, what the loader workers decode; the device decodes the rest from the bytes they read.
+    workers_share: float = WORKERS_DECODE_ALL
 
 
 def free_memory(device: torch.device, ranks_per_host: int) -> int:
@@ -68,16 +71,17 @@ def streams(spec: JobSpec, files: int, device: torch.device, ranks_per_host: int
     return not held, f"data.placement=auto: {why}: {'held whole' if held else 'streamed'}"
 
 
-def streamed_images(spec: JobSpec, images: ImageSet, *, encoded: bool) -> StreamedImages:
-    """The set ready to stream: decoded by the loader workers, or (encoded) read as bytes for the GPU."""
+def streamed_images(spec: JobSpec, images: ImageSet, *, workers_share: float) -> StreamedImages:
+    """The set ready to stream: `workers_share` of it decoded by the loader workers, the rest read as bytes
+    for the GPU."""
     data, side = spec.inputs.data, load_side(spec.inputs.data)
     replace = data.on_bad_sample is OnBadSample.SKIP
     train, val = (
-        DecodedImages(images.samples, indices, side, encoded, replace)
+        DecodedImages(images.samples, indices, side, workers_share, replace)
         for indices in (images.train, images.val)
     )
     reader = UserData(f"data.dataset {data.dataset}", None, train, val if len(val) else None, collate)
-    return StreamedImages(reader, images.num_classes, side, encoded=encoded)
+    return StreamedImages(reader, images.num_classes, side, workers_share=workers_share)
 
 
 def load_images(spec: JobSpec, plan: Plan, device: torch.device) -> LoadedData | StreamedImages:
@@ -90,7 +94,7 @@ def load_images(spec: JobSpec, plan: Plan, device: torch.device) -> LoadedData |
     stream, reason = streams(spec, len(images.samples), device, plan.nproc_per_node)
     print(f"data: {reason}", flush=True)
     if stream:
-        return streamed_images(spec, images, encoded=gpu_decodes(spec, plan, images, device))
+        return streamed_images(spec, images, workers_share=workers_share(spec, plan, images, device))
     train_x, train_y, val_x, val_y = decode_whole(images, spec.inputs.data, load_side(spec.inputs.data))
     return LoadedData((train_x, train_y), (val_x, val_y), images.num_classes)
 
@@ -100,7 +104,7 @@ def on_device(batch: Batch, side: int, device: torch.device) -> tuple[torch.Tens
     there (now, or ahead by `decoded_ahead`), and its bad samples: those the loader workers found, or the
     device's decoder."""
     images, labels, problems = batch
-    if isinstance(images, Encoded):
+    if isinstance(images, Encoded | Split):
         images = decode_on_device(images, side, device)
     if not isinstance(images, OnDevice):
         return images.to(device, non_blocking=True), labels.to(device, non_blocking=True), problems
@@ -119,6 +123,9 @@ def decoded_ahead(batches: Iterator[Batch], side: int, device: torch.device) -> 
 
     def decode(batch: Batch) -> Batch:
         images, labels, problems = batch
+        # Under a split, a batch may hold only squares the workers decoded: copied like any other.
+        if isinstance(images, torch.Tensor):
+            return batch
         return decode_on_device(images, side, device), labels, problems
 
     # Leaving early (an epoch's last step, a failure) waits for the batch in the thread: none outlives it.
@@ -140,12 +147,12 @@ class ImageSteps(SampledSteps):
     def __init__(self, images: StreamedImages, env: DistEnv, batching: Batching, bad: BadSamples) -> None:
         super().__init__(images.data, env, batching)
         self.side = images.native_size
-        self.encoded = images.encoded
+        self.decodes = images.workers_share < WORKERS_DECODE_ALL  # the device decodes (part of) each batch
         self.bad = bad
 
     def epoch(self, epoch: int) -> Iterator[Batch]:
         batches = super().epoch(epoch)
-        return decoded_ahead(batches, self.side, self.batching.device) if self.encoded else batches
+        return decoded_ahead(batches, self.side, self.batching.device) if self.decodes else batches
 
     def on_device(self, batch: Batch) -> Batch:
         pixels, labels, problems = on_device(batch, self.side, self.batching.device)

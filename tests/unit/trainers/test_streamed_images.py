@@ -16,6 +16,7 @@ import pytest
 import torch
 from PIL import Image
 
+from jobspec.decode_plan import GPU_DECODES_ALL, WORKERS_DECODE_ALL
 from jobspec.plan import resolve_plan
 from jobspec.spec import JobSpec
 from jobspec.spec_augment import Decode, OnBadSample
@@ -77,7 +78,8 @@ def job(workers: int = 0, on_bad_sample: str = "fail", augment: bool = False, de
 
 def streamed(spec: JobSpec, samples: Numbered) -> StreamedImages:
     images = ImageSet(samples, samples.count, np.arange(samples.count), np.arange(0))
-    return streamed_images(spec, images, encoded=spec.data.decode is Decode.GPU)
+    share = GPU_DECODES_ALL if spec.data.decode is Decode.GPU else WORKERS_DECODE_ALL
+    return streamed_images(spec, images, workers_share=share)
 
 
 def steps(samples: Numbered, rank: int = 0, world: int = 1, workers: int = 0, **job_args: str) -> ImageSteps:
