@@ -59,6 +59,10 @@ def list_host_gpus(session: Session, settings: Settings) -> HostsPublic:
     return HostsPublic(data=hosts)
 
 
+# Built once: every submission reads it, and a statement built anew costs its cache key each time.
+_REPORTS = select(Worker.host, Worker.gpus, Worker.heartbeat_at)
+
+
 def read_inventory(session: Session, settings: Settings) -> Inventory:
     """GPU ids per live host, for the planner to judge a spec against. While no host is live (workers
     restarting) the last report of each stands in, so a submission is judged against the cluster as last
@@ -66,7 +70,7 @@ def read_inventory(session: Session, settings: Settings) -> Inventory:
     inventory to judge against: a spec that no node can run waits with the scheduler's reason."""
     if not executor_traits(settings).places_jobs:
         return NO_HOSTS
-    reports = session.execute(select(Worker.host, Worker.gpus, Worker.heartbeat_at)).all()
+    reports = session.execute(_REPORTS).all()
     cutoff = heartbeat_cutoff(settings)
     live = [report for report in reports if as_utc(report.heartbeat_at) > cutoff]
     return Inventory(
