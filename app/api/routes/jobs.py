@@ -22,7 +22,7 @@ from app.schemas import (
 from app.services import jobs, submit
 from app.services.keys import Caller
 from core.config import Settings
-from core.db import run_in_session, run_read
+from core.db import run_in_session, run_key_read, run_read
 from core.states import JobStatus
 from jobspec.plan import Plan
 from jobspec.spec import JobSpec
@@ -108,9 +108,9 @@ async def list_jobs(
     },
 )
 async def get_job(job_id: JobId, caller: CallerDep, if_none_match: IfNoneMatch = None) -> Response:
-    # The route clients poll most: the session, the row, the owner check and the queue position in one trip
-    # to a read thread, where SessionDep and OwnedJob would take one each to anyio's pool.
-    shown = await run_read(_shown_job, job_id, caller)
+    # The route clients poll most: the session, the row, the owner check and the queue position read at once
+    # (run_key_read), where SessionDep and OwnedJob would take a trip each to anyio's pool.
+    shown = await run_key_read(_shown_job, job_id, caller)
     return revalidated_json(shown, if_none_match)
 
 
