@@ -1,4 +1,4 @@
-"""core/db.py: units of work that write, run from the API's event loop."""
+"""core/db.py: units of work that write, and reads, run from the API's event loop."""
 
 from __future__ import annotations
 
@@ -33,3 +33,39 @@ def test_sqlite_lets_a_few_units_of_work_run_at_once(settings: Settings) -> None
 
     anyio.run(many)
     assert most == db.SQLITE_UNITS_AT_ONCE
+
+
+def test_polled_reads_take_turns_on_the_read_threads_alone(settings: Settings) -> None:
+    """Not on anyio's pool, which writes waiting for SQLite's lock may fill, and never more at once than
+    TRAINYARD_API_READ_THREADS: each thread more that wants the GIL makes every request dearer."""
+    running, most, names = 0, 0, set()
+    lock = threading.Lock()
+
+    def read(_session: Session) -> None:
+        nonlocal running, most
+        with lock:
+            running += 1
+            most = max(most, running)
+            names.add(threading.current_thread().name)
+        time.sleep(0.02)
+        with lock:
+            running -= 1
+
+    async def many() -> None:
+        async with anyio.create_task_group() as group:
+            for _ in range(4 * settings.api_read_threads):
+                group.start_soon(db.run_read, read)
+
+    anyio.run(many)
+    assert most == settings.api_read_threads
+    assert all(name.startswith("trainyard-read") for name in names), names
+
+
+def test_a_read_by_key_on_sqlite_runs_on_the_event_loop_itself(settings: Settings) -> None:
+    """No hop to a thread and back, which cost more than the read."""
+
+    async def where() -> tuple[int, int]:
+        return threading.get_ident(), await db.run_key_read(lambda _session: threading.get_ident())
+
+    loop_thread, read_thread = anyio.run(where)
+    assert read_thread == loop_thread
