@@ -11,7 +11,6 @@ decode writes too early lands before that work reads. Skipped without CUDA; run 
 from __future__ import annotations
 
 import io
-from dataclasses import dataclass, field
 from itertools import islice
 
 import numpy as np
@@ -21,7 +20,7 @@ from PIL import Image
 
 from jobspec.decode_plan import GPU_DECODES_ALL
 from jobspec.spec import JobSpec
-from tests.unit.trainers.image_sets import Pictures
+from tests.unit.trainers.image_sets import IndexedSamples, Pictures
 from trainers.data.decode import Encoded, Split, decode_on_device, decode_square
 from trainers.data.images import BadSamples, ImageSet, worker_decodes
 from trainers.data.steps import Batching
@@ -98,31 +97,16 @@ def test_nvjpeg_pixels_are_close_to_the_cpu_path() -> None:
     assert (gpu - cpu).abs().mean() < 3
 
 
-@dataclass(frozen=True)
-class Labelled:
+def labelled(count: int) -> IndexedSamples:
     """PICTURES' first `count`, each labelled with its index: a batch's labels say which files it holds."""
-
-    count: int
-    labels: np.ndarray = field(init=False)
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "labels", np.arange(self.count))
-
-    def __len__(self) -> int:
-        return self.count
-
-    def read(self, index: int) -> bytes:
-        return jpeg(index)
-
-    def name(self, index: int) -> str:
-        return f"picture-{index}"
+    return IndexedSamples(count, jpeg, prefix="picture")
 
 
 def stepped(share: float) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """Through ImageSteps, as the trainer reads, with `share` of each batch decoded by the loader workers:
     the next batch decodes in a thread while the training stream is busy; each step's pixels are read on
     the training stream the moment they are handed over."""
-    samples = Labelled(64)
+    samples = labelled(64)
     data = {"dataset": "image_folder", "root": "unused", "image_size": SIDE}
     spec = JobSpec.model_validate({"model": {"arch": "mlp"}, "data": data, "train": {"batch_size": 16}})
     images = streamed_images(

@@ -9,9 +9,9 @@ from __future__ import annotations
 import colorsys
 import io
 import tarfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import repeat
 from pathlib import Path
 
@@ -84,3 +84,31 @@ def write_shards(root: Path, pictures: Pictures, per_shard: int) -> Path:
                 _add(tar, f"{index:07d}.jpg", pictures.jpeg(index))
                 _add(tar, f"{index:07d}.cls", str(pictures.label(index)).encode())
     return root
+
+
+BAD_JPEG = b"\xff\xd8\xff truncated"  # a JPEG's start, and no image
+
+
+@dataclass(frozen=True)
+class IndexedSamples:
+    """Samples 0..count-1 as a loader reads them, each labelled with its index, so a batch's labels say which
+    files it holds; `bad` ones are a JPEG's start and no image. `image` makes a good one's bytes (picklable,
+    for loader workers); `prefix` names them in messages."""
+
+    count: int
+    image: Callable[[int], bytes]
+    bad: frozenset[int] = frozenset()
+    prefix: str = "sample"
+    labels: np.ndarray = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "labels", np.arange(self.count))
+
+    def __len__(self) -> int:
+        return self.count
+
+    def read(self, index: int) -> bytes:
+        return BAD_JPEG if index in self.bad else self.image(index)
+
+    def name(self, index: int) -> str:
+        return f"{self.prefix}-{index}"

@@ -10,7 +10,6 @@ say which files it holds and an image put in the wrong place is far from its lab
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from itertools import islice
 
 import numpy as np
@@ -20,7 +19,7 @@ import torch
 from jobspec.decode_plan import GPU_DECODES_ALL, WORKERS_DECODE_ALL
 from jobspec.plan import resolve_plan
 from jobspec.spec import JobSpec
-from tests.unit.trainers.image_sets import Pictures
+from tests.unit.trainers.image_sets import IndexedSamples, Pictures
 from trainers.components import feeds
 from trainers.data.decode import Encoded, Split, decode_on_device, decode_square
 from trainers.data.images import BadSamples, ImageSet, worker_decodes
@@ -36,25 +35,9 @@ PICTURES = Pictures(count=48, classes=48, width=(36, 60), height=(34, 56))
 MicroBatches = list[tuple[torch.Tensor, torch.Tensor]]
 
 
-@dataclass(frozen=True)
-class Photos:
-    """PICTURES' first `count`, each labelled with its index; `bad` ones are a JPEG's start and no image."""
-
-    count: int
-    bad: frozenset[int] = frozenset()
-    labels: np.ndarray = field(init=False)
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "labels", np.arange(self.count))
-
-    def __len__(self) -> int:
-        return self.count
-
-    def read(self, index: int) -> bytes:
-        return b"\xff\xd8\xff truncated" if index in self.bad else PICTURES.jpeg(index)
-
-    def name(self, index: int) -> str:
-        return f"photo-{index}"
+def photos(count: int, bad: frozenset[int] = frozenset()) -> IndexedSamples:
+    """PICTURES' first `count`, each labelled with its index."""
+    return IndexedSamples(count, PICTURES.jpeg, bad, prefix="photo")
 
 
 def job(on_bad_sample: str = "fail", augment: bool = False) -> JobSpec:
@@ -72,12 +55,12 @@ def job(on_bad_sample: str = "fail", augment: bool = False) -> JobSpec:
     )
 
 
-def streamed(spec: JobSpec, samples: Photos, share: float) -> StreamedImages:
+def streamed(spec: JobSpec, samples: IndexedSamples, share: float) -> StreamedImages:
     images = ImageSet(samples, samples.count, np.arange(samples.count), np.arange(0))
     return streamed_images(spec, images, workers_share=share)
 
 
-def steps(samples: Photos, share: float, workers: int = 0, on_bad_sample: str = "fail") -> ImageSteps:
+def steps(samples: IndexedSamples, share: float, workers: int = 0, on_bad_sample: str = "fail") -> ImageSteps:
     spec = job(on_bad_sample)
     batching = Batching(per_rank_batch=8, micro_batch=4, seed=5, workers=workers, device=CPU)
     env = DistEnv(rank=0, local_rank=0, world_size=1, device=CPU)
@@ -102,7 +85,7 @@ def test_the_workers_decode_their_share_of_the_indices_spread_evenly() -> None:
 
 
 def test_a_split_batch_is_the_cpu_paths_where_the_workers_decode_and_the_gpu_paths_elsewhere() -> None:
-    samples = Photos(48)
+    samples = photos(48)
     # Two loader workers: the split batch crosses from their processes as the trainer gets it.
     split = micro_batches(steps(samples, HALF, workers=2), 6)  # an epoch: 48 // 8 steps
     cpu = micro_batches(steps(samples, WORKERS_DECODE_ALL), 6)
@@ -124,7 +107,7 @@ def test_a_split_batch_is_the_cpu_paths_where_the_workers_decode_and_the_gpu_pat
 def test_bad_files_on_either_side_are_replaced_and_counted_under_skip(workers: int) -> None:
     bad = frozenset({3, 8})
     assert worker_decodes(3, HALF) and not worker_decodes(8, HALF)  # one in each part
-    reader = steps(Photos(32, bad), HALF, workers=workers, on_bad_sample="skip")
+    reader = steps(photos(32, bad), HALF, workers=workers, on_bad_sample="skip")
     epoch = micro_batches(reader, 4)
     assert all(x.shape == (4, 3, SIDE, SIDE) for x, _ in epoch)
     assert not bad & {int(label) for _, y in epoch for label in y}
@@ -135,7 +118,7 @@ def test_bad_files_on_either_side_are_replaced_and_counted_under_skip(workers: i
 
 @pytest.mark.parametrize(("bad", "why"), [(3, "photo-3 cannot be read"), (8, "photo-8 cannot be decoded")])
 def test_a_bad_file_on_either_side_fails_the_job_naming_it(bad: int, why: str) -> None:
-    reader = steps(Photos(32, frozenset({bad})), HALF)
+    reader = steps(photos(32, frozenset({bad})), HALF)
     with pytest.raises(ValueError, match=f"data.on_bad_sample=fail: {why}"):
         micro_batches(reader, 4)
 
@@ -153,7 +136,7 @@ def test_a_split_whose_every_file_is_bad_takes_a_square_of_the_workers_in_their_
 
 def test_a_resumed_split_run_reads_exactly_the_rest_of_the_epoch_and_augments_it_alike() -> None:
     spec = job(augment=True)
-    data = streamed(spec, Photos(40), HALF)
+    data = streamed(spec, photos(40), HALF)
     strategy = SingleDeviceStrategy(DistEnv(rank=0, local_rank=0, world_size=1, device=CPU))
     plan = resolve_plan(spec)
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import io
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from functools import partial
 from itertools import islice
 
 import numpy as np
@@ -20,6 +20,7 @@ from jobspec.decode_plan import GPU_DECODES_ALL, WORKERS_DECODE_ALL
 from jobspec.plan import resolve_plan
 from jobspec.spec import JobSpec
 from jobspec.spec_augment import Decode, OnBadSample
+from tests.unit.trainers.image_sets import IndexedSamples
 from trainers.components import feeds
 from trainers.data import LoadedData
 from trainers.data.decode import Encoded, decode_on_device
@@ -33,30 +34,16 @@ CPU = torch.device("cpu")
 SIDE = 4
 
 
-@dataclass(frozen=True)
-class Numbered:
-    """Samples 0..count-1: a PNG of colour (index, 0, 0) labelled with its index; `bad` ones are no image."""
+def coloured(index: int, format: str = "PNG") -> bytes:
+    """A picture of colour (index, 0, 0)."""
+    out = io.BytesIO()
+    Image.new("RGB", (SIDE, SIDE), (index % 256, 0, 0)).save(out, format)
+    return out.getvalue()
 
-    count: int
-    bad: frozenset[int] = frozenset()
-    format: str = "PNG"
-    labels: np.ndarray = field(init=False)
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "labels", np.arange(self.count))
-
-    def __len__(self) -> int:
-        return self.count
-
-    def read(self, index: int) -> bytes:
-        if index in self.bad:
-            return b"\xff\xd8\xff truncated"
-        out = io.BytesIO()
-        Image.new("RGB", (SIDE, SIDE), (index % 256, 0, 0)).save(out, self.format)
-        return out.getvalue()
-
-    def name(self, index: int) -> str:
-        return f"sample-{index}"
+def numbered(count: int, bad: frozenset[int] = frozenset(), format: str = "PNG") -> IndexedSamples:
+    """Samples 0..count-1: a picture of colour (index, 0, 0) labelled with its index."""
+    return IndexedSamples(count, partial(coloured, format=format), bad)
 
 
 def job(workers: int = 0, on_bad_sample: str = "fail", augment: bool = False, decode: str = "cpu") -> JobSpec:
@@ -76,13 +63,15 @@ def job(workers: int = 0, on_bad_sample: str = "fail", augment: bool = False, de
     )
 
 
-def streamed(spec: JobSpec, samples: Numbered) -> StreamedImages:
+def streamed(spec: JobSpec, samples: IndexedSamples) -> StreamedImages:
     images = ImageSet(samples, samples.count, np.arange(samples.count), np.arange(0))
     share = GPU_DECODES_ALL if spec.data.decode is Decode.GPU else WORKERS_DECODE_ALL
     return streamed_images(spec, images, workers_share=share)
 
 
-def steps(samples: Numbered, rank: int = 0, world: int = 1, workers: int = 0, **job_args: str) -> ImageSteps:
+def steps(
+    samples: IndexedSamples, rank: int = 0, world: int = 1, workers: int = 0, **job_args: str
+) -> ImageSteps:
     spec = job(workers, **job_args)
     batching = Batching(per_rank_batch=8, micro_batch=4, seed=5, workers=workers, device=CPU)
     env = DistEnv(rank=rank, local_rank=rank, world_size=world, device=CPU)
@@ -94,7 +83,7 @@ def labels(step: list[tuple[torch.Tensor, torch.Tensor]]) -> list[int]:
 
 
 def test_two_ranks_with_two_workers_each_see_every_sample_of_an_epoch_once() -> None:
-    samples = Numbered(103)
+    samples = numbered(103)
     seen = []
     for rank in (0, 1):
         shard = steps(samples, rank=rank, world=2, workers=2)
@@ -108,7 +97,7 @@ def test_two_ranks_with_two_workers_each_see_every_sample_of_an_epoch_once() -> 
 
 def test_a_resumed_run_reads_exactly_the_rest_of_the_epoch_and_augments_it_alike() -> None:
     spec = job(augment=True)
-    data = streamed(spec, Numbered(40))
+    data = streamed(spec, numbered(40))
     strategy = SingleDeviceStrategy(DistEnv(rank=0, local_rank=0, world_size=1, device=CPU))
     plan = resolve_plan(spec)
 
@@ -125,7 +114,7 @@ def test_a_resumed_run_reads_exactly_the_rest_of_the_epoch_and_augments_it_alike
 
 def test_a_bad_sample_is_replaced_and_counted_under_skip() -> None:
     bad = frozenset({3, 4})
-    reader = steps(Numbered(32, bad), on_bad_sample=OnBadSample.SKIP)
+    reader = steps(numbered(32, bad), on_bad_sample=OnBadSample.SKIP)
     epoch = [labels(step) for step in islice(reader.from_step(0), 4)]
     assert all(len(step) == 8 for step in epoch)
     flat = [label for step in epoch for label in step]
@@ -134,14 +123,14 @@ def test_a_bad_sample_is_replaced_and_counted_under_skip() -> None:
 
 
 def test_a_bad_sample_fails_the_job_naming_it_under_fail() -> None:
-    reader = steps(Numbered(32, frozenset({7})))
+    reader = steps(numbered(32, frozenset({7})))
     with pytest.raises(ValueError, match=r"data.on_bad_sample=fail: sample-7 cannot be read .*set data"):
         list(islice(reader.from_step(0), 4))
 
 
 def test_the_resident_path_cuts_the_same_batches_as_the_stream() -> None:
     spec = job(augment=True)
-    samples = Numbered(40)
+    samples = numbered(40)
     images = ImageSet(samples, samples.count, np.arange(40), np.arange(0))
     train_x, train_y, val_x, val_y = decode_whole(images, spec.data, SIDE)
     resident = LoadedData((train_x, train_y), (val_x, val_y), samples.count)
@@ -156,7 +145,7 @@ def test_the_resident_path_cuts_the_same_batches_as_the_stream() -> None:
 
 
 def test_the_resident_path_drops_skipped_samples_and_fails_on_them_otherwise() -> None:
-    samples = Numbered(10, frozenset({2}))
+    samples = numbered(10, frozenset({2}))
     images = ImageSet(samples, samples.count, np.arange(8), np.arange(8, 10))
     train_x, train_y, val_x, _ = decode_whole(images, job(on_bad_sample="skip").data, SIDE)
     assert train_y.tolist() == [0, 1, 3, 4, 5, 6, 7] and train_x.shape == (7, 3, SIDE, SIDE)
@@ -168,7 +157,7 @@ def test_the_resident_path_drops_skipped_samples_and_fails_on_them_otherwise() -
 def test_jpeg_bytes_batched_for_the_device_decode_there_with_bad_ones_replaced_and_named() -> None:
     """data.decode=gpu's path, on the CPU: torchvision decodes lists of JPEGs alike on either device."""
     bad = frozenset({3})
-    reader = steps(Numbered(16, bad, format="JPEG"), on_bad_sample="skip", decode="gpu")
+    reader = steps(numbered(16, bad, format="JPEG"), on_bad_sample="skip", decode="gpu")
     epoch = list(islice(reader.from_step(0), 2))
     micro_batches = [micro for step in epoch for micro in step]
     assert all(x.shape == (4, 3, SIDE, SIDE) and x.dtype == torch.uint8 for x, _ in micro_batches)
@@ -176,7 +165,7 @@ def test_jpeg_bytes_batched_for_the_device_decode_there_with_bad_ones_replaced_a
         assert ((x[:, 0].float().mean(dim=(1, 2)) - y.float()).abs() < 4).all()
     assert reader.bad.count == 1
     garbage = torch.frombuffer(bytearray(b"\xff\xd8\xff" + b"garbage" * 9), dtype=torch.uint8)
-    good = torch.frombuffer(bytearray(Numbered(2, format="JPEG").read(1)), dtype=torch.uint8)
+    good = torch.frombuffer(bytearray(numbered(2, format="JPEG").read(1)), dtype=torch.uint8)
     decoded = decode_on_device(Encoded.packed([garbage, good], ["x.jpg", "y.jpg"]), SIDE, CPU)
     assert decoded.pixels.shape == (2, 3, SIDE, SIDE) and decoded.sources == [1, 1]
     assert decoded.problems == ["x.jpg cannot be decoded (Unsupported marker type 0x67)", ""]
