@@ -37,6 +37,14 @@ LOST_EXIT_CODE = 255  # the factory died before it could say how a standby ended
 POLL_S = 0.05
 
 
+def readable_now(fd: int) -> bool:
+    """Whether `fd` is readable now. poll, not select: the worker holds a file per job's log, pipe and
+    socket, and select refuses any descriptor past 1023."""
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    return bool(poller.poll(0))
+
+
 class JobProcess(Protocol):
     """What the worker needs of a job's torchrun process: a Popen, or a standby forked by the factory."""
 
@@ -107,7 +115,7 @@ class ForkedStandby:
         if not self._forked.is_set():
             return False
         with self._pidfd_lock:
-            return self._pidfd is None or bool(select.select([self._pidfd], [], [], 0)[0])
+            return self._pidfd is None or readable_now(self._pidfd)
 
     def _set_forked(self, pid: int | None) -> None:
         if pid is not None:
