@@ -69,6 +69,18 @@ def factories() -> list[psutil.Process]:
     return [child for child in psutil.Process().children() if FACTORY_MODULE in " ".join(child.cmdline())]
 
 
+def new_factory(others: set[int]) -> psutil.Process:
+    """The one factory of this process not among `others`, once it runs the factory's program: a child
+    forked a moment ago shows its parent's command line until it has exec'd (a run of `make test` found none
+    right after prepare())."""
+    deadline = time.monotonic() + TIMEOUT_S
+    while not (found := [factory for factory in factories() if factory.pid not in others]):
+        assert time.monotonic() < deadline, f"no new standby factory within {TIMEOUT_S} s"
+        time.sleep(0.05)
+    (factory,) = found
+    return factory
+
+
 @pytest.fixture
 def own_launcher() -> Iterator[WarmLauncher]:
     """A launcher with a factory of its own, started by the test."""
@@ -261,7 +273,7 @@ def test_a_job_waits_for_no_import_of_the_factory(tmp_path: Path, own_launcher: 
     starts cold at once and runs, and the standby, not handed the job, takes the next one once forked."""
     others = {factory.pid for factory in factories()}  # the module's launcher's
     own_launcher.prepare()
-    (factory,) = [found for found in factories() if found.pid not in others]
+    factory = new_factory(others)
     factory.suspend()
     try:
         standby = own_launcher.standby
