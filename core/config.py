@@ -139,9 +139,9 @@ class Settings(BaseSettings):
         2,
         ge=1,
         le=64,
-        description="threads per API process that answer the polled reads (a job, a page of jobs, the "
-        "queue); more overlap a server database's round trips, but each one more that wants Python at once "
-        "makes every request dearer",
+        description="threads per API process that answer the polled reads (a page of jobs, the queue; a "
+        "job's GET too on a server database); more overlap a server database's round trips, but each one "
+        "more that wants Python at once makes every request dearer",
     )
     max_header_bytes: int = Field(
         65536, ge=4096, le=2**24, description="h11: the largest unfinished request head the API buffers"

@@ -111,7 +111,7 @@ async def run_in_session(work: Callable[Concatenate[Session, P], T], *args: P.ar
     return await to_thread.run_sync(partial(_in_session, work, *args, **kwargs), limiter=_units_limiter())
 
 
-# The reads clients poll (a job, a page of jobs, the queue) are short and never wait for a writer (SQLite's
+# The reads clients poll (a page of jobs, the queue, a job) are short and never wait for a writer (SQLite's
 # WAL, PostgreSQL's MVCC). They run on a few threads of their own, not on anyio's pool of 40 that sync routes
 # and writes share: the threads that want the GIL at once take turns at it, and every turn costs CPU, so a
 # read answered by one of 40 busy threads cost about twice what it costs on one of two (bench/RESULTS.md).

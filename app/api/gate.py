@@ -1,7 +1,7 @@
 """What every /v1 route passes before it runs, as one FastAPI dependency (app/main.py): the caller is known
 (app/api/auth.py), takes a turn (app/api/fair_share.py), and the body's text is checked (app/api/storable.py).
 One dependency rather than one each: FastAPI's work per request grows with every dependency it resolves,
-and a job's GET, the route clients poll most, cost a fifth less with two fewer (bench/RESULTS.md)."""
+and every /v1 request, a job's GET that clients poll most among them, resolves these."""
 
 from __future__ import annotations
 
