@@ -14,9 +14,12 @@ import contextlib
 import fcntl
 import hashlib
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 COUNT_FILE = ".bytes"
+LOCK_PREFIX = ".fill-"
+LOCK_STRIPES = 64
 ENTRY_SUFFIX = ".bin"
 # Eviction goes below the bound by this share, so that the next listing waits for that much more.
 LOW_WATER = 0.9
@@ -30,19 +33,41 @@ class ByteCache:
     def _entry(self, name: str) -> Path:
         return self.folder / (hashlib.sha256(name.encode()).hexdigest() + ENTRY_SUFFIX)
 
-    def get(self, name: str) -> bytes | None:
+    def get(self, name: str, offset: int = 0, length: int = -1) -> bytes | None:
+        """The entry's bytes from `offset`, `length` of them (-1: to its end); None if it is not held."""
         path = self._entry(name)
         try:
-            data = path.read_bytes()
+            with open(path, "rb") as entry:
+                entry.seek(offset)
+                data = entry.read(length)
         except FileNotFoundError:
             return None
         with contextlib.suppress(FileNotFoundError):  # evicted meanwhile by another process: still read
             os.utime(path)  # its read time orders eviction
         return data
 
+    def keeps_all(self, total_bytes: int) -> bool:
+        """Whether entries of `total_bytes` in all stay without evicting one another."""
+        return total_bytes <= self.max_bytes * LOW_WATER
+
+    def holds(self, size: int) -> bool:
+        """Whether an entry of `size` bytes is kept: one that would evict a tenth of the cache at once is
+        read from the store each time."""
+        return size <= self.max_bytes * (1 - LOW_WATER)
+
+    @contextlib.contextmanager
+    def filling(self, name: str) -> Iterator[None]:
+        """Held while one process reads `name` from the store to put it here: another that wants it waits,
+        then finds it. Names share a fixed set of lock files, so the folder never holds one per entry."""
+        self.folder.mkdir(parents=True, exist_ok=True)
+        stripe = int(hashlib.sha256(name.encode()).hexdigest()[:8], 16) % LOCK_STRIPES
+        with open(self.folder / f"{LOCK_PREFIX}{stripe:02d}", "a+b") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+            yield
+
     def put(self, name: str, data: bytes) -> None:
-        if len(data) > self.max_bytes * (1 - LOW_WATER):
-            return  # an entry that would evict a tenth of the cache at once is read from the store each time
+        if not self.holds(len(data)):
+            return
         self.folder.mkdir(parents=True, exist_ok=True)
         path = self._entry(name)
         partial = path.with_name(f".{path.name}.{os.getpid()}")

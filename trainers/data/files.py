@@ -1,8 +1,9 @@
 """Where a dataset's files are read from: the data dir (LocalFiles) or an object store (StoreFiles), behind
 one small interface, so that shards, tokens and image_folder read either the same way.
 
-An object store is read by ranged GETs, each cached on the host (trainers/data/byte_cache.py) and pinned to
-the version the listing saw (If-Match: a dataset rewritten under a running job fails it, rather than feeding
+An object store is read by ranged GETs, each cached on the host (trainers/data/byte_cache.py), in blocks of
+many samples when what the job reads fits that cache (StoreFiles.expect), and pinned to the version the
+listing saw (If-Match: a dataset rewritten under a running job fails it, rather than feeding
 it a mix). botocore retries what fails before an answer's body (5xx, throttling, refused connections); what
 fails while the body streams in is retried here, as botocore leaves that to its caller.
 """
@@ -29,6 +30,8 @@ from trainers.data.byte_cache import ByteCache
 CACHE_FOLDER = "data-cache"  # in the run directory, so that the job's disk limit counts it
 # What a tar's index reads at once: its members' headers, between their data.
 INDEX_READ_BYTES = 1 << 20
+# What a ranged read fetches when the job's objects fit its cache: many samples a GET.
+BLOCK_BYTES = 8 << 20
 
 
 class Files(Protocol):
@@ -101,6 +104,7 @@ class StoreFiles:
     def __init__(self, root: StoreRoot, cache: ByteCache | None) -> None:
         self.root = root
         self.cache = cache
+        self.block_bytes = 0  # 0: each read fetches its own range (expect)
         self._client: Any = None
         self._pid = 0
 
@@ -115,9 +119,46 @@ class StoreFiles:
     def listing(self, delimiter: bool = False) -> list[StoredObject]:
         return list(iter_objects(self.client(), self.root, delimiter))
 
+    def expect(self, total_bytes: int) -> None:
+        """The job will read `total_bytes` of these objects. When they fit the cache, ranged reads fetch
+        whole blocks of BLOCK_BYTES, each once per host and kept: a shard's samples, or a token file's
+        windows, in any order cost a GET per block rather than one each. What does not fit is read range
+        by range, as a block would be evicted before its other samples were read."""
+        cache = self.cache
+        blocks = cache is not None and cache.keeps_all(total_bytes) and cache.holds(BLOCK_BYTES)
+        self.block_bytes = BLOCK_BYTES if blocks else 0
+
     def read(self, name: str, offset: int = 0, length: int | None = None, version: str = "") -> bytes:
+        if length is None or not self.block_bytes:
+            return self._cached(name, offset, length, version)
+        block = self.block_bytes
+        parts = []
+        for start in range(offset - offset % block, offset + length, block):
+            low, high = max(offset, start), min(offset + length, start + block)
+            parts.append(self._in_block(name, start, version, low - start, high - low))
+        return b"".join(parts)
+
+    def _in_block(self, name: str, start: int, version: str, offset: int, length: int) -> bytes:
+        """`length` bytes at `offset` in the block at `start`, read from the cache, or by the one process
+        that fetches the block while the others wait for it."""
+        assert self.cache is not None  # blocks are read only with a cache (expect)
+        cached_as = self._cached_as(name, version, start, start + self.block_bytes - 1)
+        data = self.cache.get(cached_as, offset, length)
+        if data is None:
+            with self.cache.filling(cached_as):
+                data = self.cache.get(cached_as, offset, length)
+                if data is None:
+                    whole = self._get(name, f"bytes={start}-{start + self.block_bytes - 1}", version)
+                    self.cache.put(cached_as, whole)
+                    data = whole[offset : offset + length]
+        return data
+
+    def _cached_as(self, name: str, version: str, start: int, end: int | str) -> str:
+        return f"{self.root.bucket}/{name}@{version}:{start}-{end}"
+
+    def _cached(self, name: str, offset: int, length: int | None, version: str) -> bytes:
         end = "" if length is None else offset + length - 1
-        cached_as = f"{self.root.bucket}/{name}@{version}:{offset}-{end}"
+        cached_as = self._cached_as(name, version, offset, end)
         data = None if self.cache is None else self.cache.get(cached_as)
         if data is None:
             data = self._get(name, f"bytes={offset}-{end}", version)

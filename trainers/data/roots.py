@@ -36,7 +36,8 @@ class Root(Protocol):
         ...
 
     def entries(self, wanted: Wanted, recursive: bool) -> list[Entry]:
-        """The wanted files under the root (recursive: in its folders too), in name order."""
+        """The wanted files under the root (recursive: in its folders too), in name order: what the job
+        reads, which an object store's reads are sized by (StoreFiles.expect)."""
         ...
 
     def folders(self) -> list[str]:
@@ -73,11 +74,13 @@ class ObjectRoot:
         if recursive not in self._listed:
             self._listed[recursive] = self.files.listing(delimiter=not recursive)
         relative = self.files.root.relative
-        return [
-            Entry(found.key, relative(found.key), found.size, found.etag)
-            for found in self._listed[recursive]
-            if wanted(relative(found.key))
+        found = [
+            Entry(listed.key, relative(listed.key), listed.size, listed.etag)
+            for listed in self._listed[recursive]
+            if wanted(relative(listed.key))
         ]
+        self.files.expect(sum(entry.size for entry in found))
+        return found
 
     def folders(self) -> list[str]:
         """An object store has no folders, only keys: those of the files in one."""

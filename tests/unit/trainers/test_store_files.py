@@ -6,7 +6,9 @@ kept in a cache that stays within data.cache_bytes and serves reads the store no
 from __future__ import annotations
 
 import json
+import shutil
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -52,6 +54,33 @@ def test_shards_in_the_store_index_and_read_as_on_disk(
     assert stored.offset.tolist() == local.offset.tolist()
     assert all(stored.read(i) == PICTURES.jpeg(i) for i in range(len(stored)))
     assert stored.name(11) == f"{root}/shard-00001.tar: sample 0000011"
+
+
+def test_shards_that_fit_the_cache_cost_one_get_per_block_however_many_read_them(
+    store: Store, run_dir: Path, data_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    write_shards(data_dir / "blocks", PICTURES, per_shard=10)
+    root = store.upload(data_dir / "blocks", "blocks")
+    with storm_proxy(store.endpoint) as (proxy, storm):
+        monkeypatch.setenv(CREDENTIALS_ENV, credentials(proxy))
+        samples = shard_samples(DataSpec(dataset="shards", root=root))
+        assert isinstance(samples.files, StoreFiles) and samples.files.block_bytes
+        shutil.rmtree(run_dir / CACHE_FOLDER)  # what indexing fetched: four readers now find none of it
+        storm.forwarded, storm.delay_s = 0, 0.05  # a slow store: the readers' GETs would overlap
+        with ThreadPoolExecutor(4) as readers:
+            read = list(readers.map(lambda _: [samples.read(i) for i in range(len(samples))], range(4)))
+    assert read == [[PICTURES.jpeg(i) for i in range(PICTURES.count)]] * 4
+    assert storm.forwarded == len(samples.tars)  # each shard is one block, fetched once for all four
+
+
+def test_shards_larger_than_the_cache_are_read_sample_by_sample(
+    store: Store, run_dir: Path, data_dir: Path
+) -> None:
+    write_shards(data_dir / "large", PICTURES, per_shard=10)
+    root = store.upload(data_dir / "large", "large")
+    samples = shard_samples(DataSpec(dataset="shards", root=root, cache_bytes=4096))
+    assert isinstance(samples.files, StoreFiles) and samples.files.block_bytes == 0
+    assert [samples.read(i) for i in range(len(samples))] == [PICTURES.jpeg(i) for i in range(PICTURES.count)]
 
 
 def test_an_image_folder_in_the_store_lists_and_reads_as_on_disk(
