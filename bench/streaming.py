@@ -2,7 +2,7 @@
 random resized crop + flip, on an ImageNet-like JPEG folder this script writes to the machine's disk.
 
     python -m bench.streaming [--images N] [--classes C] [--picture-px P] [--image-size S] [--dir DIR]
-        [--workers N[,N...]] [--steps N] [--budget-s S] [--smoke] [--s3 | --s3-only]
+        [--workers N[,N...]] [--steps N] [--budget-s S] [--smoke] [--s3 | --s3-only] [--pairs N]
 
 The folder (--images JPEGs of about 400 x 350, or of about P x P with --picture-px, default 50,000, in
 --classes folders, default 100, written by every core at once and kept for the next run) is read by, one
@@ -17,7 +17,8 @@ after another on GPU 0, at each loader-worker count of --workers (default cores-
   - with --s3, at the first count only, the first one again on the folder uploaded to moto's S3 server on
     loopback (bench/s3_root.py): data.root s3://..., each image a GET, the job's cache on; then the same
     pictures packed into shards (dataset shards, WebDataset's tar layout: bench/streaming_folder.py),
-    streamed from the disk and from the server, with a cache they fit: read in 8 MiB blocks.
+    streamed from the disk and from the server, with a cache they fit: read in 8 MiB blocks; --pairs N runs
+    those two N times, alternated, and shows each one's median run.
 Issue 48's targets are at 128 px with 4 and 14 loader workers, on pictures of about 160 px:
 
     python -m bench.streaming --images 20000 --picture-px 160 --image-size 128 --workers 4,14 --budget-s 1100
@@ -196,6 +197,7 @@ class Bench:
     data_dir: Path
     runs: Path  # the run directories, fresh each time: a trainer must never read an earlier run's events
     s3_only: bool
+    pairs: int  # --s3's runs of the shards from the disk and from the store, alternated
     figures: Forecast | None  # the model's forecast, stored in every trainer job's plan as the service would
 
     @property
@@ -231,18 +233,33 @@ def worker_rows(bench: Bench, workers: int) -> list[Row]:
     return rows
 
 
+def median_row(runs: list[Row]) -> Row:
+    """Of one variant's runs, the one of median images/s (the lower middle of an even count); each run's
+    rate is printed."""
+    rates = [run.result.images_per_s for run in runs]
+    print(f"{runs[0].result.variant}: {rates} img/s", file=sys.stderr, flush=True)
+    measured = sorted(
+        (run for run in runs if run.result.images_per_s), key=lambda run: run.result.images_per_s or 0
+    )
+    return measured[(len(measured) - 1) // 2] if measured else runs[0]
+
+
 def s3_rows(bench: Bench, workers: int) -> list[Row]:
     """Issue 46's: the shards from the disk and from the S3 server, then the folder from the server."""
     rows, workload = [], bench.workload
     # The shards first: a few uploads, where the folder's are one per image.
     shards = ensure_shards(bench.data_dir, bench.root)
-    spec = job_spec(workload, "stream", "cpu", workers, SHARDS, "shards")
-    rows.append(trainer_row(SHARDS_DISK, spec, bench, bench.runs / "shards"))
+    on_disk = job_spec(workload, "stream", "cpu", workers, SHARDS, "shards")
     with s3_root(shards) as stored:
-        spec = job_spec(workload, "stream", "cpu", workers, stored, "shards")
+        from_store = job_spec(workload, "stream", "cpu", workers, stored, "shards")
         # A cache the shards fit, as docs/data.md advises, so that the job reads them in blocks.
-        spec["data"]["cache_bytes"] = 2 * sum(path.stat().st_size for path in shards.glob("*.tar"))
-        rows.append(trainer_row(SHARDS_S3, spec, bench, bench.runs / "shards-s3"))
+        from_store["data"]["cache_bytes"] = 2 * sum(path.stat().st_size for path in shards.glob("*.tar"))
+        disk_runs, store_runs = [], []
+        # Alternated: a drift in the machine's speed between runs falls on both alike.
+        for n in range(bench.pairs):
+            disk_runs.append(trainer_row(SHARDS_DISK, on_disk, bench, bench.runs / f"shards-{n}"))
+            store_runs.append(trainer_row(SHARDS_S3, from_store, bench, bench.runs / f"shards-s3-{n}"))
+        rows += [median_row(disk_runs), median_row(store_runs)]
     with s3_root(bench.root) as stored:
         spec = job_spec(workload, "stream", "cpu", workers, stored)
         rows.append(trainer_row(FROM_S3, spec, bench, bench.runs / "s3"))
@@ -265,7 +282,7 @@ def measure(args: argparse.Namespace) -> tuple[str, dict[int, list[Row]]]:
     # The model's forecast is the same at every worker count: asked once.
     auto = job_spec(workload, "stream", "auto", args.workers[0])
     figures = forecast(write_config(runs / "forecast", auto)) if on_gpu and not args.s3_only else None
-    bench = Bench(workload, Budget(args.budget_s), data_dir, runs, args.s3_only, figures)
+    bench = Bench(workload, Budget(args.budget_s), data_dir, runs, args.s3_only, args.pairs, figures)
     rows = {workers: worker_rows(bench, workers) for workers in args.workers}
     if args.s3 or args.s3_only:
         rows[args.workers[0]] += s3_rows(bench, args.workers[0])
@@ -308,6 +325,12 @@ def main() -> int:
     )
     parser.add_argument(
         "--s3-only", action="store_true", help="--s3, with only the streamed job from the disk beside it"
+    )
+    parser.add_argument(
+        "--pairs",
+        type=int,
+        default=1,
+        help="--s3: runs of the shards from the disk and from the store, alternated; each row the median",
     )
     args = parser.parse_args()
     device, rows = measure(args)
