@@ -44,9 +44,10 @@ def get_owned_job(session: Session, job_id: int, caller: Caller) -> Job:
 
 
 def get_owned_row(session: Session, job_id: int, caller: Caller) -> Row[Any]:
-    """What GET /v1/jobs/{id} shows of a job the caller may see, read with SQLAlchemy Core: a row with the
-    job's attributes, without the identity map and object loading of the ORM, which it does not need."""
-    row = session.execute(_SHOWN_ROW, {"job_id": job_id}).one_or_none()
+    """What GET /v1/jobs/{id} shows of a job the caller may see, read with SQLAlchemy Core on the session's
+    connection: a row with the job's attributes, without the ORM's execution path, identity map and object
+    loading, which it does not need."""
+    row = session.connection().execute(_SHOWN_ROW, {"job_id": job_id}).one_or_none()
     if row is None or not caller.may_see(row.owner):
         raise JobNotFound(job_id)
     return row

@@ -37,6 +37,9 @@ _CHANGES_AFTER = (
     .order_by(QUEUE_CHANGES.c.version)
 )
 _QUEUED_AMONG = _QUEUED.where(JOBS.c.id.in_(bindparam("ids", expanding=True)))
+_SHARES_OF = select(USAGE.c.owner, USAGE.c.share_key).where(
+    USAGE.c.owner.in_(bindparam("owners", expanding=True))
+)
 
 
 @dataclass(frozen=True)
@@ -85,15 +88,18 @@ class _Index:
         the next one (a new database, or one that went on past what queue_changes keeps). A change is applied
         as the job stands now, which may already include a later change: applying that one again is
         harmless."""
-        head = session.scalar(_HEAD) or 0
+        # Core statements on the session's connection: the ORM's execution path adds nothing to a read of
+        # plain rows, and this runs on every GET of a queued job.
+        connection = session.connection()
+        head = connection.scalar(_HEAD) or 0
         if head == self.version:
             return
-        changes = session.execute(_CHANGES_AFTER, {"after": self.version}).all()
+        changes = connection.execute(_CHANGES_AFTER, {"after": self.version}).all()
         if self.version < 0 or head < self.version or not changes or changes[0].version != self.version + 1:
             self.reload(session, head)
             return
         changed = {change.job_id for change in changes}
-        now = session.execute(_QUEUED_AMONG, {"ids": list(changed)}).all()
+        now = connection.execute(_QUEUED_AMONG, {"ids": list(changed)}).all()
         for job_id in changed:
             self.remove(job_id)
         for row in now:
@@ -128,7 +134,7 @@ def _shares(session: Session, owners: set[str]) -> dict[str, float]:
     """The share keys of `owners`; one owner alone is ordered by age whatever its key."""
     if len(owners) < 2:
         return {}
-    rows = session.execute(select(USAGE.c.owner, USAGE.c.share_key).where(USAGE.c.owner.in_(owners)))
+    rows = session.connection().execute(_SHARES_OF, {"owners": list(owners)})
     return {row.owner: row.share_key for row in rows}
 
 
