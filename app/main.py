@@ -39,11 +39,9 @@ from app.api.slow_requests import SlowRequestLog
 from app.services.forecasts import forecasting
 from app.services.integrations.mlflow_exporter import exporting
 from core.config import get_settings
-from core.doorbell import drain_rings
+from core.doorbell import EXIT_DRAIN_S, drain_rings
 
 API_PREFIX = "/v1"
-# How long a stopping API waits for its last rings to reach the broker.
-RINGS_DRAIN_S = 5.0
 
 
 @asynccontextmanager
@@ -54,7 +52,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         with exporting(get_settings()), forecasting(get_settings()):
             yield
     # The rings of the last submissions, before the process goes (the reaper would ring for them later).
-    await asyncio.to_thread(drain_rings, RINGS_DRAIN_S)
+    await asyncio.to_thread(drain_rings, EXIT_DRAIN_S)
 
 
 def create_app() -> FastAPI:

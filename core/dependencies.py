@@ -9,20 +9,15 @@ concurrent pass finds nothing left to do."""
 
 from __future__ import annotations
 
-import logging
-
-from kombu.exceptions import OperationalError
 from sqlalchemy import delete, insert, select, update
 from sqlalchemy.orm import Session
 
 from core.db import session_scope
-from core.doorbell import enqueue_job
+from core.doorbell import ring_soon
 from core.due import settle_due
 from core.models import Job, JobDependency
 from core.states import TERMINAL, JobStatus
 from core.transitions import move
-
-log = logging.getLogger(__name__)
 
 WAITING_FOR_JOBS = "waiting_for_jobs"
 DEPENDENCY_FAILED = "dependency_failed"
@@ -93,7 +88,7 @@ def settle_dependants(parent_id: int) -> list[int]:
             elif _release(session, job_id):
                 released.append(job_id)
     for job_id in released:
-        _ring(job_id)
+        ring_soon(job_id)
     return released
 
 
@@ -124,14 +119,6 @@ def _cancel(session: Session, job_id: int, parent_id: int, status: JobStatus) ->
     move(session, job_id, JobStatus.QUEUED, JobStatus.CANCELLED, reason=DEPENDENCY_FAILED, message=message)
     # Its other dependencies no longer matter: their ends would find it cancelled.
     session.execute(delete(JobDependency).where(JobDependency.job_id == job_id))
-
-
-def _ring(job_id: int) -> None:
-    try:
-        enqueue_job(job_id)
-    except OperationalError:
-        # The job is queued and committed: the reaper's periodic ring for queued jobs starts it.
-        log.warning("broker unreachable; released job %s waits for the periodic ring", job_id, exc_info=True)
 
 
 def reconcile_dependencies() -> list[int]:

@@ -25,6 +25,8 @@ EMBEDDED_BROKER = "sqla+sqlite:///"
 log = logging.getLogger(__name__)
 # The least time between two rings of one process: a submission's job starts that much later at most.
 RING_GAP_S = 0.05
+# How long a stopping process (the API, a worker's reconcilers) waits for its last rings to reach the broker.
+EXIT_DRAIN_S = 5.0
 
 
 def host_queue(host: str) -> str:
@@ -155,7 +157,8 @@ os.register_at_fork(after_in_child=_new_ringer_after_fork)
 
 
 def ring_soon(job_id: int) -> None:
-    """Ring for a submitted job, whose row is committed, from the process's ringing thread (Ringer)."""
+    """Ring for a job that may start now (submitted, a released dependant, a sweep's new trial), whose row is
+    committed, from the process's ringing thread (Ringer)."""
     _ringer.ring(job_id)
 
 

@@ -12,6 +12,7 @@ import threading
 
 from core.config import get_settings
 from core.dependencies import reconcile_dependencies
+from core.doorbell import EXIT_DRAIN_S, drain_rings
 from core.sweeps.asks import reconcile_sweeps
 
 log = logging.getLogger(__name__)
@@ -34,3 +35,5 @@ class ReconcilerThread(threading.Thread):
     def stop(self) -> None:
         self.halt.set()
         self.join(timeout=30)
+        # The rings for the dependants and trials of its last pass (the reaper would ring for them later).
+        drain_rings(EXIT_DRAIN_S)

@@ -8,7 +8,6 @@ only when a sweep is asked something (it takes most of a second to import)."""
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -20,7 +19,7 @@ from sqlalchemy.orm import Session
 
 from core.config import get_settings
 from core.db import session_scope
-from core.doorbell import enqueue_job
+from core.doorbell import ring_soon
 from core.due import settle_due
 from core.launch import show_planned
 from core.models import Job, JobEvent, Sweep, SweepTrial, utcnow
@@ -35,7 +34,6 @@ from jobspec.spec import JobSpec
 if TYPE_CHECKING:
     from core.sweeps.study import TrialRecord
 
-log = logging.getLogger(__name__)
 
 # Sweeps one reconciler pass looks at; the rest wait for the next pass.
 DUE_PER_PASS = 64
@@ -166,15 +164,8 @@ def _recorded(sweep_id: int, asked: _Asked) -> bool:
             )
         session.add(asked.trial)
     if job is not None:
-        _ring(job.id)
+        ring_soon(job.id)
     return True
-
-
-def _ring(job_id: int) -> None:
-    try:
-        enqueue_job(job_id)
-    except Exception:  # the row is committed: the reaper rings queued jobs that wait unclaimed
-        log.warning("could not ring trial job %s; it waits for the requeue pass", job_id, exc_info=True)
 
 
 def _settle(sweep_id: int) -> None:

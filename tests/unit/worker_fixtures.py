@@ -23,7 +23,7 @@ from core.models import Base, GpuLease, Job
 from core.states import JobStatus
 from jobspec.plan import Plan, resolve_plan
 from jobspec.spec import JobSpec
-from tests.unit.conftest import _clear_caches
+from tests.unit.conftest import RING_WAIT_S, _clear_caches
 from worker.executors.local import runner
 from worker.executors.local.reaper import beat
 
@@ -91,8 +91,15 @@ class Doorbell:
     them, so each stays pending until a test clears `rung`."""
 
     def __init__(self) -> None:
-        self.rung: list[int] = []
+        self._rung: list[int] = []
         self.nodes: list[tuple[str, list[int]]] = []  # (host queue, [job, attempt, node rank])
+
+    @property
+    def rung(self) -> list[int]:
+        """The jobs rung for, once the rings asked for are sent: a released dependant's or a new trial's ring
+        comes from the process's ringing thread (core/doorbell.py ring_soon), which sends one for many."""
+        assert core_doorbell.drain_rings(RING_WAIT_S), f"rings still unsent after {RING_WAIT_S} s"
+        return self._rung
 
     def send_task(self, name: str, args: list[int], queue: str | None = None) -> None:
         if name == core_doorbell.RUN_NODE_TASK:
@@ -100,7 +107,7 @@ class Doorbell:
             self.nodes.append((queue, args))
             return
         assert name == core_doorbell.RUN_JOB_TASK
-        self.rung.extend(args)
+        self._rung.extend(args)
 
 
 @pytest.fixture
