@@ -1,15 +1,15 @@
 """`--part stacks|rest|services|soak`: one of the four parts `make test` runs at once, each a pytest process.
 
 The parts overlap on a machine of two cores: much of a test's time is spent waiting (for a job on a running
-service, for Slurm to start, signal or requeue one, for a killed worker's lease to run out), which the
-other parts' work fills. `stacks` is every test on one of the shared running services
+service, for Slurm to start, signal or requeue one, for a killed worker's lease to run out), which the other
+parts' work fills. `stacks` is every test on one of the shared running services
 (tests/integration/conftest.py), so that each starts once, then the benchmarks' smoke runs. `services` is the
 modules that start services of their own (the Slurm cluster, hosts, workers and object stores of their own),
 which wait the most and say so with `pytestmark = pytest.mark.own_services`. `rest` is everything else: the
-worker's and the trainer's unit tests, the trainer's runs under torchrun; the linters run beside it. `soak`
-is the modules marked `soak` (bench/soak, light, 2 minutes), which run minutes on their own service from the
-start, beside the others, so that their length is not added to any part's, then the unit tests of the API
-and the core, which would otherwise keep `services` running long after the soak's end. The work that needs
+worker's unit tests, the trainer's runs under torchrun; the linters run beside it. `soak` is the modules
+marked `soak` (bench/soak, light, 2 minutes), which run minutes on their own service from the start, beside
+the others, so that their length is not added to any part's, then the unit tests of the API, the core and the
+trainer, which would otherwise keep another part running long after the soak's end. The work that needs
 nothing running is split so that the parts end together: a part left alone at the end waits on one core.
 Without `--part`, pytest runs everything, as before.
 """
@@ -39,7 +39,9 @@ TESTS = Path(__file__).parent
 # Test files that never use a shared running service (its fixtures are tests/integration's).
 OFF_THE_STACKS = (TESTS / "unit", TESTS / "gpu")
 SHARED_STACKS = frozenset({"embedded_stack", "redis_postgres_stack", "stack", "auth_stack"})
-UNIT_TESTS = (TESTS / "unit" / "app", TESTS / "unit" / "core")
+# After the soak: the two parts it ran beside had ended two and a half minutes after it (ci26, ci27 in the
+# closing notes of sessions 28 and 29) with the trainer's unit tests in `rest`.
+UNIT_TESTS = (TESTS / "unit" / "app", TESTS / "unit" / "core", TESTS / "unit" / "trainers")
 BENCH_SMOKE = (TESTS.parent / "bench" / "tests",)
 OWN_SERVICES = "own_services"  # the markers, declared in pyproject.toml
 SOAK = "soak"
