@@ -10,6 +10,7 @@ from contextlib import asynccontextmanager
 from fastapi import Depends, FastAPI
 
 from app.api.errors import install_error_handlers
+from app.api.fair_share import GiveBackTurns
 from app.api.gate import V1Gate
 from app.api.guards import install_request_guards
 from app.api.openapi import install_openapi, problems
@@ -68,7 +69,7 @@ def create_app() -> FastAPI:
     # The one body that is not a JSON spec: a code bundle's archive, capped by TRAINYARD_CODE_MAX_BYTES.
     raw_bodies = [("POST", f"{API_PREFIX}{code.router.prefix}")]
     install_error_handlers(app, streamed=raw_bodies)
-    v1_dependencies = [Depends(V1Gate(raw_bodies), scope="function")]
+    v1_dependencies = [Depends(V1Gate(raw_bodies))]
     for module in (
         jobs,
         sweeps,
@@ -98,6 +99,7 @@ def create_app() -> FastAPI:
     app.include_router(web.router)
     install_openapi(app)
     install_request_guards(app, raw_bodies=raw_bodies)
+    app.add_middleware(GiveBackTurns)  # the turns V1Gate takes
     app.add_middleware(SlowRequestLog)  # added last: outermost, it times the guards' refusals too
     return app
 

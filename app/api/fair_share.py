@@ -12,12 +12,13 @@ local admin's, and nobody takes turns.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import MutableMapping
 from dataclasses import dataclass
+from typing import Any
 
 from anyio import Semaphore
 from anyio.lowlevel import RunVar
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.services.errors import QuotaExceeded
 from app.services.keys import Caller
@@ -55,13 +56,30 @@ def _refusal(user: str, waiting: int, in_flight: int) -> QuotaExceeded:
     )
 
 
-@asynccontextmanager
-async def turn(caller: Caller) -> AsyncIterator[None]:
-    """The caller's turn, held by every /v1 route's gate (app/api/gate.py), which FastAPI leaves once the
-    route's answer is made, before its body is sent."""
+# Where a request's turn is kept between the gate that takes it and GiveBackTurns, which gives it back.
+TURNS_KEY = "trainyard.turns"
+
+
+@dataclass
+class _Turn:
+    lanes: dict[str, _Lane]
+    user: str
+    lane: _Lane
+    held: bool = False  # False while it waits for the turn
+
+    def give_back(self) -> None:
+        if self.held:
+            self.lane.turns.release()
+        self.lane.holders -= 1
+        if self.lane.holders == 0:
+            del self.lanes[self.user]
+
+
+async def take_turn(caller: Caller, scope: MutableMapping[str, Any]) -> None:
+    """Wait for the caller's turn for the request of `scope`, taken by every /v1 route's gate
+    (app/api/gate.py); GiveBackTurns gives it back once the request's answer is made."""
     settings = get_settings()
     if settings.auth is AuthMode.OFF:  # one user (the local admin): there is no one else to take turns with
-        yield
         return
     lanes = _lanes_here()
     lane = lanes.get(caller.user)
@@ -71,10 +89,38 @@ async def turn(caller: Caller) -> AsyncIterator[None]:
     if waiting >= settings.user_max_waiting:
         raise _refusal(caller.user, waiting, settings.user_max_requests)
     lane.holders += 1
-    try:
-        async with lane.turns:
-            yield
-    finally:
-        lane.holders -= 1
-        if lane.holders == 0:
-            del lanes[caller.user]
+    turn = _Turn(lanes, caller.user, lane)
+    scope[TURNS_KEY].append(turn)  # before the wait: a request cancelled while it waits leaves its place too
+    await lane.turns.acquire()
+    turn.held = True
+
+
+def give_back_turns(scope: MutableMapping[str, Any]) -> None:
+    turns = scope.get(TURNS_KEY)
+    while turns:
+        turns.pop().give_back()
+
+
+class GiveBackTurns:
+    """Gives a request's turn back once its answer is made: when the answer's head is sent, not after its
+    body streams, or when the request ends without one. A middleware rather than a dependency that yields,
+    whose exit FastAPI runs for every /v1 request at a cost of its own."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        scope[TURNS_KEY] = []
+
+        async def answering(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                give_back_turns(scope)
+            await send(message)
+
+        try:
+            await self.app(scope, receive, answering)
+        finally:
+            give_back_turns(scope)
