@@ -13,6 +13,7 @@ from app.api.errors import install_error_handlers
 from app.api.fair_share import GiveBackTurns
 from app.api.gate import V1Gate
 from app.api.guards import install_request_guards
+from app.api.heap import started_heap_frozen
 from app.api.openapi import install_openapi, problems
 from app.api.routes import (
     checkpoints,
@@ -48,9 +49,9 @@ API_PREFIX = "/v1"
 @asynccontextmanager
 async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     """The API's own threads while it serves: the webhook sender, the MLflow exporter if configured, and the
-    forecaster process."""
+    forecaster process; then what the process holds is frozen out of the collector's full passes."""
     async with webhooks.lifespan(app):
-        with exporting(get_settings()), forecasting(get_settings()):
+        with exporting(get_settings()), forecasting(get_settings()), started_heap_frozen():
             yield
     # The rings of the last submissions, before the process goes (the reaper would ring for them later).
     await asyncio.to_thread(drain_rings, EXIT_DRAIN_S)
