@@ -168,3 +168,26 @@ def test_credentials_that_are_not_the_expected_json_are_refused_without_their_va
         files.listing()
     assert "AKIA-SECRET-LOOKING" not in str(refused.value)
     assert "secret_access_key" in str(refused.value)
+
+
+def test_reads_across_block_boundaries_are_joined_from_each_block_fetched_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The blocks' arithmetic alone, against an object held in memory: any range, within a block or across
+    several, is the object's bytes there, and each block is fetched once."""
+    blob = np.random.default_rng(0).integers(0, 256, 100_000, dtype=np.uint8).tobytes()
+    files = StoreFiles(parse_store_root(f"s3://{BUCKET}/memory"), ByteCache(tmp_path / "cache", 10**7))
+    fetched: list[str] = []
+
+    def get(key: str, byte_range: str, version: str) -> bytes:
+        first, last = byte_range.removeprefix("bytes=").split("-")
+        fetched.append(byte_range)
+        return blob[int(first) : int(last) + 1]
+
+    monkeypatch.setattr(files, "_get", get)
+    files.block_bytes = 4096
+    ranges = np.random.default_rng(1).integers(0, len(blob), (500, 2))
+    for offset, length in ((int(a), 1 + int(b) % 20_000) for a, b in ranges):
+        length = min(length, len(blob) - offset)
+        assert files.read("memory/blob", offset, length) == blob[offset : offset + length]
+    assert sorted(fetched) == sorted(set(fetched)) and len(fetched) == -(-len(blob) // 4096)
