@@ -17,7 +17,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from weakref import WeakKeyDictionary
 
-from sqlalchemy import Engine, bindparam, func, select
+from sqlalchemy import Connection, Engine, bindparam, func, select
 from sqlalchemy.orm import Session
 
 from core.queue_order import JOBS, QUEUE_CHANGES, USAGE
@@ -75,11 +75,11 @@ class _Index:
             if not self.ids[priority]:
                 del self.ids[priority]
 
-    def reload(self, session: Session, head: int) -> None:
+    def reload(self, connection: Connection, head: int) -> None:
         """The whole queue, read after `head`: what it reads includes every change up to head."""
         self.ids.clear()
         self.where.clear()
-        for row in session.execute(_QUEUED):
+        for row in connection.execute(_QUEUED):
             self.add(QueuedJob(row.id, row.priority, row.owner))
         self.version = head
 
@@ -96,7 +96,7 @@ class _Index:
             return
         changes = connection.execute(_CHANGES_AFTER, {"after": self.version}).all()
         if self.version < 0 or head < self.version or not changes or changes[0].version != self.version + 1:
-            self.reload(session, head)
+            self.reload(connection, head)
             return
         changed = {change.job_id for change in changes}
         now = connection.execute(_QUEUED_AMONG, {"ids": list(changed)}).all()

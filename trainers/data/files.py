@@ -3,9 +3,9 @@ one small interface, so that shards, tokens and image_folder read either the sam
 
 An object store is read by ranged GETs, each cached on the host (trainers/data/byte_cache.py), in blocks of
 many samples when what the job reads fits that cache (StoreFiles.expect), and pinned to the version the
-listing saw (If-Match: a dataset rewritten under a running job fails it, rather than feeding
-it a mix). botocore retries what fails before an answer's body (5xx, throttling, refused connections); what
-fails while the body streams in is retried here, as botocore leaves that to its caller.
+listing saw (If-Match: a dataset rewritten under a running job fails it, rather than feeding it a mix).
+botocore retries what fails before an answer's body (5xx, throttling, refused connections); what fails while
+the body streams in is retried here, as botocore leaves that to its caller.
 """
 
 from __future__ import annotations
