@@ -282,8 +282,6 @@ class CodeBundle(Base):
 
 
 Index("ix_jobs_queue", Job.status, Job.priority, Job.id)
-# The quota's count and GPU sum over a user's unfinished jobs, answered from the index alone.
-Index("ix_jobs_owner_status_gpus", Job.owner, Job.status, Job.total_gpus)
 
 
 # BIGINT on PostgreSQL: the outbox gains a row per transition per webhook. SQLite's AUTOINCREMENT takes only

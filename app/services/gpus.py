@@ -59,7 +59,8 @@ def list_host_gpus(session: Session, settings: Settings) -> HostsPublic:
     return HostsPublic(data=hosts)
 
 
-# Built once: every submission reads it, and a statement built anew costs its cache key each time.
+# Built once: every submission reads it, and a statement built anew costs its cache key each time. Read on
+# the session's connection (Core): the ORM's execution path adds nothing to plain rows.
 _REPORTS = select(Worker.host, Worker.gpus, Worker.heartbeat_at)
 
 
@@ -70,7 +71,7 @@ def read_inventory(session: Session, settings: Settings) -> Inventory:
     inventory to judge against: a spec that no node can run waits with the scheduler's reason."""
     if not executor_traits(settings).places_jobs:
         return NO_HOSTS
-    reports = session.execute(_REPORTS).all()
+    reports = session.connection().execute(_REPORTS).all()
     cutoff = heartbeat_cutoff(settings)
     live = [report for report in reports if as_utc(report.heartbeat_at) > cutoff]
     return Inventory(

@@ -72,12 +72,13 @@ def progress_of(job: Job | Row[Any], now: datetime) -> JobProgress:
 _COLUMNS = JobPublic.model_fields.keys() - {"queue_position", "progress", "timings"}
 # The columns a job is shown from: its own, and those its progress and queue position are worked out from.
 # The plan as its stored JSON text: shown_plan rewrites the server's folders in it, then parses it once.
-_SHOWN = [
+# A submission's last write returns them (app/services/submit.py), so its answer reads nothing again.
+SHOWN_COLUMNS = [
     cast(JOBS.c.plan, Text).label("plan") if name == "plan" else JOBS.c[name]
     for name in sorted(_COLUMNS | {"progress_step", "progress_total", "timings"})
 ]
 # Built once: SQLAlchemy then finds its compiled form without building the statement and its cache key anew.
-_SHOWN_ROW = select(*_SHOWN).where(JOBS.c.id == bindparam("job_id"))
+_SHOWN_ROW = select(*SHOWN_COLUMNS).where(JOBS.c.id == bindparam("job_id"))
 
 
 def _public(job: Job | Row[Any], position: int | None, now: datetime) -> JobPublic:
@@ -103,7 +104,7 @@ def list_jobs(
     """Newest first; the cursor is the last id of the previous page, so new submissions never shift pages.
     Only the caller's own jobs, unless the caller is an admin."""
     # The shown columns as plain rows, as a single job is read: the ORM's objects would add nothing here.
-    query = select(*_SHOWN).order_by(JOBS.c.id.desc()).limit(limit + 1)
+    query = select(*SHOWN_COLUMNS).order_by(JOBS.c.id.desc()).limit(limit + 1)
     if not caller.is_admin:
         query = query.where(JOBS.c.owner == caller.user)
     if status is not None:

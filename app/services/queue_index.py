@@ -31,12 +31,21 @@ _QUEUED = select(JOBS.c.id, JOBS.c.priority, JOBS.c.owner).where(
 )
 # Built once with parameters, as the queries run at every change: SQLAlchemy then finds them compiled
 # without working out a new statement's cache key each time.
+# Each change after `after` with its job as it stands now, if that job is in line (else priority is null):
+# one statement, where the changes and then their jobs were two.
 _CHANGES_AFTER = (
-    select(QUEUE_CHANGES.c.version, QUEUE_CHANGES.c.job_id)
+    select(QUEUE_CHANGES.c.version, QUEUE_CHANGES.c.job_id, JOBS.c.priority, JOBS.c.owner)
+    .select_from(
+        QUEUE_CHANGES.outerjoin(
+            JOBS,
+            (JOBS.c.id == QUEUE_CHANGES.c.job_id)
+            & (JOBS.c.status == JobStatus.QUEUED)
+            & (JOBS.c.waiting_on == 0),
+        )
+    )
     .where(QUEUE_CHANGES.c.version > bindparam("after"))
     .order_by(QUEUE_CHANGES.c.version)
 )
-_QUEUED_AMONG = _QUEUED.where(JOBS.c.id.in_(bindparam("ids", expanding=True)))
 _SHARES_OF = select(USAGE.c.owner, USAGE.c.share_key).where(
     USAGE.c.owner.in_(bindparam("owners", expanding=True))
 )
@@ -98,12 +107,12 @@ class _Index:
         if self.version < 0 or head < self.version or not changes or changes[0].version != self.version + 1:
             self.reload(connection, head)
             return
-        changed = {change.job_id for change in changes}
-        now = connection.execute(_QUEUED_AMONG, {"ids": list(changed)}).all()
-        for job_id in changed:
+        # A job changed twice comes with the same row each time: the last one stands.
+        now = {change.job_id: change for change in changes}
+        for job_id, change in now.items():
             self.remove(job_id)
-        for row in now:
-            self.add(QueuedJob(row.id, row.priority, row.owner))
+            if change.priority is not None:
+                self.add(QueuedJob(job_id, change.priority, change.owner))
         self.version = changes[-1].version
 
     def ahead_of(self, job: QueuedJob, shares: dict[str, float]) -> int:

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from pydantic import ValidationError
-from sqlalchemy import bindparam, insert, select, update
+from sqlalchemy import Row, bindparam, insert, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -20,7 +21,7 @@ from app.services.factories import check_factories
 from app.services.forecast_check import forecast_plan
 from app.services.gpus import read_inventory
 from app.services.integrations.mlflow_exporter import check_tracking
-from app.services.jobs import check_priority, get_owned_job
+from app.services.jobs import SHOWN_COLUMNS, check_priority, get_owned_job
 from app.services.keys import Caller
 from app.services.quotas import check_quota
 from app.services.secrets import check_secret_refs
@@ -46,11 +47,27 @@ DRY_RUN_ID = "<job-id>"
 RETRYABLE = frozenset({JobStatus.FAILED, JobStatus.TIMED_OUT, JobStatus.CANCELLED})
 # The submission's writes, on the tables themselves (Core): each statement built once.
 _NEW_JOB = insert(JOBS).returning(JOBS.c.id)
-_PLANNED = update(JOBS).where(JOBS.c.id == bindparam("job_id")).values(plan=bindparam("planned"))
+# The submission's last write: it returns the job as it is shown, for the answer.
+_PLANNED = (
+    update(JOBS)
+    .where(JOBS.c.id == bindparam("job_id"))
+    .values(plan=bindparam("planned"))
+    .returning(*SHOWN_COLUMNS)
+)
 _SUBMITTED = insert(Base.metadata.tables[JobEvent.__tablename__])
 # Concurrent retries of one job race for its next generation: each round one of them takes it, and the
 # others look again (and find it, unless they asked for another retry).
 _RETRY_ROUNDS = 5
+
+
+@dataclass(frozen=True)
+class Submitted:
+    """A submission's job, whether this call created it (False: an earlier request with the same key did),
+    and, when it did, the job's row as GET shows it (app/services/jobs.py::SHOWN_COLUMNS)."""
+
+    job_id: int
+    created: bool
+    shown: Row[Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -183,13 +200,12 @@ def submit_job(
     message: str | None = None,
     retry: RetryOf | None = None,
     requested_by: str | None = None,
-) -> tuple[int, bool]:
-    """Returns the job's id and whether this call created it (False: an earlier request with the same key
-    did). The job is the caller's, and `requested_by` (default: the caller) who asked for it. Its parent is
+) -> Submitted:
+    """The job is the caller's, and `requested_by` (default: the caller) who asked for it. Its parent is
     the one it retries, else the one whose checkpoint it resumes from. It waits for those of its depends_on
     that have not ended yet (core/dependencies.py)."""
     if idempotency_key and (earlier := job_by_key(session, caller.user, idempotency_key)):
-        return _replay(earlier, spec, idempotency_key), False
+        return Submitted(_replay(earlier, spec, idempotency_key), created=False)
     unmet = unmet_dependencies(session, spec, caller)
     plan, resumed = _plan(session, settings, spec, caller, read_inventory(session, settings))
     check_quota(session, settings, caller.user, plan)
@@ -209,24 +225,26 @@ def submit_job(
         "requested_by": requested_by or caller.user,
     }
     try:
-        # Core statements, not ORM objects: the unit of work's states and flushes cost more than the writes.
-        job_id = session.execute(_NEW_JOB, stored).scalar_one()
-        show_planned(plan, spec, settings, job_id)  # the planned argv names the id just given
-        session.execute(_PLANNED, {"job_id": job_id, "planned": plan.public()})
+        # Core statements on the session's connection, not ORM objects: the unit of work's states and flushes,
+        # and the ORM's execution path, cost more than the writes.
+        connection = session.connection()
+        job_id = connection.execute(_NEW_JOB, stored).scalar_one()
         record_dependencies(session, job_id, unmet)
         event = {"job_id": job_id, "to_status": JobStatus.QUEUED, "reason": "submitted", "message": message}
-        session.execute(_SUBMITTED, event)
+        connection.execute(_SUBMITTED, event)
+        show_planned(plan, spec, settings, job_id)  # the planned argv names the id just given
+        shown = connection.execute(_PLANNED, {"job_id": job_id, "planned": plan.public()}).one()
         session.commit()
     except IntegrityError:
         # A concurrent request with the same key committed first; answer as its replay. (A retry that lost
         # the race for its generation has no key, or another: it looks again.)
         session.rollback()
         if idempotency_key and (earlier := job_by_key(session, caller.user, idempotency_key)):
-            return _replay(earlier, spec, idempotency_key), False
+            return Submitted(_replay(earlier, spec, idempotency_key), created=False)
         raise
     catch_ended(unmet)
     ring_soon(job_id)
-    return job_id, True
+    return Submitted(job_id, created=True, shown=shown)
 
 
 def _retryable(session: Session, job_id: int, caller: Caller) -> Job:
@@ -284,12 +302,11 @@ def retry_job(
     start: RetryFrom = RetryFrom.LATEST,
     again: bool = False,
     idempotency_key: str | None = None,
-) -> tuple[int, bool]:
+) -> Submitted:
     """A new job, owned by the job's owner (whoever asks: the caller is recorded as requested_by), that runs
     a failed, timed-out or cancelled job's spec again, from that job's latest checkpoint unless `start` says
-    scratch; the old one stays as it ended, for the record. Returns the job's id and whether this call
-    created it: a retry that the caller can see with the same spec is answered again rather than made
-    twice, unless `again` is set or a new Idempotency-Key sent."""
+    scratch; the old one stays as it ended, for the record. A retry that the caller can see with the same
+    spec is answered again rather than made twice, unless `again` is set or a new Idempotency-Key sent."""
     job = _retryable(session, job_id, caller)
     spec, message = _retry_spec(session, job, start)
     owner = _owner(session, job, caller)
@@ -301,7 +318,7 @@ def retry_job(
         retries = _retries(session, parent.id)
         same = next((r for r in retries if same_spec(r.spec, wanted) and caller.may_see(r.owner)), None)
         if same is not None and not (again or idempotency_key):
-            return same.id, False
+            return Submitted(same.id, created=False)
         generation = 1 + max((job.retry_generation for job in retries if job.retry_generation), default=0)
         try:
             return submit_job(

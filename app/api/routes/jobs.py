@@ -7,7 +7,7 @@ from typing import Annotated
 from fastapi import APIRouter, Header, Query, Response, status
 from sqlalchemy.orm import Session
 
-from app.api.caching import IfNoneMatch, revalidated, revalidated_json
+from app.api.caching import JSON, IfNoneMatch, revalidated, revalidated_json
 from app.api.deps import DB_INT_MAX, CallerDep, CanonicalInt, JobId, OwnedJob, SessionDep, SettingsDep
 from app.api.openapi import BODY_PROBLEMS, problem, problems
 from app.schemas import (
@@ -33,16 +33,17 @@ router = APIRouter(prefix="/jobs", tags=["jobs"])
 IdempotencyKey = Annotated[str | None, Header(min_length=1, max_length=128)]
 
 
-def _submitted(session: Session, job_id: int, caller: Caller) -> JobSubmitted:
-    # Read back as GET shows it: the ORM object that submit_job stored is gone once it returns, and loading
-    # it again costs more than the Core read.
-    job = jobs.public_job(session, jobs.get_owned_row(session, job_id, caller))
+def _submitted(session: Session, submitted: submit.Submitted, caller: Caller) -> JobSubmitted:
+    # As GET shows it: the row the submission's last write returned, or, for an earlier request's job, read.
+    row = submitted.shown or jobs.get_owned_row(session, submitted.job_id, caller)
+    job = jobs.public_job(session, row)
     return JobSubmitted(job=job, plan=Plan.model_validate(job.plan))
 
 
 @router.post(
     "",
     status_code=status.HTTP_201_CREATED,
+    response_model=JobSubmitted,
     responses={
         200: {"description": "a dry run, or a replay of an earlier request with the same key"},
         409: problem("the Idempotency-Key was used with another body"),
@@ -54,26 +55,25 @@ async def create_job(
     spec: JobSpec,
     settings: SettingsDep,
     caller: CallerDep,
-    response: Response,
     dry_run: bool = False,
     idempotency_key: IdempotencyKey = None,
-) -> JobSubmitted:
+) -> Response:
     # Not a plain `def` with SessionDep like the other routes: clients submit in bursts, and on SQLite
     # run_in_session lets only a few submissions write at once, each whole unit of work in one thread hop.
+    # The answer is serialised once, from the models built for it, where a returned model would be dumped,
+    # validated again and serialised (FastAPI's response_model, which stays for the OpenAPI schema).
     if dry_run:
-        response.status_code = status.HTTP_200_OK
-        return JobSubmitted(job=None, plan=await run_in_session(submit.dry_run, settings, spec, caller))
-    submitted, created = await run_in_session(_submit, settings, spec, caller, idempotency_key)
-    if not created:
-        response.status_code = status.HTTP_200_OK
-    return submitted
+        planned = JobSubmitted(job=None, plan=await run_in_session(submit.dry_run, settings, spec, caller))
+        return Response(planned.model_dump_json(), media_type=JSON)
+    body, created = await run_in_session(_submit, settings, spec, caller, idempotency_key)
+    return Response(body, status.HTTP_201_CREATED if created else status.HTTP_200_OK, media_type=JSON)
 
 
 def _submit(
     session: Session, settings: Settings, spec: JobSpec, caller: Caller, idempotency_key: str | None
-) -> tuple[JobSubmitted, bool]:
-    job_id, created = submit.submit_job(session, settings, spec, caller, idempotency_key=idempotency_key)
-    return _submitted(session, job_id, caller), created
+) -> tuple[bytes, bool]:
+    submitted = submit.submit_job(session, settings, spec, caller, idempotency_key=idempotency_key)
+    return _submitted(session, submitted, caller).model_dump_json().encode(), submitted.created
 
 
 @router.get(
@@ -171,12 +171,12 @@ def retry_job(
     ] = False,
     idempotency_key: IdempotencyKey = None,
 ) -> JobSubmitted:
-    job_id, created = submit.retry_job(
+    submitted = submit.retry_job(
         session, settings, job.id, caller, start=start, again=again, idempotency_key=idempotency_key
     )
-    if not created:
+    if not submitted.created:
         response.status_code = status.HTTP_200_OK
-    return _submitted(session, job_id, caller)
+    return _submitted(session, submitted, caller)
 
 
 @router.delete(

@@ -19,7 +19,7 @@ from app.services import sweeps as sweep_service
 from core import db
 from core.config import Settings, get_settings
 from core.models import Checkpoint, Job, Sweep
-from core.quotas import unfinished_jobs
+from core.quotas import unfinished
 from core.sweeps.asks import top_up
 from tests.unit.app.test_api_code import GZIP
 from tests.unit.app.test_sweeps_api import sweep_body
@@ -154,14 +154,14 @@ def test_a_sweep_s_trials_count_against_the_job_quota(
     sweep = response.json()
     assert sweep["trials"]["running"] == 2, "as many as the quota leaves room for"
     user = sweep["owner"]
-    assert unfinished_jobs(session, user) == 3
+    assert unfinished(session, user)[0] == 3
     # A trial that ends frees room: the next is made, and the owner stays within the quota.
     first = client.get(f"/v1/sweeps/{sweep['id']}/trials").json()["data"][0]
     assert client.post(f"/v1/jobs/{first['job_id']}/cancel").status_code == 200
     top_up(sweep["id"])  # the worker's reconciler, after the trial's end
     trials = client.get(f"/v1/sweeps/{sweep['id']}/trials").json()["data"]
     assert len(trials) == 3
-    assert unfinished_jobs(session, user) == 3
+    assert unfinished(session, user)[0] == 3
     # With no room at all, a new sweep could make no trial: a 429 naming the quota.
     response = client.post("/v1/sweeps", json=sweep_body())
     assert response.status_code == 429, response.text

@@ -8,7 +8,7 @@ from alembic import command
 from sqlalchemy import MetaData, Table, insert, select
 from sqlalchemy.orm import Session
 
-from app.services.quotas import unfinished_gpus, unfinished_jobs
+from core.quotas import unfinished
 from core.config import Settings
 from core.db import get_engine
 from core.models import utcnow
@@ -40,9 +40,9 @@ def test_upgrade_fills_total_gpus_from_each_stored_plan(env: Settings) -> None:
     with Session(get_engine()) as session:
         filled = dict(session.execute(select(migrated.c.name, migrated.c.total_gpus)).tuples().all())
         assert filled == {f"job{index}": gpus for index, (*_, gpus) in enumerate(JOBS)}
-        assert unfinished_gpus(session, "ada") == 2 + 8 + 3 + 0 + 0
-        assert unfinished_jobs(session, "ada") == 5
-        assert unfinished_gpus(session, "bob") == 5
+        # Counted by migration 0028 from the rows stored before it.
+        assert unfinished(session, "ada") == (5, 2 + 8 + 3 + 0 + 0)
+        assert unfinished(session, "bob") == (1, 5)
     command.downgrade(config, "0003")
     with get_engine().connect() as connection:
         assert "total_gpus" not in Table("jobs", MetaData(), autoload_with=connection).c
