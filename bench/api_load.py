@@ -55,14 +55,14 @@ from typing import Any, TypeVar
 import httpx
 import psutil
 import uvloop
-from sqlalchemy import create_engine, insert, select, update
+from sqlalchemy import create_engine, delete, insert, select, update
 from starlette.types import Receive, Scope, Send
 
 from bench.lean_http import Connection, ProtocolError, Reply, encode_request
 from bench.profile_stacks import summarize
 from bench.report import record, section
 from bench.table import markdown, number
-from core.models import Job
+from core.models import Base, Job, JobEvent
 from core.queue_order import JOBS
 from tests.integration.servers import ROOT, Stack, free_port, local_get, stop, wait_for
 
@@ -249,15 +249,18 @@ def mark_running(database_url: str, ids: list[int]) -> None:
 
 
 def fill_queue(url: str, database_url: str, queued: int) -> None:
-    """`queued` jobs waiting: one submitted, the rest copies of its row (every trigger on the table fires)."""
-    if queued <= 0:
-        return
+    """`queued` jobs waiting: one submitted, the rest copies of its row (every trigger on the table fires).
+    The submission also warms the server's path for the POST phase at every depth (its first request
+    compiles statements and builds validators once); with none to queue, its row is deleted."""
     httpx.post(f"{url}/v1/jobs", json=SPEC, timeout=60).raise_for_status()
     engine = create_engine(database_url)
     with engine.begin() as connection:
-        row = connection.execute(select(JOBS).limit(1)).mappings().one()
-        copy = {**row, "id": None}
-        connection.execute(insert(JOBS), [copy] * (queued - 1))
+        if queued <= 0:
+            connection.execute(delete(Base.metadata.tables[JobEvent.__tablename__]))
+            connection.execute(delete(JOBS))
+        else:
+            row = connection.execute(select(JOBS).limit(1)).mappings().one()
+            connection.execute(insert(JOBS), [{**row, "id": None}] * (queued - 1))
     engine.dispose()
 
 

@@ -53,6 +53,12 @@ class RefuseUnstorableText:
         method = request.method
         if method not in STATE_CHANGING or (method, route_path(request.scope)) in self.raw_bodies:
             return
+        # JSON text can carry a NUL or a lone surrogate only as a \u escape (a raw control character or
+        # invalid UTF-8 is refused by the parser), so a body of UTF-8 without one needs no walk. A body in
+        # UTF-16 or UTF-32, which json reads too, has NUL bytes: it is walked.
+        raw = await request.body()
+        if b"\\u" not in raw and b"\x00" not in raw:
+            return
         try:
             # FastAPI has already parsed the body of a route that takes one, and Starlette keeps it: not
             # parsed twice. Any other body is under BodySizeLimit's cap.

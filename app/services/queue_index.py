@@ -17,24 +17,33 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from weakref import WeakKeyDictionary
 
-from sqlalchemy import Connection, Engine, bindparam, func, select
+from sqlalchemy import Connection, Engine, Integer, bindparam, cast, func, literal, null, select, union_all
 from sqlalchemy.orm import Session
 
 from core.queue_order import JOBS, QUEUE_CHANGES, USAGE
 from core.states import JobStatus
 from core.usage import NO_USE
 
-_HEAD = select(func.max(QUEUE_CHANGES.c.version))
 # A job waiting for its depends_on is not in line to start: the jobs behind it are not counted behind it.
 _QUEUED = select(JOBS.c.id, JOBS.c.priority, JOBS.c.owner).where(
     JOBS.c.status == JobStatus.QUEUED, JOBS.c.waiting_on == 0
 )
 # Built once with parameters, as the queries run at every change: SQLAlchemy then finds them compiled
 # without working out a new statement's cache key each time.
-# Each change after `after` with its job as it stands now, if that job is in line (else priority is null):
-# one statement, where the changes and then their jobs were two.
-_CHANGES_AFTER = (
-    select(QUEUE_CHANGES.c.version, QUEUE_CHANGES.c.job_id, JOBS.c.priority, JOBS.c.owner)
+# The newest change's version first (part 0), then each change after `after` with its job as it stands now
+# if that job is in line, else with a null priority (part 1): one statement where the head, the changes and
+# their jobs were three. A GET of a job when nothing changed reads the one row of its head.
+_HEAD_THEN_CHANGES = union_all(
+    select(
+        literal(0).label("part"),
+        func.max(QUEUE_CHANGES.c.version).label("version"),
+        cast(null(), Integer).label("job_id"),
+        cast(null(), Integer).label("priority"),
+        cast(null(), JOBS.c.owner.type).label("owner"),
+    ),
+    select(
+        literal(1), QUEUE_CHANGES.c.version, QUEUE_CHANGES.c.job_id, JOBS.c.priority, JOBS.c.owner
+    )
     .select_from(
         QUEUE_CHANGES.outerjoin(
             JOBS,
@@ -43,9 +52,8 @@ _CHANGES_AFTER = (
             & (JOBS.c.waiting_on == 0),
         )
     )
-    .where(QUEUE_CHANGES.c.version > bindparam("after"))
-    .order_by(QUEUE_CHANGES.c.version)
-)
+    .where(QUEUE_CHANGES.c.version > bindparam("after")),
+).order_by("part", "version")
 _SHARES_OF = select(USAGE.c.owner, USAGE.c.share_key).where(
     USAGE.c.owner.in_(bindparam("owners", expanding=True))
 )
@@ -100,10 +108,10 @@ class _Index:
         # Core statements on the session's connection: the ORM's execution path adds nothing to a read of
         # plain rows, and this runs on every GET of a queued job.
         connection = session.connection()
-        head = connection.scalar(_HEAD) or 0
+        head_row, *changes = connection.execute(_HEAD_THEN_CHANGES, {"after": self.version}).all()
+        head = head_row.version or 0
         if head == self.version:
             return
-        changes = connection.execute(_CHANGES_AFTER, {"after": self.version}).all()
         if self.version < 0 or head < self.version or not changes or changes[0].version != self.version + 1:
             self.reload(connection, head)
             return

@@ -111,3 +111,16 @@ def test_the_same_bodies_without_the_bad_string_are_stored(client: TestClient) -
     assert post_json(client, "POST", "/v1/sweeps", sweep_body()).status_code == 201
     assert post_json(client, "POST", "/v1/webhooks", webhook_body()).status_code == 201
     assert post_json(client, "POST", "/v1/keys", {"user": "alice"}).status_code == 201
+
+
+@pytest.mark.parametrize("encoding", ["utf-16", "utf-32"])
+def test_a_body_in_another_unicode_encoding_is_checked_too(
+    client: TestClient, settings: Settings, encoding: str
+) -> None:
+    """json reads UTF-16 and UTF-32 bodies as well; the guard skips only UTF-8 bodies without a \\u escape."""
+    before = database(settings)
+    for bad, (name, _) in BAD.items():
+        content = json.dumps(job_body(name=f"a{bad}b")).encode(encoding)
+        response = client.post("/v1/jobs", content=content, headers={"content-type": "application/json"})
+        assert_problem(response, "name", name)
+    assert database(settings) == before
