@@ -41,9 +41,7 @@ _HEAD_THEN_CHANGES = union_all(
         cast(null(), Integer).label("priority"),
         cast(null(), JOBS.c.owner.type).label("owner"),
     ),
-    select(
-        literal(1), QUEUE_CHANGES.c.version, QUEUE_CHANGES.c.job_id, JOBS.c.priority, JOBS.c.owner
-    )
+    select(literal(1), QUEUE_CHANGES.c.version, QUEUE_CHANGES.c.job_id, JOBS.c.priority, JOBS.c.owner)
     .select_from(
         QUEUE_CHANGES.outerjoin(
             JOBS,
