@@ -165,13 +165,20 @@ def queue_positions(session: Session, jobs: list[QueuedJob]) -> dict[int, int]:
         return {job.id: index.ahead_of(job, shares) + 1 for job in jobs}
 
 
-def first_to_start(session: Session, count: int) -> list[QueuedJob]:
-    """The first `count` queued jobs that may start, in start order (START_ORDER: priority, the owner's
-    share, age), merged from the index's sorted ids: what it costs grows with `count` and the owners, never
-    with the queue's depth."""
+def first_to_start(session: Session, count: int, owner: str | None = None) -> list[QueuedJob]:
+    """The first `count` queued jobs that may start (of `owner`'s alone unless it is None), in start order
+    (START_ORDER: priority, the owner's share, age), merged from the index's sorted ids: what it costs grows
+    with `count` and the owners, never with the queue's depth."""
     index = _index_for(session)
     with index.lock:
         index.catch_up(session)
+        if owner is not None:  # one owner's jobs start by priority, then age
+            theirs = (
+                QueuedJob(job_id, priority, owner)
+                for priority in sorted(index.ids, reverse=True)
+                for job_id in index.ids[priority].get(owner, ())
+            )
+            return list(itertools.islice(theirs, count))
         found: list[QueuedJob] = []
         for priority in sorted(index.ids, reverse=True):
             owners = index.ids[priority]
@@ -188,6 +195,12 @@ def first_to_start(session: Session, count: int) -> list[QueuedJob]:
                 if len(found) >= count:
                     return found
         return found
+
+
+def in_start_order(session: Session, jobs: list[QueuedJob]) -> list[QueuedJob]:
+    """`jobs` sorted as START_ORDER sorts them, with the owners' share keys as they stand now."""
+    shares = _shares(session, {job.owner for job in jobs})
+    return sorted(jobs, key=lambda job: (-job.priority, shares.get(job.owner, NO_USE), job.id))
 
 
 def owners_by_priority(session: Session) -> dict[int, dict[str, int]]:

@@ -12,12 +12,15 @@ from sqlalchemy import delete, event, insert, select, update
 from sqlalchemy.orm import Session
 
 from app.main import create_app
+from app.services.queue import list_queue
 from app.services.queue_index import first_to_start
 from core import db
 from core.config import Settings
 from core.keys import create_key
 from core.models import Base, Job, UserUsage
 from core.queue_order import QUEUE_CHANGES, START_ORDER
+from jobspec.plan import NO_HOSTS, resolve_plan
+from jobspec.spec import JobSpec
 from tests.unit.conftest import job_body, submit
 
 JOBS = Base.metadata.tables[Job.__tablename__]
@@ -143,24 +146,53 @@ def test_the_queue_shows_its_first_entries_at_their_places_among_all(
     assert refused.status_code == 422 and "limit" in refused.text
 
 
+OWNERS = ("ada", "bob", "cy", "dee")
+
+
+def _fill_queue(session: Session, waiting: set[int]) -> None:
+    """40 queued jobs of four owners at three priorities, those numbered in `waiting` waiting for their
+    depends_on; two owners tie on their share key, one was never charged."""
+    now = datetime.now(UTC)
+    for owner, key in (("ada", 3.0), ("bob", 1.0), ("cy", 1.0)):
+        session.add(UserUsage(owner=owner, gpu_seconds=1.0, cpu_core_seconds=0.0, as_of=now, share_key=key))
+    plan = resolve_plan(JobSpec.model_validate(job_body()), NO_HOSTS).public()
+    row = {"name": "j", "spec": {}, "plan": plan, "status": "queued", "created_at": now}
+    for n in range(40):
+        values = {
+            **row,
+            "owner": OWNERS[n * 7 % 4],
+            "priority": (n * 5 % 3) * 10,
+            "waiting_on": int(n in waiting),
+        }
+        session.execute(insert(JOBS).values(**values))
+    session.commit()
+
+
 def test_the_first_to_start_are_the_order_by_s_first_at_any_count(
     settings: Settings, session: Session
 ) -> None:
     """first_to_start, which GET /v1/queue plays forward, merges the index into START_ORDER's order exactly:
     priorities, owners by share key (two of them tied, taking turns by age, one never charged), then age;
     a job waiting for its depends_on is not among them."""
-    now = datetime.now(UTC)
-    for owner, key in (("ada", 3.0), ("bob", 1.0), ("cy", 1.0)):
-        session.add(UserUsage(owner=owner, gpu_seconds=1.0, cpu_core_seconds=0.0, as_of=now, share_key=key))
-    row = {"name": "j", "spec": {}, "plan": {}, "status": "queued", "created_at": now}
-    owners = ["ada", "bob", "cy", "dee"]
-    for n in range(40):
-        values = {**row, "owner": owners[n * 7 % 4], "priority": (n * 5 % 3) * 10, "waiting_on": int(n == 9)}
-        session.execute(insert(JOBS).values(**values))
-    session.commit()
+    _fill_queue(session, waiting={9})
     expected = session.scalars(
         select(Job.id).where(Job.status == "queued", Job.waiting_on == 0).order_by(*START_ORDER)
     ).all()
     assert len(expected) == 39
     for count in (1, 7, 39, 100):
         assert [job.id for job in first_to_start(session, count)] == expected[:count], count
+
+
+def test_the_queue_lists_the_order_by_s_first_with_the_waiting_jobs_at_their_places(
+    settings: Settings, session: Session
+) -> None:
+    """GET /v1/queue takes its first entries from the index, not from a sort of the whole queue, and puts the
+    jobs waiting for their depends_on where START_ORDER puts them: for an admin, who sees every job, and for
+    each owner, who sees their own."""
+    _fill_queue(session, waiting={0, 9, 13, 30})
+    for owner in (None, *OWNERS):
+        query = select(Job.id).where(Job.status == "queued").order_by(*START_ORDER)
+        expected = session.scalars(query if owner is None else query.where(Job.owner == owner)).all()
+        for limit in (1, 5, 40):
+            shown = [entry.job_id for entry in list_queue(session, owner, limit).data]
+            assert shown == expected[:limit], (owner, limit)
