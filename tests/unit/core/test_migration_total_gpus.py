@@ -8,10 +8,10 @@ from alembic import command
 from sqlalchemy import MetaData, Table, insert, select
 from sqlalchemy.orm import Session
 
-from core.quotas import unfinished
 from core.config import Settings
 from core.db import get_engine
 from core.models import utcnow
+from core.quotas import unfinished
 from tests.unit.conftest import alembic_config
 
 # (owner, status, stored plan, the GPUs it asks for)
