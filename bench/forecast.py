@@ -2,7 +2,9 @@
 the job runs (trainers/forecast/, traced on this host's CPU under fake tensors), then the job itself: the
 Trainyard trainer under torchrun as the worker starts it (tests/integration/trainer_helpers.py), without the
 service. Measured: the largest peak_reserved_mb the trainer reported (torch.cuda.max_memory_reserved) and the
-median step_time_s after --warmup steps.
+median step_time_s over the metrics windows (5 steps each) after --warmup steps; the table gives the timed
+windows' range beside it, and what one eager operation cost this host's side just before the row ran (a
+step bound by its host's side, not its GPU, moves with that from one machine to the next).
 
     python -m bench.forecast [--only NAME,...] [--gpus N] [--warmup N] [--steps N] [--budget-s S]
                              [--json PATH] [--smoke]
@@ -25,7 +27,7 @@ import statistics
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -45,8 +47,10 @@ from trainers.forecast.estimate import Target, forecast
 GPT2 = {"n_layer": 12, "n_head": 12, "n_embd": 768, "dropout": 0.0}
 COLUMNS = (
     *("configuration", "forecast peak (MB)", "measured (MB)", "x measured"),
-    *("forecast step (ms)", "measured (ms)", "x measured", "forecast took (s)"),
+    *("forecast step (ms)", "measured (ms)", "x measured", "timed windows (ms)", "host us/op"),
+    "forecast took (s)",
 )
+METRICS_EVERY_N_STEPS = 5
 
 
 def gpt(batch: int, compiled: bool = True, strategy: str = "single") -> dict[str, Any]:
@@ -114,6 +118,8 @@ class Row:
     measured_peak_mb: float | None
     measured_step_s: float | None
     note: str = ""
+    measured_windows_s: list[float] = field(default_factory=list)
+    host_op_s: float | None = None
 
 
 def job_spec(config: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
@@ -124,7 +130,7 @@ def job_spec(config: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]
     devices = {"nproc_per_node": args.gpus} if args.smoke else {"num_gpus": args.gpus}
     spec = {**config, "name": "bench-forecast", "train": train, "parallel": {**config["parallel"], **devices}}
     spec |= {"checkpoint": {"every_n_steps": 0, "every_n_epochs": 0, "save_final": False}}
-    spec |= {"metrics": {"every_n_steps": 5}}
+    spec |= {"metrics": {"every_n_steps": METRICS_EVERY_N_STEPS}}
     if args.smoke:
         spec |= {"precision": "fp32", "performance": {}}
         spec["model"] = {
@@ -151,6 +157,22 @@ def target() -> Target:
     return Target(properties.name, properties.total_memory)
 
 
+def host_op_s(operations: int = 20_000) -> float | None:
+    """Seconds the host spends on one eager CUDA operation of no size (dispatch and launch), here and now:
+    what an eager step's launches and fsdp's hooks are made of. None without a GPU."""
+    if not torch.cuda.is_available():
+        return None
+    counter = torch.zeros(1, device="cuda")
+    for _ in range(1000):  # the first launches load the kernel
+        counter.add_(1)
+    torch.cuda.synchronize()
+    started = time.perf_counter()
+    for _ in range(operations):
+        counter.add_(1)
+    torch.cuda.synchronize()
+    return (time.perf_counter() - started) / operations
+
+
 def measure(name: str, spec: dict[str, Any], args: argparse.Namespace, scratch: Path, budget: Budget) -> Row:
     timeout = budget.timeout(CHILD_TIMEOUT_S)
     if timeout is None:
@@ -165,6 +187,7 @@ def measure(name: str, spec: dict[str, Any], args: argparse.Namespace, scratch: 
         predicted, note = None, f"forecast failed: {type(error).__name__}: {error}"
     took = time.perf_counter() - started
     gpus = "" if args.smoke else ",".join(str(i) for i in range(args.gpus))
+    host = host_op_s()
     done = launch(run_dir, nproc=args.gpus, timeout=timeout, cuda_devices=gpus)
     run = TrainerRun(run_dir, args.gpus)
     if done.returncode:
@@ -172,9 +195,8 @@ def measure(name: str, spec: dict[str, Any], args: argparse.Namespace, scratch: 
         return Row(name, predicted, took, None, None, f"{note} job failed: exit {done.returncode}".strip())
     memory = [value for _, value in run.metric("peak_reserved_mb" if gpus else "peak_mem_mb")]
     steps = [value for step, value in run.metric("step_time_s") if step > args.warmup]
-    return Row(
-        name, predicted, took, max(memory, default=None), statistics.median(steps) if steps else None, note
-    )
+    median = statistics.median(steps) if steps else None
+    return Row(name, predicted, took, max(memory, default=None), median, note, steps, host)
 
 
 def table(rows: list[Row]) -> str:
@@ -183,6 +205,8 @@ def table(rows: list[Row]) -> str:
         peak = None if row.forecast is None else row.forecast.peak_memory_bytes / 2**20
         step = None if row.forecast is None else row.forecast.step_time_s
         measured_step = None if row.measured_step_s is None else row.measured_step_s * 1000
+        windows = row.measured_windows_s
+        spread = f"{min(windows) * 1000:.1f}-{max(windows) * 1000:.1f}" if windows else "—"
         body.append(
             [
                 row.name + (f" ({row.note})" if row.note else ""),
@@ -192,6 +216,8 @@ def table(rows: list[Row]) -> str:
                 number(None if step is None else step * 1000, 1),
                 number(measured_step, 1),
                 times(ratio(None if step is None else step * 1000, measured_step)),
+                spread,
+                number(None if row.host_op_s is None else row.host_op_s * 1e6, 1),
                 number(row.forecast_s, 1),
             ]
         )
@@ -214,7 +240,15 @@ def against(path: Path, args: argparse.Namespace, scratch: Path) -> list[Row]:
         predicted = forecast(run_config, where, args.warmup + args.steps)
         took = time.perf_counter() - started
         rows.append(
-            Row(measured["name"], predicted, took, measured["measured_peak_mb"], measured["measured_step_s"])
+            Row(
+                measured["name"],
+                predicted,
+                took,
+                measured["measured_peak_mb"],
+                measured["measured_step_s"],
+                measured_windows_s=measured.get("measured_windows_s", []),
+                host_op_s=measured.get("host_op_s"),
+            )
         )
     return rows
 

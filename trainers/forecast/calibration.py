@@ -34,14 +34,22 @@ class DeviceCalibration:
     # them, and the GPU's work overlaps them only in part.
     launch_s: dict[ModelKind, float]
     default_launch_s: float
-    # The bytes per second one device sends in NCCL's collectives of a ddp or fsdp step, measured between two
-    # GPUs of one host (16.5 GB/s for ddp's all-reduce, although those two H200s had 18 NVLinks between
-    # them): the step computes meanwhile, so the longer of the two bounds it.
+    # The bytes per second one device sends in NCCL's collectives of a ddp step, measured between two GPUs of
+    # one host (16.5 GB/s for ddp's all-reduce, although those two H200s had 18 NVLinks between them): the
+    # step computes meanwhile, so the longer of the two bounds it.
     collective_bytes_per_s: float
+    # The same for fsdp's all-gathers and reduce-scatters, from the time NCCL's kernels ran in profiles of
+    # its steps: ddp's rate, fitted to whole steps, holds more than its collectives.
+    fsdp_collective_bytes_per_s: float
     # What fsdp over several GPUs adds per group it shards (each block, and the root), compiled or not: its
     # hooks gather and reshard each group before and after its forward and backward, from Python, one group
     # at a time. A step of many small groups (ResNet-50's 20, GPT-2's 13) is bound by them.
     fsdp_group_s: dict[bool, float]
+    # The share of single's compute time an eager language model's step takes under fsdp over several ranks
+    # gathering bf16 parameters (trainers/strategies/fsdp.py's MixedPrecisionPolicy): the model then runs in
+    # bf16 from its embedding on, its residual stream and the elementwise work on it too, where single's
+    # autocast beside fp32 weights keeps those in fp32. Kinds not measured so take single's.
+    fsdp_bf16_compute: dict[tuple[ModelKind, bool], float]
 
 
 H200 = DeviceCalibration(
@@ -66,7 +74,15 @@ H200 = DeviceCalibration(
     launch_s={ModelKind.CONVOLUTIONAL: 7e-6, ModelKind.OTHER: 11e-6},
     default_launch_s=7.5e-6,
     collective_bytes_per_s=16.5e9,
+    # Profiles of one step on two H200s (bench/forecast_profile.py, bench/RESULTS.md 2026-11-30 17:50):
+    # GPT-2 at batch 8 sent 194 GB/s, LoRA at batch 8 154; a kernel's time includes its wait for the
+    # other rank, so these are floors, and the lower is taken.
+    fsdp_collective_bytes_per_s=150e9,
     fsdp_group_s={False: 2.75e-3, True: 4.9e-3},
+    # Fitted on the two rows whose step the GPU bounds, fsdp on two H200s at batch 8 (bench/RESULTS.md,
+    # 2026-11-30 09:34): the compute that, beside each one's host side, gives its measured step. The LoRA
+    # row's GPU was busy for 0.76 of that forecast's compute in a profile of its step (17:50).
+    fsdp_bf16_compute={(ModelKind.TRANSFORMER, False): 0.85, (ModelKind.ADAPTED, False): 0.75},
 )
 GPUS: dict[str, DeviceCalibration] = {"H200": H200}
 FP32_SLOWDOWN = 2.0  # fp32 matrix products run on TF32 tensor cores, at half the bf16 rate

@@ -28,7 +28,7 @@ class Share:
     strategy: dict[str, int]
 
 
-def per_device(traced: Traced, plan: Plan, layers: int | None) -> Share:
+def per_device(traced: Traced, plan: Plan) -> Share:
     strategy, peak = plan.strategy, traced.peak
     if strategy is Strategy.DDP:
         # Gradient buckets (gradient_as_bucket_view) are made with the wrapper and stay: a phase whose peak
@@ -42,8 +42,7 @@ def per_device(traced: Traced, plan: Plan, layers: int | None) -> Share:
         return Share(busiest.total + held, busiest, {"ddp_gradient_buckets": held})
     if strategy is Strategy.FSDP:
         ranks = plan.data_parallel_size
-        # A block gathered whole to compute, and the next one prefetched meanwhile.
-        gathered = 2 * traced.parameter_count // max(layers or 1, 1) * _BYTES[plan.precision]
+        gathered = traced.gathered_count * _BYTES[plan.precision] if ranks > 1 else 0
         # Over several ranks the parameters are DTensors, whose optimizers take torch's foreach kernels, not
         # the fused ones: the step holds a list of temporaries as large as the trained shards (Adam's
         # denominators), which the trace, on fused or per-parameter kernels, does not.

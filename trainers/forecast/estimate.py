@@ -10,7 +10,7 @@ from jobspec.plan import Plan, RunConfig
 from jobspec.spec import Precision, Strategy
 from trainers.forecast import calibration
 from trainers.forecast.devices import Share, collective_bytes, compute_share, per_device
-from trainers.forecast.trace import Traced, model_layers, traced_step
+from trainers.forecast.trace import Traced, traced_step
 from trainers.lm import peak_flops
 
 # A forecast fits when its peak, grown by this share, still fits the device: the forecast's own error.
@@ -35,7 +35,7 @@ class Timing:
 def forecast(config: RunConfig, target: Target, total_steps: int | None) -> Forecast:
     spec, plan = config.spec, config.plan
     traced = traced_step(config)
-    share = per_device(traced, plan, model_layers(spec))
+    share = per_device(traced, plan)
     compiled = spec.performance.compile
     if plan.device == "cuda":
         gpu, measured = calibration.device_calibration(target.gpu_name or "")
@@ -103,6 +103,8 @@ def gpu_step_time(
     efficiency = gpu.efficiency[(traced.kind, compiled)]
     slowdown = calibration.FP32_SLOWDOWN if plan.precision is Precision.FP32 else 1.0
     compute = traced.flops_per_step * slowdown / (peak * efficiency)
+    if _gathers_bf16(plan):
+        compute *= gpu.fsdp_bf16_compute.get((traced.kind, compiled), 1.0)
     # What the host does one thing after another while the GPU runs the earlier work: an eager step's
     # operations launched from Python, fsdp's hooks around each group. The longer of the two bounds the
     # step, the other adds where they do not overlap.
@@ -120,6 +122,11 @@ def _shards_over_ranks(plan: Plan) -> bool:
     return plan.strategy is Strategy.FSDP and plan.data_parallel_size > 1
 
 
+def _gathers_bf16(plan: Plan) -> bool:
+    """fsdp gathers bf16 parameters for bf16 jobs alone (trainers/strategies/__init__.py, build_strategy)."""
+    return _shards_over_ranks(plan) and plan.precision is Precision.BF16
+
+
 def _busiest_share(timing: Timing, plan: Plan) -> Timing:
     return Timing(timing.step_s * compute_share(plan), timing.basis)
 
@@ -129,10 +136,11 @@ def collectives_bound(
 ) -> Timing:
     """ddp's and fsdp's collectives run while the step computes: the longer of the two bounds it."""
     sent = collective_bytes(traced, plan)
-    collectives_s = sent / gpu.collective_bytes_per_s
+    per_s = gpu.fsdp_collective_bytes_per_s if plan.strategy is Strategy.FSDP else gpu.collective_bytes_per_s
+    collectives_s = sent / per_s
     if collectives_s <= timing.step_s:
         return timing
-    rate = gpu.collective_bytes_per_s / 1e9
+    rate = per_s / 1e9
     return Timing(collectives_s, f"step time bound by its collectives ({sent / 1e9:.2f} GB at {rate:g} GB/s)")
 
 

@@ -85,12 +85,15 @@ class Traced:
 
     backward: Phase  # forward and backward of a micro-batch, at its peak
     update: Phase  # clipping and the optimizer's step, at its peak
-    parameter_count: int
+    parameter_count: int  # frozen ones (LoRA's base model) too
     trained_count: int  # parameters the optimizer updates (LoRA: the adapters)
     flops_per_step: float  # forward and backward over every micro-batch of one optimizer step
     ops_per_step: int  # the operations torch dispatches in one step, which eager mode launches one by one
     shard_groups: int  # what fsdp would shard one at a time, the root among them
     kind: ModelKind
+    # The parameters fsdp holds gathered at once, frozen ones too: the root's, which it keeps from the
+    # forward through the backward, and its two largest groups (one computing, the next prefetched).
+    gathered_count: int = 0
 
     @property
     def peak(self) -> Phase:
@@ -127,11 +130,13 @@ def trace(config: RunConfig, layers: int | None = None) -> Traced:
     with FakeTensorMode(allow_non_fake_inputs=True):  # the meta parameters, which to_empty replaces
         with tied_again(model):
             model.to_empty(device=CPU)
-        frozen_as_buffers(model)
         parameter_count = sum(p.numel() for p in model.parameters())
-        kind = _kind(model, spec)
         parallel = own_blocks(spec.parallel, model)
-        shard_groups = len(fsdp_units(model, parallel.wrap)) + 1
+        units = fsdp_units(model, parallel.wrap)
+        gathered_count = gathered_at_once(model, units)
+        frozen_as_buffers(model)
+        kind = _kind(model, spec)
+        shard_groups = len(units) + 1
         if spec.performance.activation_checkpointing:
             model = checkpoint_activations(model, parallel.wrap)
         trained = [p for p in model.parameters() if p.requires_grad]
@@ -162,7 +167,24 @@ def trace(config: RunConfig, layers: int | None = None) -> Traced:
         ops_per_step=ops.count * micro_steps,
         shard_groups=shard_groups,
         kind=kind,
+        gathered_count=gathered_count,
     )
+
+
+def gathered_at_once(model: nn.Module, units: list[nn.Module]) -> int:
+    """Traced.gathered_count: each parameter counted in the innermost group holding it (fsdp_units lists
+    inner groups first), the rest in the root's."""
+    group_of: dict[int, int] = {}
+    for index, unit in enumerate(units):
+        for parameter in unit.parameters():
+            group_of.setdefault(id(parameter), index)
+    groups, root = [0] * len(units), 0
+    for parameter in model.parameters():
+        if id(parameter) in group_of:
+            groups[group_of[id(parameter)]] += parameter.numel()
+        else:
+            root += parameter.numel()
+    return root + sum(sorted(groups, reverse=True)[:2])
 
 
 def frozen_as_buffers(model: nn.Module) -> None:
@@ -250,6 +272,7 @@ def traced_step(config: RunConfig) -> Traced:
         update=phase(one.update, two.update),
         **{name: extend(getattr(one, name), getattr(two, name)) for name in STEP_FIELDS},
         kind=one.kind,
+        gathered_count=two.gathered_count,  # two blocks already hold the two largest groups
     )
 
 

@@ -46,15 +46,15 @@ def plan(strategy: Strategy, ranks: int) -> Plan:
 def test_buckets_held_inside_the_backward_can_make_it_the_busiest_phase() -> None:
     # The update's peak (gradients made) outweighs the backward's alone, not with the buckets beside it.
     step = traced(backward=phase(grads=0, total=5 * GB), update=phase(grads=GB, total=5 * GB + GB // 2))
-    share = per_device(step, plan(Strategy.DDP, 2), None)
+    share = per_device(step, plan(Strategy.DDP, 2))
     assert share.phase is step.backward and share.peak == 6 * GB
     assert share.strategy == {"ddp_gradient_buckets": GB}
-    assert per_device(step, plan(Strategy.SINGLE, 1), None).phase is step.update
+    assert per_device(step, plan(Strategy.SINGLE, 1)).phase is step.update
 
 
 def test_fsdp_shards_frozen_parameters_with_the_trained_state() -> None:
     step = traced(backward=phase(grads=0, total=3 * GB, frozen=2 * GB), update=phase(grads=0, total=0))
-    share = per_device(step, plan(Strategy.FSDP, 2), layers=None)
+    share = per_device(step, plan(Strategy.FSDP, 2))
     assert share.strategy["fsdp_sharded_away"] == -(GB + 2 * GB) // 2  # parameters and frozen ones
 
 
@@ -111,12 +111,12 @@ def test_fsdp_over_ranks_takes_the_phase_busiest_once_sharded_and_the_foreach_st
     )
     step = traced(backward, update)
     assert step.peak is update
-    share = per_device(step, plan(Strategy.FSDP, 2), layers=None)
+    share = per_device(step, plan(Strategy.FSDP, 2))
     assert share.phase is backward and share.strategy["fsdp_sharded_away"] == -3 * GB // 2
     assert "fsdp_foreach_step" not in share.strategy
     # With the backward's activations small, the update is busiest, with its foreach temporaries: an fp32
     # list as large as the trained shards.
     light = traced(Phase(**{**vars(backward), "activations": 0, "total": 3 * GB}), update)
-    share = per_device(light, plan(Strategy.FSDP, 2), layers=None)
+    share = per_device(light, plan(Strategy.FSDP, 2))
     assert share.phase is light.update and share.strategy["fsdp_foreach_step"] == TRAINED * 4 // 2
-    assert "fsdp_foreach_step" not in per_device(light, plan(Strategy.FSDP, 1), layers=None).strategy
+    assert "fsdp_foreach_step" not in per_device(light, plan(Strategy.FSDP, 1)).strategy
