@@ -34,6 +34,7 @@ from core.executors import executor_traits
 from core.launch import show_planned
 from core.models import ApiKey, Base, Checkpoint, Job, JobEvent
 from core.queue_order import JOBS
+from core.sqlite_writers import writer_turn
 from core.states import JobStatus
 from jobspec.cluster import Inventory, cluster_problems
 from jobspec.datadir import absent_folders
@@ -44,6 +45,7 @@ from jobspec.spec import JobSpec
 from jobspec.token_files import check_token_data
 
 DRY_RUN_ID = "<job-id>"
+QUEUED = JobStatus.QUEUED
 RETRYABLE = frozenset({JobStatus.FAILED, JobStatus.TIMED_OUT, JobStatus.CANCELLED})
 # The submission's writes, on the tables themselves (Core): each statement built once.
 _NEW_JOB = insert(JOBS).returning(JOBS.c.id)
@@ -214,7 +216,7 @@ def submit_job(
     stored = {
         "name": spec.name,
         "owner": caller.user,
-        "status": JobStatus.QUEUED,
+        "status": QUEUED,
         "spec": stored_form(spec),
         "plan": plan.public(),
         "total_gpus": plan.total_gpus,
@@ -228,13 +230,14 @@ def submit_job(
         # Core statements on the session's connection, not ORM objects: the unit of work's states and flushes,
         # and the ORM's execution path, cost more than the writes.
         connection = session.connection()
-        job_id = connection.execute(_NEW_JOB, stored).scalar_one()
-        record_dependencies(session, job_id, unmet)
-        event = {"job_id": job_id, "to_status": JobStatus.QUEUED, "reason": "submitted", "message": message}
-        connection.execute(_SUBMITTED, event)
-        show_planned(plan, spec, settings, job_id)  # the planned argv names the id just given
-        shown = connection.execute(_PLANNED, {"job_id": job_id, "planned": plan.public()}).one()
-        session.commit()
+        with writer_turn(connection):
+            job_id = connection.execute(_NEW_JOB, stored).scalar_one()
+            record_dependencies(session, job_id, unmet)
+            event = {"job_id": job_id, "to_status": QUEUED, "reason": "submitted", "message": message}
+            connection.execute(_SUBMITTED, event)
+            show_planned(plan, spec, settings, job_id)  # the planned argv names the id just given
+            shown = connection.execute(_PLANNED, {"job_id": job_id, "planned": plan.public()}).one()
+            session.commit()
     except IntegrityError:
         # A concurrent request with the same key committed first; answer as its replay. (A retry that lost
         # the race for its generation has no key, or another: it looks again.)
