@@ -8,9 +8,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from alembic import command
 
+from core.db import get_engine
 from deploy.slurm_cluster import SlurmCluster
 from tests.integration.servers import Postgres, Redis, Stack, await_exit
+from tests.unit.conftest import _clear_caches, alembic_config
 from tests.unit.mlflow_fixtures import MlflowServer
 
 
@@ -33,6 +36,21 @@ def postgres_server() -> Iterator[Postgres]:
     server = Postgres.start()
     yield server
     server.stop()
+
+
+@pytest.fixture
+def postgres_migrated(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, postgres_server: Postgres
+) -> Iterator[None]:
+    """A new database on the session's PostgreSQL, migrated to head, as the service's settings: only the
+    database and the migrations, no stack."""
+    monkeypatch.setenv("TRAINYARD_DATABASE_URL", postgres_server.new_database())
+    monkeypatch.setenv("TRAINYARD_BROKER_URL", f"sqla+sqlite:///{tmp_path}/broker.db")
+    _clear_caches()
+    command.upgrade(alembic_config(), "head")
+    yield
+    get_engine().dispose()
+    _clear_caches()
 
 
 @pytest.fixture(scope="session")

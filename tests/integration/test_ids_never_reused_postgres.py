@@ -4,33 +4,16 @@ tests/unit/core/test_migration_ids_never_reused.py. Only the database and the mi
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
 import pytest
-from alembic import command
 from sqlalchemy import text
 
 from core.db import get_engine
-from tests.integration.servers import Postgres
-from tests.unit.conftest import _clear_caches, alembic_config
 from tests.unit.core.test_migration_ids_never_reused import KNOWN, promised
 
 pytestmark = pytest.mark.own_services
 
 
-@pytest.fixture
-def migrated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, postgres_server: Postgres) -> Iterator[None]:
-    monkeypatch.setenv("TRAINYARD_DATABASE_URL", postgres_server.new_database())
-    monkeypatch.setenv("TRAINYARD_BROKER_URL", f"sqla+sqlite:///{tmp_path}/broker.db")
-    _clear_caches()
-    command.upgrade(alembic_config(), "head")
-    yield
-    get_engine().dispose()
-    _clear_caches()
-
-
-def test_every_table_that_promises_never_reused_ids_has_a_sequence(migrated: None) -> None:
+def test_every_table_that_promises_never_reused_ids_has_a_sequence(postgres_migrated: None) -> None:
     assert set(promised()) >= KNOWN
     with get_engine().connect() as connection:
         sequences = {
@@ -40,7 +23,7 @@ def test_every_table_that_promises_never_reused_ids_has_a_sequence(migrated: Non
     assert [name for name, sequence in sequences.items() if sequence is None] == []
 
 
-def test_a_deleted_newest_checkpoint_s_id_is_not_given_again(migrated: None) -> None:
+def test_a_deleted_newest_checkpoint_s_id_is_not_given_again(postgres_migrated: None) -> None:
     add = text(
         "INSERT INTO checkpoints (job_id, step, epoch, path, size_bytes, created_at) "
         "VALUES (:job, :step, 0, 'c' || :step, 1, now()) RETURNING id"
