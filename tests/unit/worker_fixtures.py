@@ -19,11 +19,11 @@ from core import launch
 from core.config import get_settings
 from core.db import get_engine, session_scope
 from core.launch import Launch
-from core.models import Base, GpuLease, Job
+from core.models import GpuLease, Job
 from core.states import JobStatus
 from jobspec.plan import Plan, resolve_plan
 from jobspec.spec import JobSpec
-from tests.unit.conftest import RING_WAIT_S, _clear_caches
+from tests.unit.conftest import RING_WAIT_S, _clear_caches, create_schema
 from worker.executors.local import runner
 from worker.executors.local.reaper import beat
 
@@ -79,7 +79,7 @@ def worker_db(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, database_url: str
     monkeypatch.setenv("TRAINYARD_GPU_INVENTORY", ",".join(map(str, WorkerDb.gpus)))
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     _clear_caches()
-    Base.metadata.create_all(get_engine())
+    create_schema(get_engine())
     beat()  # this host's worker registers its GPUs, as a live worker's reaper does at once
     yield WorkerDb(tmp_path)
     get_engine().dispose()
