@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from alembic.config import Config
 from fastapi.testclient import TestClient
-from sqlalchemy import Engine, create_engine, func, select
+from sqlalchemy import Engine, func, select
 from sqlalchemy.orm import Session
 
 from app.main import create_app
@@ -57,9 +57,10 @@ def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Settings]:
 
 @functools.cache
 def _created_schema() -> bytes:
-    """The SQLite file create_all makes, made once a session."""
+    """The SQLite file create_all makes, made once a session, through an engine as the service makes one: its
+    pragmas set the file's journal mode (WAL), which a test's own sqlite3 connections find as they open it."""
     with tempfile.TemporaryDirectory(prefix="schema-") as scratch:
-        engine = create_engine(f"sqlite:///{scratch}/schema.db")
+        engine = db.engine_for(f"sqlite:///{scratch}/schema.db")
         Base.metadata.create_all(engine)
         engine.dispose()
         return Path(scratch, "schema.db").read_bytes()
