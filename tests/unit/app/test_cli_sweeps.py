@@ -186,7 +186,8 @@ def test_follow_of_a_sweep_cancelled_meanwhile_exits_non_zero(
     run: CliRunnerCall, client: TestClient, tmp_path: Path
 ) -> None:
     assert run("sweep", "submit", sweep_file(tmp_path)).exit_code == 0
-    canceller = threading.Timer(0.3, lambda: client.post("/v1/sweeps/1/cancel"))
+    # Late enough that the follow has shown the queued trial first, on a loaded box too (0.3 s was not).
+    canceller = threading.Timer(1.0, lambda: client.post("/v1/sweeps/1/cancel"))
     canceller.start()
     result = run("sweep", "status", 1, "--follow")
     canceller.join()

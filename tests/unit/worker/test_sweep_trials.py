@@ -84,7 +84,10 @@ def test_asking_again_makes_no_second_trial(database: WorkerDb, doorbell: Doorbe
     sweep_id = make_sweep(database)
     made = trials(sweep_id)
     assert [(n, state) for n, state, _, _ in made] == [(0, "running"), (1, "running")]
-    assert sorted(doorbell.rung) == sorted(job_id for _, _, job_id, _ in made), "rung once committed"
+    # Rung once committed, by the ringing thread, which sends one ring for those asked for while it sends
+    # one (core/doorbell.py Ringer): the newest trial's ring, and perhaps the first's before it.
+    ids = sorted(job_id for _, _, job_id, _ in made)
+    assert doorbell.rung[-1:] == ids[-1:] and set(doorbell.rung) <= set(ids), "rung once committed"
     assert top_up(sweep_id) == []  # `parallel` trials run already
     assert trials(sweep_id) == made
     end(job_of(sweep_id, 0), JobStatus.SUCCEEDED, {5: 0.3})
