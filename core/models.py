@@ -6,6 +6,7 @@ from datetime import UTC, datetime
 from typing import Any, ClassVar
 
 from sqlalchemy import (
+    DDL,
     JSON,
     BigInteger,
     Boolean,
@@ -18,13 +19,14 @@ from sqlalchemy import (
     String,
     Text,
     UniqueConstraint,
+    event,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 # as_utc sits beside utcnow for the code that reads these tables' times; core.clock has no SQLAlchemy, for the
 # CLI's schemas.
 from core.clock import as_utc as as_utc
-from core.states import JobStatus
+from core.states import TERMINAL, JobStatus
 
 
 def utcnow() -> datetime:
@@ -480,3 +482,56 @@ class GpuJobFault(Base):
     host: Mapped[str] = mapped_column(String(255), primary_key=True)
     gpu_index: Mapped[int] = mapped_column(Integer, primary_key=True)
     failures: Mapped[int] = mapped_column(Integer, default=0)
+
+
+class OwnerUnfinished(Base):
+    """A user's unfinished jobs and the GPUs they ask for, what the quotas count (core/quotas.py): kept by the
+    triggers below on the jobs table, whoever changes a job (API, worker, reaper, a deletion), so a submission
+    reads one row where a count over the user's unfinished jobs grew with their queue. Defined here, with the
+    jobs table, so that every schema made by create_all has them; the migration 0028 makes the same."""
+
+    __tablename__ = "owner_unfinished"
+
+    owner: Mapped[str] = mapped_column(String(128), primary_key=True)
+    jobs: Mapped[int] = mapped_column(Integer)
+    gpus: Mapped[int] = mapped_column(Integer)
+
+
+# OwnerUnfinished's triggers. A job counts while its status is not terminal; a change of status, owner or GPUs
+# moves its count.
+_ENDED = "(" + ", ".join(f"'{status}'" for status in sorted(TERMINAL)) + ")"
+_ADD = """INSERT INTO owner_unfinished (owner, jobs, gpus) SELECT NEW.owner, 1, NEW.total_gpus WHERE {when}
+    ON CONFLICT (owner) DO UPDATE SET jobs = owner_unfinished.jobs + 1,
+    gpus = owner_unfinished.gpus + excluded.gpus;"""
+_TAKE = """UPDATE owner_unfinished SET jobs = jobs - 1, gpus = gpus - OLD.total_gpus
+    WHERE owner = OLD.owner AND {when};"""
+_MOVED = "OLD.owner IS NOT NEW.owner OR OLD.total_gpus IS NOT NEW.total_gpus"
+_SQLITE_TRIGGERS = (
+    f"""CREATE TRIGGER unfinished_insert AFTER INSERT ON jobs WHEN NEW.status NOT IN {_ENDED}
+    BEGIN {_ADD.format(when="1")} END""",
+    f"""CREATE TRIGGER unfinished_update AFTER UPDATE OF status, owner, total_gpus ON jobs
+    WHEN (OLD.status NOT IN {_ENDED}) IS NOT (NEW.status NOT IN {_ENDED}) OR {_MOVED}
+    BEGIN {_TAKE.format(when=f"OLD.status NOT IN {_ENDED}")} {_ADD.format(when=f"NEW.status NOT IN {_ENDED}")}
+    END""",
+    f"""CREATE TRIGGER unfinished_delete AFTER DELETE ON jobs WHEN OLD.status NOT IN {_ENDED}
+    BEGIN {_TAKE.format(when="1")} END""",
+)
+_POSTGRES_TRIGGERS = (
+    f"""CREATE FUNCTION count_unfinished() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+        IF TG_OP <> 'INSERT' THEN {_TAKE.format(when=f"OLD.status NOT IN {_ENDED}")} END IF;
+        IF TG_OP <> 'DELETE' THEN {_ADD.format(when=f"NEW.status NOT IN {_ENDED}")} END IF;
+        RETURN NULL;
+    END $$""",
+    f"""CREATE TRIGGER unfinished_insert AFTER INSERT ON jobs FOR EACH ROW
+    WHEN (NEW.status NOT IN {_ENDED}) EXECUTE FUNCTION count_unfinished()""",
+    f"""CREATE TRIGGER unfinished_update AFTER UPDATE OF status, owner, total_gpus ON jobs FOR EACH ROW
+    WHEN ((OLD.status NOT IN {_ENDED}) IS DISTINCT FROM (NEW.status NOT IN {_ENDED})
+    OR {_MOVED.replace("IS NOT", "IS DISTINCT FROM")}) EXECUTE FUNCTION count_unfinished()""",
+    f"""CREATE TRIGGER unfinished_delete AFTER DELETE ON jobs FOR EACH ROW
+    WHEN (OLD.status NOT IN {_ENDED}) EXECUTE FUNCTION count_unfinished()""",
+)
+# A schema made by create_all (the unit tests) gets the triggers a migrated one has.
+for _dialect, _statements in (("sqlite", _SQLITE_TRIGGERS), ("postgresql", _POSTGRES_TRIGGERS)):
+    for _statement in _statements:
+        event.listen(Base.metadata, "after_create", DDL(_statement).execute_if(dialect=_dialect))

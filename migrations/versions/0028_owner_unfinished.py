@@ -1,6 +1,6 @@
 """owner_unfinished: each owner's unfinished jobs and the GPUs they ask for, kept by triggers on jobs, which the
 quota reads as one row where it counted the owner's jobs by the index ix_jobs_owner_status_gpus, which goes
-(core/quotas.py gives a schema made by create_all the same triggers). The jobs already stored are counted
+(core/models.py gives a schema made by create_all the same triggers). The jobs already stored are counted
 here.
 
 Revision ID: 0028
