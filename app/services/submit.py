@@ -45,7 +45,6 @@ from jobspec.spec import JobSpec
 from jobspec.token_files import check_token_data
 
 DRY_RUN_ID = "<job-id>"
-QUEUED = JobStatus.QUEUED
 RETRYABLE = frozenset({JobStatus.FAILED, JobStatus.TIMED_OUT, JobStatus.CANCELLED})
 # The submission's writes, on the tables themselves (Core): each statement built once.
 _NEW_JOB = insert(JOBS).returning(JOBS.c.id)
@@ -216,7 +215,7 @@ def submit_job(
     stored = {
         "name": spec.name,
         "owner": caller.user,
-        "status": QUEUED,
+        "status": JobStatus.QUEUED,
         "spec": stored_form(spec),
         "plan": plan.public(),
         "total_gpus": plan.total_gpus,
@@ -233,7 +232,8 @@ def submit_job(
         with writer_turn(connection):
             job_id = connection.execute(_NEW_JOB, stored).scalar_one()
             record_dependencies(session, job_id, unmet)
-            event = {"job_id": job_id, "to_status": QUEUED, "reason": "submitted", "message": message}
+            submitted = {"reason": "submitted", "message": message}
+            event = {"job_id": job_id, "to_status": JobStatus.QUEUED, **submitted}
             connection.execute(_SUBMITTED, event)
             show_planned(plan, spec, settings, job_id)  # the planned argv names the id just given
             shown = connection.execute(_PLANNED, {"job_id": job_id, "planned": plan.public()}).one()
