@@ -3,8 +3,9 @@ the job runs (trainers/forecast/, traced on this host's CPU under fake tensors),
 Trainyard trainer under torchrun as the worker starts it (tests/integration/trainer_helpers.py), without the
 service. Measured: the largest peak_reserved_mb the trainer reported (torch.cuda.max_memory_reserved) and the
 median step_time_s over the metrics windows (5 steps each) after --warmup steps; the table gives the timed
-windows' range beside it, and what one eager operation cost this host's side just before the row ran (a
-step bound by its host's side, not its GPU, moves with that from one machine to the next).
+windows' range beside it, and what one eager operation cost this host's side just before the row ran
+(trainers/forecast/host_probe.py, as the worker probes it): a step bound by its host's side, not its GPU,
+moves with that from one machine to the next, and the row's forecast scales its host-side terms by it.
 
     python -m bench.forecast [--only NAME,...] [--gpus N] [--warmup N] [--steps N] [--budget-s S]
                              [--json PATH] [--smoke]
@@ -43,6 +44,7 @@ from jobspec.datadir import DATA_DIR_ENV
 from jobspec.forecast import GPU_MODEL, Forecast
 from tests.integration.trainer_helpers import TrainerRun, launch, write_config
 from trainers.forecast.estimate import Target, forecast
+from trainers.forecast.host_probe import host_op_s
 
 GPT2 = {"n_layer": 12, "n_head": 12, "n_embd": 768, "dropout": 0.0}
 COLUMNS = (
@@ -151,26 +153,12 @@ def job_spec(config: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]
 
 
 def target() -> Target:
+    """GPU 0 as the service would forecast for it, with what one eager operation costs this host now (as the
+    worker probes it at its start)."""
     if not torch.cuda.is_available():
         return Target(None, None, os.cpu_count() or 1)
     properties = torch.cuda.get_device_properties(0)
-    return Target(properties.name, properties.total_memory)
-
-
-def host_op_s(operations: int = 20_000) -> float | None:
-    """Seconds the host spends on one eager CUDA operation of no size (dispatch and launch), here and now:
-    what an eager step's launches and fsdp's hooks are made of. None without a GPU."""
-    if not torch.cuda.is_available():
-        return None
-    counter = torch.zeros(1, device="cuda")
-    for _ in range(1000):  # the first launches load the kernel
-        counter.add_(1)
-    torch.cuda.synchronize()
-    started = time.perf_counter()
-    for _ in range(operations):
-        counter.add_(1)
-    torch.cuda.synchronize()
-    return (time.perf_counter() - started) / operations
+    return Target(properties.name, properties.total_memory, host_op_s=host_op_s())
 
 
 def measure(name: str, spec: dict[str, Any], args: argparse.Namespace, scratch: Path, budget: Budget) -> Row:
@@ -179,15 +167,15 @@ def measure(name: str, spec: dict[str, Any], args: argparse.Namespace, scratch: 
         return Row(name, None, None, None, None, "skipped: out of time")
     run_dir = scratch / name
     config = write_config(run_dir, spec)
+    where = target()
     started = time.perf_counter()
     try:
-        predicted: Forecast | None = forecast(config, target(), args.warmup + args.steps)
+        predicted: Forecast | None = forecast(config, where, args.warmup + args.steps)
         note = ""
     except Exception as error:  # a row saying why, the others still run
         predicted, note = None, f"forecast failed: {type(error).__name__}: {error}"
     took = time.perf_counter() - started
     gpus = "" if args.smoke else ",".join(str(i) for i in range(args.gpus))
-    host = host_op_s()
     done = launch(run_dir, nproc=args.gpus, timeout=timeout, cuda_devices=gpus)
     run = TrainerRun(run_dir, args.gpus)
     if done.returncode:
@@ -196,7 +184,7 @@ def measure(name: str, spec: dict[str, Any], args: argparse.Namespace, scratch: 
     memory = [value for _, value in run.metric("peak_reserved_mb" if gpus else "peak_mem_mb")]
     steps = [value for step, value in run.metric("step_time_s") if step > args.warmup]
     median = statistics.median(steps) if steps else None
-    return Row(name, predicted, took, max(memory, default=None), median, note, steps, host)
+    return Row(name, predicted, took, max(memory, default=None), median, note, steps, where.host_op_s)
 
 
 def table(rows: list[Row]) -> str:
@@ -231,7 +219,8 @@ def against(path: Path, args: argparse.Namespace, scratch: Path) -> list[Row]:
         if measured["forecast"] is None:
             continue
         breakdown = measured["forecast"]["breakdown"]
-        where = Target(breakdown[GPU_MODEL], measured["forecast"]["device_memory_bytes"])
+        probed = measured.get("host_op_s")  # None in a file from before the probe: the calibration's host
+        where = Target(breakdown[GPU_MODEL], measured["forecast"]["device_memory_bytes"], host_op_s=probed)
         config = CONFIGS[measured["name"]]
         if args.strategy:
             config = {**config, "parallel": {"strategy": args.strategy}}
@@ -247,7 +236,7 @@ def against(path: Path, args: argparse.Namespace, scratch: Path) -> list[Row]:
                 measured["measured_peak_mb"],
                 measured["measured_step_s"],
                 measured_windows_s=measured.get("measured_windows_s", []),
-                host_op_s=measured.get("host_op_s"),
+                host_op_s=probed,
             )
         )
     return rows

@@ -4,7 +4,7 @@ job, each a forecast or why there is none; it serves until stdin closes. A proce
 out of the API's (its memory with it), and is imported once for every request. A spec with a code bundle
 is forecast by one of its own, in the sandbox, with RunConfig.code_dir set (app/services/bundle_forecasts.py).
 
-Request: {"data_dir": str, "target": {"gpu_name", "memory_bytes", "cpu_cores"},
+Request: {"data_dir": str, "target": {"gpu_name", "memory_bytes", "cpu_cores", "host_op_s"},
           "jobs": [{"config": RunConfig, "total_steps": int | None}]}
 Answer: {"forecasts": [{"forecast": Forecast} | {"error": str}, ...]}
 """

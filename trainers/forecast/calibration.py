@@ -1,11 +1,12 @@
 """What tracing cannot see, per GPU model: how much the caching allocator reserves over the traced peak
 (rounding, fragmentation, cuBLAS workspaces), what torch.compile's fusions save, how much of the GPU's peak
-FLOP rate each kind of model reaches, and the cost of launching an eager step's operations one by one. The
-figures were fitted to `python -m bench.forecast` on the GPU named (bench/RESULTS.md, "forecast"), and hold
-under ddp (`--strategy ddp --gpus 2`: its compiled model computes the loss inside, as single's does,
-trainers/loss_carrier.py); a GPU model not measured yet takes the H200's, and says so in the forecast's
-basis. Steps were timed after 20-30 warm-up steps: after 8, ResNet-50's were still a third slower than they
-settle at, which had set its launch cost too high (bench/RESULTS.md, 2026-11-30)."""
+FLOP rate each kind of model reaches, and the cost of launching an eager step's operations one by one on the
+host those were fitted on (another host's probe scales it, estimate.py). The figures were fitted to `python -m
+bench.forecast` on the GPU named (bench/RESULTS.md, "forecast"), and hold under ddp (`--strategy ddp --gpus
+2`: its compiled model computes the loss inside, as single's does, trainers/loss_carrier.py); a GPU model not
+measured yet takes the H200's, and says so in the forecast's basis. Steps were timed after 20-30 warm-up
+steps: after 8, ResNet-50's were still a third slower than they settle at, which had set its launch cost too
+high (bench/RESULTS.md, 2026-11-30)."""
 
 from __future__ import annotations
 
@@ -34,6 +35,10 @@ class DeviceCalibration:
     # them, and the GPU's work overlaps them only in part.
     launch_s: dict[ModelKind, float]
     default_launch_s: float
+    # What host_probe.py reads (seconds per tiny eager operation) on the host launch_s and fsdp_group_s hold
+    # for: on two leases of one kind those host-bound steps differed by 1.3-1.6x while the GPU-bound ones
+    # did not, so the forecast scales both by a host's own probe over this (estimate.py).
+    reference_op_s: float
     # The bytes per second one device sends in NCCL's collectives of a ddp step, measured between two GPUs of
     # one host (16.5 GB/s for ddp's all-reduce, although those two H200s had 18 NVLinks between them): the
     # step computes meanwhile, so the longer of the two bounds it.
@@ -73,12 +78,21 @@ H200 = DeviceCalibration(
     },
     launch_s={ModelKind.CONVOLUTIONAL: 7e-6, ModelKind.OTHER: 11e-6},
     default_launch_s=7.5e-6,
+    # The mean of 13 probes on the lease of the fsdp run at 2026-11-30 20:35 (bench/RESULTS.md; one CPU
+    # each, 7.1-10.5 us), whose host-bound rows ran as those of the lease launch_s was fitted on (09:34:
+    # GPT-2 at batch 8 78.8 and 79.0 ms, LoRA at batch 2 341.7 and 346.1): with it, the launch costs
+    # above put that run's eager Llamas at batches 2 and 4 at 0.94-1.09x, and the 18:12 lease's, probed at
+    # 6.0-6.6 us, at 0.94-1.12x, where unprobed they read 0.85-1.00x and 1.05-1.31x.
+    reference_op_s=8.8e-6,
     collective_bytes_per_s=16.5e9,
     # Profiles of one step on two H200s (bench/forecast_profile.py, bench/RESULTS.md 2026-11-30 17:50):
     # GPT-2 at batch 8 sent 194 GB/s, LoRA at batch 8 154; a kernel's time includes its wait for the
     # other rank, so these are floors, and the lower is taken.
     fsdp_collective_bytes_per_s=150e9,
-    fsdp_group_s={False: 2.75e-3, True: 4.9e-3},
+    # Fitted with reference_op_s on the fsdp runs of 2026-11-30 18:12 and 20:35 together, each at its
+    # host's probe (ResNet-50's and GPT-2's steps, bound by these hooks): 0.87-1.07x on both, where 2.75
+    # and 4.9 ms, fitted at 08:59 unprobed, read 0.64-0.87x at 20:35.
+    fsdp_group_s={False: 4.1e-3, True: 5.5e-3},
     # Fitted on the two rows whose step the GPU bounds, fsdp on two H200s at batch 8 (bench/RESULTS.md,
     # 2026-11-30 09:34): the compute that, beside each one's host side, gives its measured step. The LoRA
     # row's GPU was busy for 0.76 of that forecast's compute in a profile of its step (17:50).

@@ -24,6 +24,8 @@ class Target:
     gpu_name: str | None  # None for a CPU job
     memory_bytes: int | None  # a GPU's memory, or the host's for a CPU job
     cpu_cores: int = 1
+    # Seconds its host spends on one tiny eager CUDA operation (host_probe.py); None where not probed.
+    host_op_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -46,6 +48,7 @@ def forecast(config: RunConfig, target: Target, total_steps: int | None) -> Fore
         timing = _busiest_share(gpu_step_time(traced, gpu, target, compiled, plan), plan)
         timing = collectives_bound(timing, traced, plan, gpu)
         source = gpu.source if measured else f"{gpu.source}, standing in for {target.gpu_name or 'this GPU'}"
+        source = f"{source}; {host_basis(target, gpu)}"
     else:
         reserved = share.peak + calibration.CPU_PROCESS_BYTES
         timing = _busiest_share(_cpu_time(traced, target), plan)
@@ -108,14 +111,30 @@ def gpu_step_time(
     # What the host does one thing after another while the GPU runs the earlier work: an eager step's
     # operations launched from Python, fsdp's hooks around each group. The longer of the two bounds the
     # step, the other adds where they do not overlap.
-    hooks = traced.shard_groups * gpu.fsdp_group_s[compiled] if _shards_over_ranks(plan) else 0.0
-    launches = 0.0 if compiled else traced.ops_per_step * gpu.launch_s.get(traced.kind, gpu.default_launch_s)
+    # Both are the host's own work, so they take as long as its probe says relative to the calibration's.
+    slower = host_factor(target, gpu)
+    hooks = traced.shard_groups * gpu.fsdp_group_s[compiled] * slower if _shards_over_ranks(plan) else 0.0
+    launch_s = gpu.launch_s.get(traced.kind, gpu.default_launch_s)
+    launches = 0.0 if compiled else traced.ops_per_step * launch_s * slower
     host = launches + hooks
     if host > compute:
         bound = "fsdp's hooks per group" if hooks > launches else "launches"
     else:
         bound = f"{efficiency:.0%} of the {peak / 1e12:g} TFLOP/s peak"
     return Timing(soft_max(compute, host) if host else compute, f"step time mostly {bound}")
+
+
+def host_factor(target: Target, gpu: calibration.DeviceCalibration) -> float:
+    """How many times as long as the calibration's host this one takes over an eager operation; 1 where it
+    was not probed."""
+    return 1.0 if target.host_op_s is None else target.host_op_s / gpu.reference_op_s
+
+
+def host_basis(target: Target, gpu: calibration.DeviceCalibration) -> str:
+    reference = f"{gpu.reference_op_s * 1e6:.1f} us on the calibration's host"
+    if target.host_op_s is None:
+        return f"host side as calibrated ({reference}; this host not probed)"
+    return f"host side at this host's probe, {target.host_op_s * 1e6:.1f} us an operation ({reference})"
 
 
 def _shards_over_ranks(plan: Plan) -> bool:
