@@ -12,6 +12,11 @@ from sqlalchemy.orm import Session
 from core.config import Settings
 from core.models import Worker, utcnow
 
+# A GPU's entry in its worker's report: the seconds its host spends on one tiny eager CUDA operation
+# (worker/executors/local/host_probe.py), which the forecast scales an eager step's host side by; absent
+# where the host was not probed.
+HOST_OP_S = "host_op_s"
+
 
 class WorkerReport(Protocol):
     """What these views read of a worker's row: a Worker, or a Core row of just these columns."""

@@ -30,7 +30,7 @@ from sqlalchemy.orm import Session
 
 from core.clock import as_utc
 from core.config import Settings
-from core.hosts import freshest_per_host, heartbeat_cutoff
+from core.hosts import HOST_OP_S, freshest_per_host, heartbeat_cutoff
 from core.launch import inherited
 from core.models import Worker
 from core.project import PROJECT_ROOT
@@ -58,6 +58,7 @@ class Target:
     gpu_name: str | None
     memory_bytes: int | None
     cpu_cores: int = 1
+    host_op_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -71,10 +72,11 @@ Ask = Callable[[list[RunConfig], float], list[Outcome]]
 
 
 def target_for(session: Session, settings: Settings, plan: Plan) -> Target:
-    """A GPU job's: the registered GPU with the least memory, where it may land; a CPU job's: the memory of
-    the live worker with the least, shared by the ranks of one node, and the cores a worker reported. While
-    no worker is live (restarting) the last report of each stands in, as the planner's inventory does; while
-    none has reported its memory (a worker from before 0021), this host's."""
+    """A GPU job's: the registered GPU with the least memory, where it may land, and what an eager operation
+    costs its host as its worker probed it (none where not probed); a CPU job's: the memory of the live
+    worker with the least, shared by the ranks of one node, and the cores a worker reported. While no worker
+    is live (restarting) the last report of each stands in, as the planner's inventory does; while none has
+    reported its memory (a worker from before 0021), this host's."""
     rows = session.execute(
         select(Worker.host, Worker.gpus, Worker.cpus, Worker.memory_mb, Worker.heartbeat_at)
     ).all()
@@ -85,7 +87,11 @@ def target_for(session: Session, settings: Settings, plan: Plan) -> Target:
         smallest = min(gpus, key=lambda gpu: int(gpu.get("memory_total_mb", 0)), default=None)
         if smallest is None:
             return Target(None, None)
-        return Target(str(smallest.get("name", "")), int(smallest.get("memory_total_mb", 0)) * 2**20)
+        return Target(
+            str(smallest.get("name", "")),
+            int(smallest.get("memory_total_mb", 0)) * 2**20,
+            host_op_s=smallest.get(HOST_OP_S),
+        )
     ranks = max(plan.nproc_per_node * plan.workers, 1)
     cores = max((row.cpus or 0 for row in workers), default=0) or os.cpu_count() or 1
     reported = [row.memory_mb * 2**20 for row in workers if row.memory_mb]

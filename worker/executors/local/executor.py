@@ -4,9 +4,11 @@ them."""
 
 from __future__ import annotations
 
+from core.config import get_settings
 from core.executors import LOCAL, ExecutorTraits
 from worker.executors.api import Background
 from worker.executors.local import runner
+from worker.executors.local.host_probe import HostProbe, gpus_to_probe
 from worker.executors.local.reaper import ReaperThread
 
 
@@ -17,7 +19,9 @@ class LocalExecutor:
 
     def start(self) -> list[Background]:
         runner.warm_launcher().prepare()  # the first job's torchrun, importing torch ahead of it
-        reaper = ReaperThread()
+        probe = HostProbe(gpus_to_probe(get_settings()))
+        probe.start()
+        reaper = ReaperThread(probe)
         reaper.start()
         return [reaper]
 

@@ -19,6 +19,7 @@ from core.clock import as_utc
 from core.config import get_settings
 from core.db import session_scope
 from core.gpu_health import Faults, record_faults, stop_jobs_on_drained
+from core.hosts import HOST_OP_S
 from core.models import Job, JobEvent, JobNode, LostAttempt, Worker, utcnow
 from core.states import JobStatus
 from core.transitions import move, move_from_any
@@ -26,6 +27,7 @@ from worker.attempts.ends import OWNED, release_leases
 from worker.attempts.events import catch_up
 from worker.attempts.pending import fail_pending_timeouts
 from worker.attempts.starting import worker_id
+from worker.executors.local.host_probe import HostProbe
 from worker.executors.local.kill import kill_job, mark_for
 from worker.executors.local.leases import ring_waiting_jobs
 from worker.gpus import gpu_faults, host_gpus
@@ -50,13 +52,15 @@ class Rings:
     last: datetime | None = None
 
 
-def beat() -> None:
-    """Upsert this worker's row: who it is, where, what its GPUs look like now and its host's memory (what
-    the API forecasts a CPU job against); judge its GPUs' health (core/gpu_health.py) and ask the jobs on
-    a drained one to stop. A fake inventory has no NVML to read."""
+def beat(host_op_s: float | None = None) -> None:
+    """Upsert this worker's row: who it is, where, what its GPUs look like now, with what an eager operation
+    costs their host (host_probe.py; absent until probed), and its host's memory (what the API forecasts a
+    CPU job against); judge its GPUs' health (core/gpu_health.py) and ask the jobs on a drained one to stop.
+    A fake inventory has no NVML to read."""
     settings = get_settings()
     found = host_gpus(settings)
-    gpus = [gpu.public() for gpu in found]
+    probed = {} if host_op_s is None else {HOST_OP_S: host_op_s}
+    gpus = [gpu.public() | probed for gpu in found]
     faults = {} if settings.gpu_inventory is not None else gpu_faults([gpu.index for gpu in found])
     with session_scope() as session:
         session.merge(
@@ -228,15 +232,16 @@ def reap(rings: Rings, now: datetime | None = None) -> ReapReport:
 
 
 class ReaperThread(threading.Thread):
-    def __init__(self) -> None:
+    def __init__(self, probe: HostProbe) -> None:
         super().__init__(name="trainyard-reaper", daemon=True)
         self.halt = threading.Event()
         self.rings = Rings()
+        self.probe = probe
 
     def run(self) -> None:
         while not self.halt.is_set():
             try:
-                beat()
+                beat(self.probe.op_s)
                 reap(self.rings)
             except Exception:  # a bad pass (database away, broker away) must not end recovery for good
                 log.exception("reaper pass failed")
