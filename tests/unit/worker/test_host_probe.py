@@ -64,10 +64,12 @@ def test_a_fake_inventory_has_no_gpu_to_probe(database: WorkerDb) -> None:
     assert gpus_to_probe(get_settings()) == []
 
 
-def test_the_probe_runs_on_the_first_gpu_the_worker_may_lease(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_probe_runs_on_the_least_used_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
     # What torch prints on the way is not the answer: the last line is.
     started = probe_runs(monkeypatch, "print('importing'); print(6.5e-06)")
-    assert probe_host_op_s([SECOND_GPU, GpuInfo(3, "GPU-3", "NVIDIA H200", 143_771, 0, 0)]) == 6.5e-06
+    training = GpuInfo(1, "GPU-1", "NVIDIA H200", 143_771, 90_000, 97)  # a job outlived the last worker
+    idle = GpuInfo(3, "GPU-3", "NVIDIA H200", 143_771, 0, 0)
+    assert probe_host_op_s([training, SECOND_GPU, idle]) == 6.5e-06
     (environ,) = started
     assert (environ["CUDA_VISIBLE_DEVICES"], environ["CUDA_DEVICE_ORDER"]) == ("2", "PCI_BUS_ID")
 

@@ -36,15 +36,17 @@ def gpus_to_probe(settings: Settings) -> list[GpuInfo]:
 
 
 def probe_host_op_s(gpus: list[GpuInfo]) -> float | None:
-    """Seconds per tiny eager operation, on the first of `gpus`; None without GPUs (nothing runs) or where the
-    probe failed or timed out."""
+    """Seconds per tiny eager operation, on the least used of `gpus`; None without GPUs (nothing runs) or
+    where the probe failed or timed out. The least used: the probe's CUDA context takes memory for its
+    seconds, and a job that outlived the worker's last run may be training on the others."""
     if not gpus:
         return None
+    idlest = min(gpus, key=lambda gpu: gpu.memory_used_mb)
     env = {
         **inherited(os.environ),
         # Physical ids in PCI order, as a job's ranks see them (core/launch.py's launch_env).
         "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
-        "CUDA_VISIBLE_DEVICES": str(gpus[0].index),
+        "CUDA_VISIBLE_DEVICES": str(idlest.index),
     }
     try:
         done = subprocess.run(
