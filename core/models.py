@@ -506,7 +506,7 @@ _ADD = """INSERT INTO owner_unfinished (owner, jobs, gpus) SELECT NEW.owner, 1, 
 _TAKE = """UPDATE owner_unfinished SET jobs = jobs - 1, gpus = gpus - OLD.total_gpus
     WHERE owner = OLD.owner AND {when};"""
 _MOVED = "OLD.owner IS NOT NEW.owner OR OLD.total_gpus IS NOT NEW.total_gpus"
-_SQLITE_TRIGGERS = (
+_UNFINISHED_SQLITE_TRIGGERS = (
     f"""CREATE TRIGGER unfinished_insert AFTER INSERT ON jobs WHEN NEW.status NOT IN {_ENDED}
     BEGIN {_ADD.format(when="1")} END""",
     f"""CREATE TRIGGER unfinished_update AFTER UPDATE OF status, owner, total_gpus ON jobs
@@ -516,7 +516,7 @@ _SQLITE_TRIGGERS = (
     f"""CREATE TRIGGER unfinished_delete AFTER DELETE ON jobs WHEN OLD.status NOT IN {_ENDED}
     BEGIN {_TAKE.format(when="1")} END""",
 )
-_POSTGRES_TRIGGERS = (
+_UNFINISHED_POSTGRES_TRIGGERS = (
     f"""CREATE FUNCTION count_unfinished() RETURNS trigger LANGUAGE plpgsql AS $$
     BEGIN
         IF TG_OP <> 'INSERT' THEN {_TAKE.format(when=f"OLD.status NOT IN {_ENDED}")} END IF;
@@ -531,7 +531,67 @@ _POSTGRES_TRIGGERS = (
     f"""CREATE TRIGGER unfinished_delete AFTER DELETE ON jobs FOR EACH ROW
     WHEN (OLD.status NOT IN {_ENDED}) EXECUTE FUNCTION count_unfinished()""",
 )
-# A schema made by create_all (the unit tests) gets the triggers a migrated one has.
-for _dialect, _statements in (("sqlite", _SQLITE_TRIGGERS), ("postgresql", _POSTGRES_TRIGGERS)):
+# The changes of the last KEPT_CHANGES versions: an index further behind reads the whole queue again.
+KEPT_CHANGES = 1000
+
+
+class QueueChange(Base):
+    """A change to the queue (a job that enters or leaves it, changes priority while in it, or starts or stops
+    waiting for its depends_on), numbered in commit order and written by the triggers below on the jobs table
+    whoever makes the change: the API's index of the queue (app/services/queue_index.py) reads only the rows
+    after the last it applied (core/queue_order.py)."""
+
+    __tablename__ = "queue_changes"
+
+    version: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    job_id: Mapped[int] = mapped_column(Integer)
+
+
+# SQLite runs one writer at a time, so max + 1 numbers the changes in the order they commit.
+_QUEUE_LOG = f"""INSERT INTO queue_changes (version, job_id) SELECT coalesce(max(version), 0) + 1, {{row}}.id
+    FROM queue_changes;
+    DELETE FROM queue_changes WHERE version <= (SELECT max(version) FROM queue_changes) - {KEPT_CHANGES};"""
+_QUEUE_SQLITE_TRIGGERS = (
+    f"""CREATE TRIGGER queue_change_insert AFTER INSERT ON jobs WHEN NEW.status = 'queued'
+    BEGIN {_QUEUE_LOG.format(row="NEW")} END""",
+    f"""CREATE TRIGGER queue_change_update AFTER UPDATE OF status, priority, waiting_on ON jobs
+    WHEN (OLD.status = 'queued' OR NEW.status = 'queued')
+    AND (OLD.status IS NOT NEW.status OR OLD.priority IS NOT NEW.priority
+    OR OLD.waiting_on IS NOT NEW.waiting_on)
+    BEGIN {_QUEUE_LOG.format(row="NEW")} END""",
+    f"""CREATE TRIGGER queue_change_delete AFTER DELETE ON jobs WHEN OLD.status = 'queued'
+    BEGIN {_QUEUE_LOG.format(row="OLD")} END""",
+)
+# PostgreSQL commits concurrently: the table lock, held to the commit, lets one queue change commit at a time,
+# so that versions still follow commit order and a reader that saw a version has seen every one before it.
+_QUEUE_POSTGRES_TRIGGERS = (
+    f"""CREATE FUNCTION queue_change() RETURNS trigger LANGUAGE plpgsql AS $$
+    DECLARE changed integer;
+    BEGIN
+        IF TG_OP = 'DELETE' THEN changed := OLD.id; ELSE changed := NEW.id; END IF;
+        LOCK TABLE queue_changes IN EXCLUSIVE MODE;
+        INSERT INTO queue_changes (version, job_id)
+            SELECT coalesce(max(version), 0) + 1, changed FROM queue_changes;
+        DELETE FROM queue_changes WHERE version <= (SELECT max(version) FROM queue_changes) - {KEPT_CHANGES};
+        RETURN NULL;
+    END $$""",
+    """CREATE TRIGGER queue_change_insert AFTER INSERT ON jobs FOR EACH ROW
+    WHEN (NEW.status = 'queued') EXECUTE FUNCTION queue_change()""",
+    """CREATE TRIGGER queue_change_update AFTER UPDATE OF status, priority, waiting_on ON jobs FOR EACH ROW
+    WHEN ((OLD.status = 'queued' OR NEW.status = 'queued')
+    AND (OLD.status IS DISTINCT FROM NEW.status OR OLD.priority IS DISTINCT FROM NEW.priority
+    OR OLD.waiting_on IS DISTINCT FROM NEW.waiting_on))
+    EXECUTE FUNCTION queue_change()""",
+    """CREATE TRIGGER queue_change_delete AFTER DELETE ON jobs FOR EACH ROW
+    WHEN (OLD.status = 'queued') EXECUTE FUNCTION queue_change()""",
+)
+
+
+# A schema made by create_all (the unit tests, scripts) gets the triggers a migrated one has.
+_TRIGGERS = {
+    "sqlite": (*_UNFINISHED_SQLITE_TRIGGERS, *_QUEUE_SQLITE_TRIGGERS),
+    "postgresql": (*_UNFINISHED_POSTGRES_TRIGGERS, *_QUEUE_POSTGRES_TRIGGERS),
+}
+for _dialect, _statements in _TRIGGERS.items():
     for _statement in _statements:
         event.listen(Base.metadata, "after_create", DDL(_statement).execute_if(dialect=_dialect))

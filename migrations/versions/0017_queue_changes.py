@@ -1,6 +1,6 @@
 """Queue changes: a row per change to the queue (a job that enters or leaves it, or changes priority while
 in it), written by triggers on jobs, from which the API keeps its index of queue positions current
-(app/services/queue_index.py). The same triggers as core/queue_order.py gives a schema made by create_all.
+(app/services/queue_index.py). The same triggers as core/models.py's QueueChange gives a schema made by create_all.
 
 Revision ID: 0017
 Revises: 0016

@@ -1,6 +1,6 @@
 """queue_waiting_on: a job waiting for its depends_on (jobs.waiting_on > 0) is not in line to start, so the
 queue's index (app/services/queue_index.py) leaves it out; its trigger on jobs now logs a change of waiting_on
-too (a job released), as core/queue_order.py's does on a schema made by create_all.
+too (a job released), as core/models.py's QueueChange does on a schema made by create_all.
 
 Revision ID: 0023
 Revises: 0022
