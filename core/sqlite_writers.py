@@ -6,6 +6,10 @@ API processes submitting at once, the submissions' write sections spent much of 
 lock was free: fewer submissions a second for less CPU each (bench/RESULTS.md). Sections that take a turn here
 wait in the kernel instead, which wakes the next one as the last lets go. A writer that takes no turn (a
 worker's transition) still meets the others at SQLite's own lock, as before: turns order, they do not guard.
+A thread waits for its process's turn as long as SQLite's busy timeout (TRAINYARD_DB_BUSY_TIMEOUT_S) and no
+longer: the thread ahead may itself be waiting that long for SQLite's lock, and the caller is then answered
+503 as SQLite's own timeout is. (The host's turn, an flock, has no timed wait: one thread per process waits
+there, behind at most one section of each other process.)
 """
 
 from __future__ import annotations
@@ -17,6 +21,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from sqlalchemy import Connection
+from sqlalchemy.exc import OperationalError
+
+from core.config import get_settings
 
 # Per database file: a thread lock, since an flock is held by the open file and every thread of a process
 # shares it, and the lock file, opened once.
@@ -54,9 +61,15 @@ def writer_turn(connection: Connection) -> Iterator[None]:
         yield
         return
     in_process, descriptor = _turn_of(os.path.abspath(url.database))
-    with in_process:
+    timeout_s = get_settings().db_busy_timeout_s
+    if not in_process.acquire(timeout=timeout_s):
+        waited = TimeoutError(f"no turn to write {url.database} within {timeout_s:g} s")
+        raise OperationalError("waiting for the writers' turn", None, waited)
+    try:
         fcntl.flock(descriptor, fcntl.LOCK_EX)
         try:
             yield
         finally:
             fcntl.flock(descriptor, fcntl.LOCK_UN)
+    finally:
+        in_process.release()

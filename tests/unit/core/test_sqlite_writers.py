@@ -1,5 +1,6 @@
 """Write sections that take their turn (core/sqlite_writers.py) never overlap, between the threads of one
-process and between processes, a process forked after its parent took turns included."""
+process and between processes, a process forked after its parent took turns included; a thread waits for
+its turn no longer than SQLite's busy timeout."""
 
 from __future__ import annotations
 
@@ -9,8 +10,11 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
 from sqlalchemy import create_engine
+from sqlalchemy.exc import OperationalError
 
+from core.config import get_settings
 from core.sqlite_writers import writer_turn
 
 TURNS = 30
@@ -45,3 +49,38 @@ def test_turns_never_overlap_across_threads_and_processes(tmp_path: Path) -> Non
     assert len(lines) == 2 * TURNS * 6
     for start, end in zip(lines[::2], lines[1::2], strict=True):
         assert start.startswith("in ") and end == "out " + start.removeprefix("in "), (start, end)
+
+
+def test_a_thread_waits_for_its_turn_no_longer_than_sqlite_s_busy_timeout(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TRAINYARD_DB_BUSY_TIMEOUT_S", "0.2")
+    get_settings.cache_clear()
+    engine = create_engine(f"sqlite:///{tmp_path / 't.db'}")
+    holding, answered = threading.Event(), threading.Event()
+    outcome: list[BaseException | None] = []
+
+    def hold() -> None:
+        with engine.connect() as connection, writer_turn(connection):
+            holding.set()
+            answered.wait(60)  # held until the other thread has its answer, however long that takes
+
+    def wait_behind() -> None:
+        with engine.connect() as connection:
+            try:
+                with writer_turn(connection):
+                    outcome.append(None)
+            except OperationalError as error:
+                outcome.append(error)
+        answered.set()
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    holding.wait(60)
+    waiter = threading.Thread(target=wait_behind)
+    waiter.start()
+    waiter.join(60)
+    holder.join(60)
+    get_settings.cache_clear()
+    (error,) = outcome
+    assert isinstance(error, OperationalError) and "within 0.2 s" in str(error), error
