@@ -91,7 +91,7 @@ def create_app() -> FastAPI:
         secrets,
     ):
         # Auth and the text guard once for every /v1 route, those added later included; a route that needs
-        # to know who is asking takes CallerDep, which FastAPI resolves once per request.
+        # to know who is asking takes CallerDep, which reads the caller the gate found.
         app.include_router(
             module.router, prefix=API_PREFIX, dependencies=v1_dependencies, responses=problems(401)
         )

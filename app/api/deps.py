@@ -10,7 +10,7 @@ from fastapi import Depends, HTTPException, Path, status
 from pydantic import BeforeValidator
 from sqlalchemy.orm import Session
 
-from app.api.auth import get_caller
+from app.api.gate import gate_caller
 from app.services.code import get_owned_bundle
 from app.services.jobs import get_owned_job
 from app.services.keys import Caller
@@ -32,9 +32,8 @@ async def current_settings() -> Settings:
 SessionDep = Annotated[Session, Depends(get_session)]
 # `async`: settings are read once and kept, so there is nothing to wait for in a pool thread.
 SettingsDep = Annotated[Settings, Depends(current_settings)]
-# Every /v1 router depends on get_caller (app/main.py); routes that need to know who is asking name it again,
-# and FastAPI runs it once per request.
-CallerDep = Annotated[Caller, Depends(get_caller)]
+# Who is asking, as the gate of every /v1 router found them (app/api/gate.py).
+CallerDep = Annotated[Caller, Depends(gate_caller)]
 
 
 def admin_only(action: str, fix: str = "ask an admin") -> Callable[[Caller], Awaitable[None]]:

@@ -21,7 +21,7 @@ from app.schemas import (
 )
 from app.services import jobs, submit
 from app.services.keys import Caller
-from core.config import Settings
+from core.config import Settings, get_settings
 from core.db import run_in_session, run_key_read, run_read
 from core.states import JobStatus
 from jobspec.plan import Plan
@@ -53,7 +53,6 @@ def _submitted(session: Session, submitted: submit.Submitted, caller: Caller) ->
 )
 async def create_job(
     spec: JobSpec,
-    settings: SettingsDep,
     caller: CallerDep,
     dry_run: bool = False,
     idempotency_key: IdempotencyKey = None,
@@ -61,7 +60,9 @@ async def create_job(
     # Not a plain `def` with SessionDep like the other routes: clients submit in bursts, and on SQLite
     # run_in_session lets only a few submissions write at once, each whole unit of work in one thread hop.
     # The answer is serialised once, from the models built for it, where a returned model would be dumped,
-    # validated again and serialised (FastAPI's response_model, which stays for the OpenAPI schema).
+    # validated again and serialised (FastAPI's response_model, which stays for the OpenAPI schema). The
+    # settings are read here rather than through SettingsDep: each dependency is solved on every request.
+    settings = get_settings()
     if dry_run:
         planned = JobSubmitted(job=None, plan=await run_in_session(submit.dry_run, settings, spec, caller))
         return Response(planned.model_dump_json(), media_type=JSON)

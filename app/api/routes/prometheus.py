@@ -8,7 +8,7 @@ from fastapi import APIRouter, Depends, FastAPI, Request, Response
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Histogram, generate_latest
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from app.api.deps import get_caller
+from app.api.auth import get_caller
 from app.api.openapi import problems
 from app.services.integrations.webhook_attempt import ATTEMPTS as WEBHOOK_ATTEMPTS
 from app.services.telemetry import ClusterCollector
