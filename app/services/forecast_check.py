@@ -12,6 +12,7 @@ from sqlalchemy.orm import Session
 from app.services.bundle_forecasts import bundle_forecasts, runs_bundle_code
 from app.services.forecast_learning import calibrated
 from app.services.forecasts import FORECASTER, Outcome, Target, target_for, total_steps
+from app.services.gpus import Cluster
 from core.config import Settings
 from jobspec.cluster import Inventory
 from jobspec.forecast import Forecast
@@ -32,7 +33,7 @@ class Fix:
 
 
 def forecast_plan(
-    session: Session, settings: Settings, spec: JobSpec, plan: Plan, inventory: Inventory, *, refuse: bool
+    session: Session, settings: Settings, spec: JobSpec, plan: Plan, cluster: Cluster, *, refuse: bool
 ) -> Plan:
     """The plan with its forecast (or why there is none); with `refuse`, a SpecError naming `forecast` when
     it will not fit. Returns the plan to store: under `auto`, fsdp's where only that fits."""
@@ -41,12 +42,12 @@ def forecast_plan(
     if spec.program is not None:
         plan.forecast_note = NO_STEP
         return plan
-    target = target_for(session, settings, plan)
+    target = target_for(cluster.reports, plan)
     (outcome,) = _forecasts(session, settings, spec, [_config(spec, plan)], target)
     plan.forecast, plan.forecast_note = _with_job_time(outcome.forecast, spec, plan), outcome.note
     if plan.forecast is None or plan.forecast.fits:
         return plan
-    fixes = _fitting(session, settings, spec, target, list(candidate_fixes(spec, plan, inventory)))
+    fixes = _fitting(session, settings, spec, target, list(candidate_fixes(spec, plan, cluster.inventory)))
     auto = spec.parallel.strategy is Strategy.AUTO
     if auto and (fsdp := next((fix for fix in fixes if fix.plan.strategy is Strategy.FSDP), None)):
         assert fsdp.plan.forecast is not None

@@ -19,20 +19,19 @@ import sys
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
+from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 import psutil
-from sqlalchemy import select
-from sqlalchemy.orm import Session
+from sqlalchemy import Row
 
-from core.clock import as_utc
 from core.config import Settings
-from core.hosts import HOST_OP_S, freshest_per_host, heartbeat_cutoff
+from core.hosts import HOST_OP_S
 from core.launch import inherited
-from core.models import Worker
 from core.project import PROJECT_ROOT
 from jobspec.forecast import FORECASTER_READY, Forecast
 from jobspec.plan import Plan, RunConfig
@@ -71,19 +70,14 @@ class Outcome:
 Ask = Callable[[list[RunConfig], float], list[Outcome]]
 
 
-def target_for(session: Session, settings: Settings, plan: Plan) -> Target:
-    """A GPU job's: the registered GPU with the least memory, where it may land, and what an eager operation
-    costs its host as its worker probed it (none where not probed); a CPU job's: the memory of the live
-    worker with the least, shared by the ranks of one node, and the cores a worker reported. While no worker
-    is live (restarting) the last report of each stands in, as the planner's inventory does; while none has
-    reported its memory (a worker from before 0021), this host's."""
-    rows = session.execute(
-        select(Worker.host, Worker.gpus, Worker.cpus, Worker.memory_mb, Worker.heartbeat_at)
-    ).all()
-    live = [row for row in rows if as_utc(row.heartbeat_at) > heartbeat_cutoff(settings)]
-    workers = list(freshest_per_host(live or rows).values())
+def target_for(reports: Sequence[Row[Any]], plan: Plan) -> Target:
+    """From the workers' last reports (app/services/gpus.py's read_cluster): a GPU job's target is the
+    registered GPU with the least memory, where it may land, and what an eager operation costs its host as
+    its worker probed it (none where not probed); a CPU job's, the memory of the worker with the least,
+    shared by the ranks of one node, and the cores a worker reported. While none has reported its memory (a
+    worker from before 0021), this host's."""
     if plan.device == "cuda":
-        gpus = [gpu for row in workers for gpu in row.gpus or []]
+        gpus = [gpu for row in reports for gpu in row.gpus or []]
         smallest = min(gpus, key=lambda gpu: int(gpu.get("memory_total_mb", 0)), default=None)
         if smallest is None:
             return Target(None, None)
@@ -93,10 +87,16 @@ def target_for(session: Session, settings: Settings, plan: Plan) -> Target:
             host_op_s=smallest.get(HOST_OP_S),
         )
     ranks = max(plan.nproc_per_node * plan.workers, 1)
-    cores = max((row.cpus or 0 for row in workers), default=0) or os.cpu_count() or 1
-    reported = [row.memory_mb * 2**20 for row in workers if row.memory_mb]
-    memory = min(reported, default=psutil.virtual_memory().total)
+    cores = max((row.cpus or 0 for row in reports), default=0) or os.cpu_count() or 1
+    reported = [row.memory_mb * 2**20 for row in reports if row.memory_mb]
+    memory = min(reported, default=None) or _this_host_memory()
     return Target(None, memory // ranks, max(cores // ranks, 1))
+
+
+@lru_cache(maxsize=1)
+def _this_host_memory() -> int:
+    # Read once: it does not change while the API runs, and psutil parses /proc/meminfo on every call.
+    return int(psutil.virtual_memory().total)
 
 
 def total_steps(spec: JobSpec, plan: Plan) -> int | None:
@@ -104,13 +104,16 @@ def total_steps(spec: JobSpec, plan: Plan) -> int | None:
     return plan.max_steps or spec.train.max_steps
 
 
+# What the cache's key leaves out, as pydantic's serialiser takes it: each dump is then made in one pass.
+_SPEC_SHAPE = {**dict.fromkeys(SPEC_NOISE, True), "train": set(TRAIN_NOISE)}
+_PLAN_SHAPE = set(PLAN_NOISE)
+
+
 def shape_key(config: RunConfig, target: Target, data_dir: Path) -> str:
-    spec = {k: v for k, v in config.spec.model_dump(mode="json").items() if k not in SPEC_NOISE}
-    spec["train"] = {k: v for k, v in spec.get("train", {}).items() if k not in TRAIN_NOISE}
-    plan = {k: v for k, v in config.plan.model_dump(mode="json").items() if k not in PLAN_NOISE}
-    shape = {"spec": spec, "plan": plan, "target": asdict(target), "data_dir": str(data_dir)}
-    text = json.dumps(shape, sort_keys=True)
-    return hashlib.sha256(text.encode()).hexdigest()
+    spec = config.spec.model_dump_json(exclude=_SPEC_SHAPE)
+    plan = config.plan.model_dump_json(exclude=_PLAN_SHAPE)
+    shape = "\n".join((spec, plan, json.dumps(asdict(target)), str(data_dir)))
+    return hashlib.sha256(shape.encode()).hexdigest()
 
 
 class Forecaster:

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from sqlalchemy import select
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Row, select
 from sqlalchemy.orm import Session
 
 from app.schemas import GpuHealthChanged, GpuPublic, HostGpus, HostsPublic, as_utc
@@ -61,22 +64,30 @@ def list_host_gpus(session: Session, settings: Settings) -> HostsPublic:
 
 # Built once: every submission reads it, and a statement built anew costs its cache key each time. Read on
 # the session's connection (Core): the ORM's execution path adds nothing to plain rows.
-_REPORTS = select(Worker.host, Worker.gpus, Worker.heartbeat_at)
+_REPORTS = select(Worker.host, Worker.gpus, Worker.cpus, Worker.memory_mb, Worker.heartbeat_at)
 
 
-def read_inventory(session: Session, settings: Settings) -> Inventory:
-    """GPU ids per live host, for the planner to judge a spec against. While no host is live (workers
-    restarting) the last report of each stands in, so a submission is judged against the cluster as last
-    seen rather than refused outright. Where the executor's scheduler places jobs (Slurm), there is no
-    inventory to judge against: a spec that no node can run waits with the scheduler's reason."""
-    if not executor_traits(settings).places_jobs:
-        return NO_HOSTS
+@dataclass(frozen=True)
+class Cluster:
+    """The workers' last reports, as a submission reads them once: the inventory its plan is judged against,
+    and the reports its forecast's target is chosen from (app/services/forecasts.py's target_for)."""
+
+    reports: list[Row[Any]]
+    inventory: Inventory
+
+
+def read_cluster(session: Session, settings: Settings) -> Cluster:
+    """The last report of each live host's worker. While no host is live (workers restarting) the last
+    report of each stands in, so a submission is judged against the cluster as last seen rather than refused
+    outright. The inventory is GPU ids per host; where the executor's scheduler places jobs (Slurm), there is
+    none to judge against: a spec that no node can run waits with the scheduler's reason."""
     reports = session.connection().execute(_REPORTS).all()
     cutoff = heartbeat_cutoff(settings)
     live = [report for report in reports if as_utc(report.heartbeat_at) > cutoff]
-    return Inventory(
-        {host: tuple(gpu_indices(report)) for host, report in freshest_per_host(live or reports).items()}
-    )
+    freshest = list(freshest_per_host(live or reports).values())
+    if not executor_traits(settings).places_jobs:
+        return Cluster(freshest, NO_HOSTS)
+    return Cluster(freshest, Inventory({report.host: tuple(gpu_indices(report)) for report in freshest}))
 
 
 def _known(session: Session, settings: Settings, host: str, index: int) -> None:

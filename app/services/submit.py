@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from pydantic import ValidationError
@@ -19,7 +19,7 @@ from app.services.dependencies import unmet_dependencies
 from app.services.errors import CheckpointNotFound, IdempotencyConflict, InvalidSpec, JobStateConflict
 from app.services.factories import check_factories
 from app.services.forecast_check import forecast_plan
-from app.services.gpus import read_inventory
+from app.services.gpus import Cluster, read_cluster
 from app.services.integrations.mlflow_exporter import check_tracking
 from app.services.jobs import SHOWN_COLUMNS, check_priority, get_owned_job
 from app.services.keys import Caller
@@ -36,7 +36,7 @@ from core.models import ApiKey, Base, Checkpoint, Job, JobEvent
 from core.queue_order import JOBS
 from core.sqlite_writers import writer_turn
 from core.states import JobStatus
-from jobspec.cluster import Inventory, cluster_problems
+from jobspec.cluster import cluster_problems
 from jobspec.datadir import absent_folders
 from jobspec.hf_files import check_model_dir
 from jobspec.plan import NO_HOSTS, Plan, resolve_plan
@@ -131,7 +131,7 @@ def _plan(
     settings: Settings,
     spec: JobSpec,
     caller: Caller,
-    inventory: Inventory,
+    cluster: Cluster,
     *,
     check_files: bool = True,
     refuse_unfit: bool = True,
@@ -150,7 +150,7 @@ def _plan(
     if check_files:
         _check_files(settings, spec)
     plan = forecast_plan(
-        session, settings, spec, resolve_plan(spec, inventory), inventory, refuse=refuse_unfit
+        session, settings, spec, resolve_plan(spec, cluster.inventory), cluster, refuse=refuse_unfit
     )
     plan.data_found = list_store_data(session, settings, spec, caller)
     resumed = _resumed(session, settings, spec.checkpoint.resume_from, caller)
@@ -171,8 +171,10 @@ def dry_run(session: Session, settings: Settings, spec: JobSpec, caller: Caller)
     their files as a submission does."""
     absent = absent_folders(spec, settings.data_dir)
     unmet_dependencies(session, spec, caller)
-    plan, _ = _plan(session, settings, spec, caller, NO_HOSTS, check_files=not absent, refuse_unfit=False)
-    unrunnable = [*absent, *cluster_problems(spec.parallel, read_inventory(session, settings))]
+    cluster = read_cluster(session, settings)
+    as_anywhere = replace(cluster, inventory=NO_HOSTS)
+    plan, _ = _plan(session, settings, spec, caller, as_anywhere, check_files=not absent, refuse_unfit=False)
+    unrunnable = [*absent, *cluster_problems(spec.parallel, cluster.inventory)]
     if unrunnable:
         plan.runnable = False
         plan.not_runnable_because += [_reason(problem) for problem in unrunnable]
@@ -208,7 +210,7 @@ def submit_job(
     if idempotency_key and (earlier := job_by_key(session, caller.user, idempotency_key)):
         return Submitted(_replay(earlier, spec, idempotency_key), created=False)
     unmet = unmet_dependencies(session, spec, caller)
-    plan, resumed = _plan(session, settings, spec, caller, read_inventory(session, settings))
+    plan, resumed = _plan(session, settings, spec, caller, read_cluster(session, settings))
     check_quota(session, settings, caller.user, plan)
     resumed_job = spec.checkpoint.resume_from_job if resumed is None else resumed.job_id
     parent_id = retry.parent_id if retry else resumed_job

@@ -10,6 +10,7 @@ from dataclasses import replace
 from sqlalchemy.orm import Session
 
 from app.services.forecasts import request_line, shape_key, target_for
+from app.services.gpus import read_cluster
 from core.config import Settings
 from core.hosts import HOST_OP_S
 from core.models import Worker
@@ -33,7 +34,7 @@ def test_a_gpu_job_takes_the_probe_of_the_host_of_the_gpu_it_is_forecast_against
 ) -> None:
     report(session, "fast", 143_771, 5e-06)
     report(session, "small", 81_559, 9e-06)
-    target = target_for(session, settings, PLAN)
+    target = target_for(read_cluster(session, settings).reports, PLAN)
     assert (target.memory_bytes, target.host_op_s) == (81_559 * 2**20, 9e-06)
     # The forecaster is asked with it, and a forecast made for another host's figure is not reused.
     assert '"host_op_s": 9e-06' in request_line(settings, [], target)
@@ -44,4 +45,4 @@ def test_a_gpu_job_takes_the_probe_of_the_host_of_the_gpu_it_is_forecast_against
 
 def test_a_host_not_probed_gives_no_figure(session: Session, settings: Settings) -> None:
     report(session, "old", 143_771, None)
-    assert target_for(session, settings, PLAN).host_op_s is None
+    assert target_for(read_cluster(session, settings).reports, PLAN).host_op_s is None

@@ -14,6 +14,7 @@ import pytest
 from sqlalchemy import select
 
 from app.services.forecasts import target_for
+from app.services.gpus import read_cluster
 from core.config import Settings, get_settings
 from core.db import session_scope
 from core.hosts import HOST_OP_S
@@ -103,9 +104,9 @@ def test_each_beat_reports_the_probe_with_the_gpus_and_the_forecast_targets_it(d
     settings = get_settings()
     gpu_plan = resolve_plan(JobSpec.model_validate(job_body(parallel={"num_gpus": 1})))
     with session_scope() as session:  # the fixture's first beat, before the probe answered
-        assert target_for(session, settings, gpu_plan).host_op_s is None
+        assert target_for(read_cluster(session, settings).reports, gpu_plan).host_op_s is None
     beat(7e-06)
     with session_scope() as session:
         (worker,) = session.scalars(select(Worker)).all()
         assert [gpu[HOST_OP_S] for gpu in worker.gpus] == [7e-06] * len(database.gpus)
-        assert target_for(session, settings, gpu_plan).host_op_s == 7e-06
+        assert target_for(read_cluster(session, settings).reports, gpu_plan).host_op_s == 7e-06
