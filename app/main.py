@@ -38,6 +38,7 @@ from app.api.routes import (
 )
 from app.api.routes.prometheus import install_prometheus
 from app.api.slow_requests import SlowRequestLog
+from app.cpu_pin import keep_to_one_cpu
 from app.services.forecasts import forecasting
 from app.services.integrations.mlflow_exporter import exporting
 from core.config import get_settings
@@ -50,6 +51,8 @@ API_PREFIX = "/v1"
 async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     """The API's own threads while it serves: the webhook sender, the MLflow exporter if configured, and the
     forecaster process; then what the process holds is frozen out of the collector's full passes."""
+    if get_settings().api_one_cpu:
+        keep_to_one_cpu()  # before the threads below start: they inherit its CPU
     async with webhooks.lifespan(app):
         with exporting(get_settings()), forecasting(get_settings()), started_heap_frozen():
             yield

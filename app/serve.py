@@ -30,6 +30,7 @@ import uvicorn
 from core.config import VAR_DIR, AuthMode, Settings, get_settings
 
 API_URL_FILE = VAR_DIR / "api-url"  # relative to the working directory, as the settings' other var/ paths
+ONE_CPU_ENV = "TRAINYARD_API_ONE_CPU"
 # How often the supervisor of several API processes asks whether one answers yet.
 _READY_POLL_S = 0.1
 
@@ -149,6 +150,8 @@ def serve_workers(settings: Settings) -> None:
 
 
 def main() -> None:
+    # The processes that serve keep to a CPU each (app/cpu_pin.py); the app alone, in a test, does not.
+    os.environ.setdefault(ONE_CPU_ENV, "true")
     settings = get_settings()
     if settings.api_workers > 1:
         serve_workers(settings)

@@ -156,6 +156,13 @@ class Settings(BaseSettings):
     api_workers: int = Field(
         1, ge=1, le=64, description="API processes `python -m app.serve` runs (uvicorn's --workers)"
     )
+    api_one_cpu: bool = Field(
+        False,
+        description="each API process keeps its threads on one CPU of those it may use, a different one per "
+        "process while there are enough (app/cpu_pin.py): its threads take turns at Python's lock, and a "
+        "turn handed to another core cost a POST a fifth of its CPU. `python -m app.serve` (make run, "
+        "compose) turns it on unless it is set; off, the kernel places them",
+    )
     hostname: str = Field(default_factory=socket.gethostname, description="this worker's host identity")
     advertise_address: str = Field(
         default_factory=lambda: _own_address(socket.gethostname()),

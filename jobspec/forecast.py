@@ -13,6 +13,9 @@ from pydantic import BaseModel, Field
 # The forecaster process's first line, once it has its imports (trainers/forecast/__main__.py): from then on
 # the API's forecaster (app/services/forecasts.py) sends it requests.
 FORECASTER_READY = "ready"
+# The CPUs the forecaster may use: its API process keeps its own threads on one (app/cpu_pin.py), which the
+# forecaster, started from one of them, would otherwise inherit.
+FORECASTER_CPUS_ENV = "TRAINYARD_FORECASTER_CPUS"
 
 
 class Forecast(BaseModel):

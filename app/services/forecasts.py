@@ -29,11 +29,12 @@ from typing import Any
 import psutil
 from sqlalchemy import Row
 
+from app.cpu_pin import process_cpus
 from core.config import Settings
 from core.hosts import HOST_OP_S
 from core.launch import inherited
 from core.project import PROJECT_ROOT
-from jobspec.forecast import FORECASTER_READY, Forecast
+from jobspec.forecast import FORECASTER_CPUS_ENV, FORECASTER_READY, Forecast
 from jobspec.plan import Plan, RunConfig
 from jobspec.spec import JobSpec
 
@@ -105,7 +106,7 @@ def total_steps(spec: JobSpec, plan: Plan) -> int | None:
 
 
 # What the cache's key leaves out, as pydantic's serialiser takes it: each dump is then made in one pass.
-_SPEC_SHAPE = {**dict.fromkeys(SPEC_NOISE, True), "train": set(TRAIN_NOISE)}
+_SPEC_SHAPE: dict[str, bool | set[str]] = {**dict.fromkeys(SPEC_NOISE, True), "train": set(TRAIN_NOISE)}
 _PLAN_SHAPE = set(PLAN_NOISE)
 
 
@@ -238,7 +239,11 @@ def forecaster_process(prefix: list[str], stderr: int) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [*prefix, sys.executable, "-m", FORECAST_MODULE],
         cwd=PROJECT_ROOT,
-        env={**inherited(os.environ), "CUDA_VISIBLE_DEVICES": ""},
+        env={
+            **inherited(os.environ),
+            "CUDA_VISIBLE_DEVICES": "",
+            FORECASTER_CPUS_ENV: ",".join(str(cpu) for cpu in sorted(process_cpus())),
+        },
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=stderr,

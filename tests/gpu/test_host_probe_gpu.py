@@ -20,7 +20,9 @@ from worker.gpus import nvml_gpus
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 
 
-def test_the_worker_probes_its_least_used_gpu_in_a_process_of_its_own(caplog: pytest.LogCaptureFixture) -> None:
+def test_the_worker_probes_its_least_used_gpu_in_a_process_of_its_own(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     caplog.set_level(logging.INFO)
     op_s = probe_host_op_s(nvml_gpus())
     assert op_s is not None and op_s > 0, caplog.text

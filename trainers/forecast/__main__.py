@@ -14,16 +14,17 @@ from __future__ import annotations
 import json
 import os
 import sys
-from contextlib import redirect_stdout
+from contextlib import redirect_stdout, suppress
 from typing import Any
 
 from jobspec.datadir import DATA_DIR_ENV
-from jobspec.forecast import FORECASTER_READY
+from jobspec.forecast import FORECASTER_CPUS_ENV, FORECASTER_READY
 from jobspec.plan import RunConfig
-from trainers.forecast.estimate import Target, forecast
 
 
 def answer(request: dict[str, Any]) -> dict[str, Any]:
+    from trainers.forecast.estimate import Target, forecast  # imported by main() first: see there
+
     # Where model.path and data.root are, for this request's API process (its settings may differ).
     os.environ[DATA_DIR_ENV] = request["data_dir"]
     target = Target(**request["target"])
@@ -37,7 +38,20 @@ def answer(request: dict[str, Any]) -> dict[str, Any]:
     return {"forecasts": found}
 
 
+def take_back_cpus() -> None:
+    """The CPUs the API process had before it kept its threads to one (app/cpu_pin.py): this process
+    inherited that one, and takes them back before it imports torch, which sizes its threads by them."""
+    if cpus := os.environ.get(FORECASTER_CPUS_ENV):
+        with suppress(OSError):  # none of them left to a sandbox's cgroup: it stays where it is
+            os.sched_setaffinity(0, {int(cpu) for cpu in cpus.split(",")})
+
+
 def main() -> None:
+    take_back_cpus()
+    # torch, which the estimate imports, sizes its pool of threads by the CPUs it may use as it is imported:
+    # so only now, and before the process says it is ready.
+    import trainers.forecast.estimate  # noqa: F401
+
     print(FORECASTER_READY, flush=True)
     for line in sys.stdin:
         # A code bundle's factory may print: its words go to stderr, stdout carries only answers.

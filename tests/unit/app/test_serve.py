@@ -4,6 +4,7 @@ idle connections with or without it), and a banner that says the auth mode in fo
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import subprocess
@@ -96,13 +97,17 @@ def test_the_server_holds_its_limits(server: tuple[int, str]) -> None:
         assert _status(late) == b"HTTP/1.1 503 Service Unavailable"
 
 
+def _schema(workdir: Path) -> None:
+    engine = sqlalchemy.create_engine(f"sqlite:///{workdir}/trainyard.db")
+    Base.metadata.create_all(engine)
+    engine.dispose()
+
+
 @pytest.mark.parametrize("workers", [1, 2])
 def test_the_banner_comes_once_the_api_answers_and_var_api_url_names_it_while_it_runs(
     tmp_path: Path, workers: int
 ) -> None:
-    engine = sqlalchemy.create_engine(f"sqlite:///{tmp_path}/trainyard.db")
-    Base.metadata.create_all(engine)
-    engine.dispose()
+    _schema(tmp_path)
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     proc = serve(tmp_path, port, auth="off", api_workers=str(workers))
@@ -120,6 +125,54 @@ def test_the_banner_comes_once_the_api_answers_and_var_api_url_names_it_while_it
         stop(proc)
     assert not (tmp_path / "var" / "api-url").exists(), "a stopped server leaves no URL behind"
     assert proc.stdout.read().decode().count("Trainyard API:") == 0, "the banner comes once"
+
+
+def _thread_cpus(pid: int) -> set[frozenset[int]]:
+    """The CPUs each thread of a process may run on (a set of one where they agree)."""
+    cpus = set()
+    for thread in os.listdir(f"/proc/{pid}/task"):
+        with contextlib.suppress(ProcessLookupError):  # a thread that ended meanwhile
+            cpus.add(frozenset(os.sched_getaffinity(int(thread))))
+    return cpus
+
+
+def _children(proc: subprocess.Popen[bytes], marker: str) -> list[psutil.Process]:
+    everyone = psutil.Process(proc.pid).children(recursive=True)
+    return [child for child in everyone if marker in " ".join(child.cmdline())]
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two CPUs to keep two processes apart")
+def test_each_api_process_keeps_its_threads_on_a_cpu_of_its_own_and_its_forecaster_takes_them_all(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """app/cpu_pin.py: `python -m app.serve` turns TRAINYARD_API_ONE_CPU on; each of its processes claims a
+    CPU of its own (the claims in TMPDIR, here this test's) and moves its threads there, and the forecaster
+    each one starts takes back the CPUs the process had."""
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    allowed = frozenset(os.sched_getaffinity(0))
+    _schema(tmp_path)
+    proc = serve(tmp_path, free_port(), auth="off", api_workers="2", forecast="on")
+    try:
+        assert proc.stdout is not None
+        proc.stdout.readline()  # the banner: both processes serve
+
+        def apart() -> bool:
+            workers = [_thread_cpus(child.pid) for child in _children(proc, "spawn_main")]
+            return len(workers) == 2 and all(
+                len(cpus) == 1 and len(next(iter(cpus))) == 1 for cpus in workers
+            )
+
+        wait_for(apart, 60, "each API process on one CPU")
+        (first,), (second,) = (_thread_cpus(child.pid) for child in _children(proc, "spawn_main"))
+        assert first != second and first | second <= allowed
+
+        def forecasters_unpinned() -> bool:
+            forecasters = _children(proc, "trainers.forecast")
+            return len(forecasters) == 2 and all(_thread_cpus(f.pid) == {allowed} for f in forecasters)
+
+        wait_for(forecasters_unpinned, 60, "the forecasters on every CPU the API had")
+    finally:
+        stop(proc)
 
 
 def test_an_api_run_as_root_says_so_and_where_to_read_why(monkeypatch: pytest.MonkeyPatch) -> None:

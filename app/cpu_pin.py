@@ -1,0 +1,89 @@
+"""An API process on one CPU (TRAINYARD_API_ONE_CPU, which `python -m app.serve` turns on unless it is set).
+
+An API process runs Python in several threads: the event loop, the submissions' write units, the read pool,
+the doorbell. Only one holds Python's lock at a time, and a write unit hands it over at every SQLite call.
+Where the threads sit on different cores, each hand-over wakes another core, whose caches do not hold what
+the request was working on. On one core the same hand-overs cost a switch. Measured with bench.api_load
+(bench/RESULTS.md, 2026-11-30, an H200 host with four API processes):
+- a POST's server CPU fell from 3.8-4.0 ms to 3.1 ms, and a job's GET from 0.95-1.13 ms to 0.73-0.88 ms;
+- accepted submissions rose from 500-755 to 983-998 a second.
+
+Each process claims a CPU of those it may use, the highest numbered first (the first CPUs are where a box's
+interrupts and housekeeping usually run), with a lock file per CPU. The kernel releases the lock when the
+process goes, however it goes. A process that finds every CPU taken runs where the kernel places it. A
+process's threads take the CPU with them: those running when it pins itself (every one in /proc/self/task),
+and those it starts later, which inherit it. The forecaster it starts must not: it imports torch and traces
+models, and on the API's CPU it would slow every request. It is given the CPUs the process had before
+pinning (jobspec/forecast.py's FORECASTER_CPUS_ENV) and takes them back as it starts.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import tempfile
+from collections.abc import Iterable
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+# One folder per user on the host, so the API processes of one box share their claims whatever their
+# working directory (a container's may be read-only).
+CLAIMS_DIR = Path(tempfile.gettempdir()) / f"trainyard-api-cpus-{os.getuid()}"
+
+_allowed: frozenset[int] | None = None  # what this process might use before it pinned itself
+_claim: int | None = None  # the open lock file of its CPU, held while it lives
+
+
+def process_cpus() -> frozenset[int]:
+    """The CPUs this process may use, or might before it kept its threads to one: what its children get."""
+    return _allowed if _allowed is not None else frozenset(os.sched_getaffinity(0))
+
+
+def keep_to_one_cpu() -> int | None:
+    """Claim a CPU no other API process of this host holds and move every thread of this one to it; the CPU,
+    or None where every one is taken, only one is allowed, or the claims cannot be written."""
+    global _allowed, _claim
+    if _claim is not None:
+        return None
+    allowed = sorted(os.sched_getaffinity(0))
+    if len(allowed) < 2:
+        return None
+    try:
+        CLAIMS_DIR.mkdir(mode=0o700, exist_ok=True)
+        claimed = _claim_one(reversed(allowed))
+    except OSError as exc:
+        log.warning("the API process stays on CPUs %s: no claim on one (%s)", _listed(allowed), exc)
+        return None
+    if claimed is None:
+        log.info(
+            "every CPU of %s is claimed by an API process; this one runs where the kernel places it",
+            _listed(allowed),
+        )
+        return None
+    cpu, _claim = claimed
+    _allowed = frozenset(allowed)
+    for thread in os.listdir("/proc/self/task"):
+        try:
+            os.sched_setaffinity(int(thread), {cpu})
+        except ProcessLookupError:  # a thread that ended meanwhile
+            continue
+    log.info("the API process keeps its threads on CPU %d of %s", cpu, _listed(allowed))
+    return cpu
+
+
+def _claim_one(cpus: Iterable[int]) -> tuple[int, int] | None:
+    for cpu in cpus:
+        descriptor = os.open(CLAIMS_DIR / f"{cpu}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(descriptor)
+            continue
+        return cpu, descriptor
+    return None
+
+
+def _listed(cpus: list[int]) -> str:
+    return ",".join(str(cpu) for cpu in cpus)
