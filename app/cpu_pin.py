@@ -3,10 +3,11 @@
 An API process runs Python in several threads: the event loop, the submissions' write units, the read pool,
 the doorbell. Only one holds Python's lock at a time, and a write unit hands it over at every SQLite call.
 Where the threads sit on different cores, each hand-over wakes another core, whose caches do not hold what
-the request was working on. On one core the same hand-overs cost a switch. Measured with bench.api_load
-(bench/RESULTS.md, 2026-11-30, an H200 host with four API processes):
-- a POST's server CPU fell from 3.8-4.0 ms to 3.1 ms, and a job's GET from 0.95-1.13 ms to 0.73-0.88 ms;
-- accepted submissions rose from 500-755 to 983-998 a second.
+the request was working on. On one core the same hand-overs cost a switch: a submission, whose write unit
+runs on a pool thread, costs the API markedly less CPU, and so do the pages read on the read threads
+(bench/RESULTS.md, "Each API process on one CPU"). A request served on the event loop alone gains nothing,
+and loses where a busy process of the same priority shares the CPU (a load client on a 2-core box): a job's
+ranks run niced (TRAINYARD_RANK_NICE), and a box where that does not hold can turn this off.
 
 Each process claims a CPU of those it may use, the highest numbered first (the first CPUs are where a box's
 interrupts and housekeeping usually run), with a lock file per CPU. The kernel releases the lock when the
