@@ -13,7 +13,7 @@ from app.schemas import JobProgress, JobPublic, as_utc
 from app.services.errors import InvalidSpec, JobNotFound, JobStateConflict
 from app.services.forecast_accuracy import with_measured
 from app.services.keys import Caller
-from app.services.queue_index import QueuedJob, queue_positions
+from app.services.queue_index import QUEUE_HEAD, QueuedJob, queue_positions
 from app.services.runs import discard_run_dir, put_run_dir_back, set_run_dir_aside
 from app.services.shown import shown_plan
 from app.timings import job_timings
@@ -53,10 +53,13 @@ def get_owned_row(session: Session, job_id: int, caller: Caller) -> Row[Any]:
     return row
 
 
-def queue_positions_of(session: Session, jobs: Sequence[Job | Row[Any]]) -> dict[int, int]:
-    """The positions of those of `jobs` that are queued (1 = next to start), from the API's index."""
+def queue_positions_of(
+    session: Session, jobs: Sequence[Job | Row[Any]], head: int | None = None
+) -> dict[int, int]:
+    """The positions of those of `jobs` that are queued (1 = next to start), from the API's index; `head`
+    the queue's newest change where it was read with them (queue_index.py's QUEUE_HEAD)."""
     queued = [QueuedJob(job.id, job.priority, job.owner) for job in jobs if job.status == JobStatus.QUEUED]
-    return queue_positions(session, queued)
+    return queue_positions(session, queued, head)
 
 
 def progress_of(job: Job | Row[Any], now: datetime) -> JobProgress:
@@ -78,7 +81,9 @@ SHOWN_COLUMNS = [
     for name in sorted(_COLUMNS | {"progress_step", "progress_total", "timings"})
 ]
 # Built once: SQLAlchemy then finds its compiled form without building the statement and its cache key anew.
-_SHOWN_ROW = select(*SHOWN_COLUMNS).where(JOBS.c.id == bindparam("job_id"))
+# With the queue's newest change, read in the same statement: the queue index, already at it, then reads
+# nothing more for a queued job's position.
+_SHOWN_ROW = select(*SHOWN_COLUMNS, QUEUE_HEAD.label("queue_head")).where(JOBS.c.id == bindparam("job_id"))
 
 
 def _public(job: Job | Row[Any], position: int | None, now: datetime) -> JobPublic:
@@ -93,9 +98,10 @@ def _public(job: Job | Row[Any], position: int | None, now: datetime) -> JobPubl
     return JobPublic.model_validate(shown)
 
 
-def public_job(session: Session, job: Job | Row[Any]) -> JobPublic:
-    """The job as the API shows it: its columns, its place in the queue, its progress and ETA."""
-    return _public(job, queue_positions_of(session, [job]).get(job.id), utcnow())
+def public_job(session: Session, job: Job | Row[Any], queue_head: int | None = None) -> JobPublic:
+    """The job as the API shows it: its columns, its place in the queue, its progress and ETA; `queue_head`
+    where the queue's newest change was read with it (get_owned_row's)."""
+    return _public(job, queue_positions_of(session, [job], queue_head).get(job.id), utcnow())
 
 
 def list_jobs(

@@ -52,6 +52,9 @@ _HEAD_THEN_CHANGES = union_all(
     )
     .where(QUEUE_CHANGES.c.version > bindparam("after")),
 ).order_by("part", "version")
+# The newest change's version, as a column of another read: a GET of a queued job reads it with the job's row,
+# and an index already at it needs no statement of its own to catch up.
+QUEUE_HEAD = select(func.max(QUEUE_CHANGES.c.version)).scalar_subquery()
 _SHARES_OF = select(USAGE.c.owner, USAGE.c.share_key).where(
     USAGE.c.owner.in_(bindparam("owners", expanding=True))
 )
@@ -98,11 +101,14 @@ class _Index:
             self.add(QueuedJob(row.id, row.priority, row.owner))
         self.version = head
 
-    def catch_up(self, session: Session) -> None:
+    def catch_up(self, session: Session, head: int | None = None) -> None:
         """Applies the changes after `version`, or reads the queue again when the oldest kept change is not
         the next one (a new database, or one that went on past what queue_changes keeps). A change is applied
         as the job stands now, which may already include a later change: applying that one again is
-        harmless."""
+        harmless. `head`, where the caller read it (QUEUE_HEAD) with the rows it asks about: nothing to do
+        when the index is at it already."""
+        if head is not None and (head or 0) == self.version:
+            return
         # Core statements on the session's connection: the ORM's execution path adds nothing to a read of
         # plain rows, and this runs on every GET of a queued job.
         connection = session.connection()
@@ -153,13 +159,14 @@ def _shares(session: Session, owners: set[str]) -> dict[str, float]:
     return {row.owner: row.share_key for row in rows}
 
 
-def queue_positions(session: Session, jobs: list[QueuedJob]) -> dict[int, int]:
-    """Each queued job's position, 1 = next to start, as GET /v1/queue lists them."""
+def queue_positions(session: Session, jobs: list[QueuedJob], head: int | None = None) -> dict[int, int]:
+    """Each queued job's position, 1 = next to start, as GET /v1/queue lists them; `head` as catch_up
+    takes it."""
     if not jobs:
         return {}
     index = _index_for(session)
     with index.lock:  # one thread catches up; the others then find it current
-        index.catch_up(session)
+        index.catch_up(session, head)
         owners = {job.owner for job in jobs}.union(*(index.ids.get(job.priority, ()) for job in jobs))
         shares = _shares(session, owners)
         return {job.id: index.ahead_of(job, shares) + 1 for job in jobs}

@@ -116,7 +116,8 @@ async def get_job(job_id: JobId, caller: CallerDep, if_none_match: IfNoneMatch =
 
 
 def _shown_job(session: Session, job_id: int, caller: Caller) -> JobPublic:
-    return jobs.public_job(session, jobs.get_owned_row(session, job_id, caller))
+    row = jobs.get_owned_row(session, job_id, caller)
+    return jobs.public_job(session, row, row.queue_head)
 
 
 @router.patch(

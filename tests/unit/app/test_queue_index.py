@@ -196,3 +196,28 @@ def test_the_queue_lists_the_order_by_s_first_with_the_waiting_jobs_at_their_pla
         for limit in (1, 5, 40):
             shown = [entry.job_id for entry in list_queue(session, owner, limit).data]
             assert shown == expected[:limit], (owner, limit)
+
+
+def test_a_lookup_of_a_queued_job_reads_its_row_alone_while_the_queue_has_not_changed(
+    client: TestClient, session: Session
+) -> None:
+    """The row comes with the queue's newest change (QUEUE_HEAD): an index already at it reads nothing more.
+    Once the queue changes, the next lookup catches up, and shows the new place."""
+    first, second = submit(client)["id"], submit(client)["id"]
+    statements: list[str] = []
+
+    def seen(_connection: Any, _cursor: Any, statement: str, *_: Any) -> None:
+        statements.append(statement)
+
+    engine = db.get_engine()
+    client.get(f"/v1/jobs/{second}")  # brings the index up to date
+    event.listen(engine, "before_cursor_execute", seen)
+    try:
+        assert client.get(f"/v1/jobs/{second}").json()["queue_position"] == 2
+        assert len(statements) == 1, statements
+        _change(session, first, status="starting")  # a worker claims the job ahead
+        statements.clear()
+        assert client.get(f"/v1/jobs/{second}").json()["queue_position"] == 1
+        assert len(statements) == 2, statements
+    finally:
+        event.remove(engine, "before_cursor_execute", seen)
