@@ -160,8 +160,8 @@ class Settings(BaseSettings):
         False,
         description="each API process keeps its threads on one CPU of those it may use, a different one per "
         "process while there are enough (app/cpu_pin.py): its threads take turns at Python's lock, and a "
-        "turn handed to another core cost a POST a fifth of its CPU. `python -m app.serve` (make run, "
-        "compose) turns it on unless it is set; off, the kernel places them",
+        "turn handed to another core costs more than one on the same core (docs/performance.md). `python -m "
+        "app.serve` (make run, compose) turns it on unless it is set; off, the kernel places them",
     )
     hostname: str = Field(default_factory=socket.gethostname, description="this worker's host identity")
     advertise_address: str = Field(

@@ -107,7 +107,7 @@ class _Index:
         as the job stands now, which may already include a later change: applying that one again is
         harmless. `head`, where the caller read it (QUEUE_HEAD) with the rows it asks about: nothing to do
         when the index is at it already."""
-        if head is not None and (head or 0) == self.version:
+        if head is not None and head == self.version:
             return
         # Core statements on the session's connection: the ORM's execution path adds nothing to a read of
         # plain rows, and this runs on every GET of a queued job.
