@@ -24,7 +24,7 @@ import fcntl
 import logging
 import os
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Set
 from pathlib import Path
 
 log = logging.getLogger(__name__)
@@ -65,13 +65,19 @@ def keep_to_one_cpu() -> int | None:
         return None
     cpu, _claim = claimed
     _allowed = frozenset(allowed)
-    for thread in os.listdir("/proc/self/task"):
-        try:
-            os.sched_setaffinity(int(thread), {cpu})
-        except ProcessLookupError:  # a thread that ended meanwhile
-            continue
+    move_threads({cpu})
     log.info("the API process keeps its threads on CPU %d of %s", cpu, _listed(allowed))
     return cpu
+
+
+def move_threads(cpus: Set[int]) -> None:
+    """Every thread of this process, and those it starts later, onto `cpus`: os.sched_setaffinity moves
+    only the thread that calls it."""
+    for thread in os.listdir("/proc/self/task"):
+        try:
+            os.sched_setaffinity(int(thread), cpus)
+        except ProcessLookupError:  # a thread that ended meanwhile
+            continue
 
 
 def _claim_one(cpus: Iterable[int]) -> tuple[int, int] | None:

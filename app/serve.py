@@ -4,9 +4,9 @@ Dockerfile and docker-compose.yml start it this way, so one place decides how th
 uvicorn has no timeout for a request's head: a client that sends its headers slowly holds its connection
 until it finishes or goes (Kludex/uvicorn#157). What uvicorn has is used: a cap on the connections and
 requests served at once (TRAINYARD_MAX_CONNECTIONS), past which a new request gets 503 at once; a timeout
-for idle keep-alive connections (TRAINYARD_KEEP_ALIVE_S); and the h11 parser, whose buffer for an unfinished
-head is bounded (TRAINYARD_MAX_HEADER_BYTES; TRAINYARD_HTTP_PARSER=httptools parses faster and takes a head
-of any size). Where untrusted clients reach the API, a proxy in front with a header timeout (nginx's
+for idle keep-alive connections (TRAINYARD_KEEP_ALIVE_S); and a bound on an unfinished request head
+(TRAINYARD_MAX_HEADER_BYTES), which h11 has and app/http_head.py adds to httptools, the default parser.
+Where untrusted clients reach the API, a proxy in front with a header timeout (nginx's
 client_header_timeout) closes slow heads as well.
 
 The banner is printed, and the API's URL written to var/api-url (where the CLI looks for the service), only
@@ -27,7 +27,8 @@ from typing import Any
 import httpx
 import uvicorn
 
-from core.config import VAR_DIR, AuthMode, Settings, get_settings
+from app.http_head import HeadBoundHttpTools
+from core.config import VAR_DIR, AuthMode, HttpParser, Settings, get_settings
 
 API_URL_FILE = VAR_DIR / "api-url"  # relative to the working directory, as the settings' other var/ paths
 ONE_CPU_ENV = "TRAINYARD_API_ONE_CPU"
@@ -40,8 +41,8 @@ def uvicorn_options(settings: Settings) -> dict[str, Any]:
         "app": "app.main:app",
         "host": settings.host,
         "port": settings.port,
-        "http": settings.http_parser.value,
-        "h11_max_incomplete_event_size": settings.max_header_bytes,  # httptools has no such bound
+        "http": HeadBoundHttpTools if settings.http_parser is HttpParser.HTTPTOOLS else "h11",
+        "h11_max_incomplete_event_size": settings.max_header_bytes,
         "limit_concurrency": settings.max_connections,  # per process
         "timeout_keep_alive": settings.keep_alive_s,
         "log_level": settings.log_level,

@@ -1,7 +1,7 @@
 """API load (issue 4, target 7): job lookups and submissions per second against the real service.
 
     python -m bench.api_load [--submissions 1000] [--requests 5000] [--queued 0,1000,...] [--api-workers 1]
-                             [--profile] [--smoke]
+                             [--client-cpus 0] [--profile] [--smoke]
 
 Starts the API as `make run` does (alembic, SQLite in WAL mode, the embedded SQLAlchemy broker, a real
 uvicorn on loopback at log level warning) without a worker, so submissions are real POSTs that validate,
@@ -28,6 +28,10 @@ at 64 clients, >= 200 accepted submissions/s.
 `--queued` puts that many jobs in the queue before the phases (copies of one submitted job's row, as if
 submitted), once per depth listed, each on a fresh service: whether a request's cost grows with the queue.
 `--api-workers` runs that many API processes (TRAINYARD_API_WORKERS); server CPU sums them all.
+`--client-cpus` keeps the load client on those CPUs once the service has started, as clients on other machines
+would be: each API process claims a CPU of its own from the highest numbered down (app/cpu_pin.py), so on a
+2-core box `--client-cpus 0` leaves CPU 1 to one API process. Without it the kernel may run the client on the
+API's CPU, whose CPU time per request then carries the switches and the caches the client costs it.
 """
 
 from __future__ import annotations
@@ -58,6 +62,7 @@ import uvloop
 from sqlalchemy import create_engine, delete, insert, select, update
 from starlette.types import Receive, Scope, Send
 
+from app.cpu_pin import move_threads
 from bench.lean_http import Connection, ProtocolError, Reply, encode_request
 from bench.profile_stacks import summarize
 from bench.report import record, section
@@ -92,6 +97,7 @@ SPEC = {
 JSON = "application/json"
 # As `make run` starts it: no access log line per request.
 MAKE_RUN_API_ENV = {"TRAINYARD_LOG_LEVEL": "warning"}
+ALL_CPUS = frozenset(os.sched_getaffinity(0))
 T = TypeVar("T")
 
 
@@ -400,11 +406,14 @@ def start_py_spy(pid: int, output: Path) -> subprocess.Popen[bytes]:
     return spy
 
 
-def measure_floor(requests: int) -> Phase:
+def measure_floor(requests: int, client_cpus: set[int] | None) -> Phase:
     server, url = start_noop_server()
     try:
+        if client_cpus:
+            move_threads(client_cpus)
         return on_uvloop(floor(url, psutil.Process(server.pid), requests))
     finally:
+        move_threads(ALL_CPUS)
         stop(server)
 
 
@@ -433,15 +442,31 @@ def run_at_depth(
             api = psutil.Process(stack.procs["api"].pid)
             database_url = stack.env["TRAINYARD_DATABASE_URL"]
             fill_queue(stack.url, database_url, queued)
+            if args.client_cpus:  # after the service started: its processes claimed their CPUs from all
+                move_threads(args.client_cpus)
             phases = on_uvloop(load(stack.url, database_url, api, submissions, requests))
             if any(phase.failures for phase in phases):  # what the server said of them, before it is deleted
                 print(tail_text(workdir / "api.log", SERVER_LOG_TAIL_BYTES), file=sys.stderr)
         finally:
+            move_threads(ALL_CPUS)
             if spy is not None:
                 spy.send_signal(2)  # SIGINT: py-spy writes what it sampled and exits
                 spy.wait(30)
             stack.stop()
         return phases, summarize(raw.read_text()) if raw.exists() else ""
+
+
+def cpu_list(text: str) -> set[int]:
+    """`--client-cpus`: CPUs this process may run on, named by number."""
+    try:
+        cpus = {int(cpu) for cpu in text.split(",")}
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a comma list of CPU numbers, e.g. 0 or 0,1"
+        ) from None
+    if not cpus <= ALL_CPUS:
+        raise argparse.ArgumentTypeError(f"this process may only run on CPUs {sorted(ALL_CPUS)}")
+    return cpus
 
 
 def host_label(load_average: float) -> str:
@@ -461,6 +486,12 @@ def main() -> int:
         "--queued", default="0", help="jobs queued before the phases; a comma list runs each depth in turn"
     )
     parser.add_argument("--api-workers", type=int, default=1, help="API processes (TRAINYARD_API_WORKERS)")
+    parser.add_argument(
+        "--client-cpus",
+        type=cpu_list,
+        default=None,
+        help="keep the load client on these CPUs (a comma list) while it loads the service",
+    )
     args = parser.parse_args()
     submissions, requests = (50, 200) if args.smoke else (args.submissions, args.requests)
     load_at_start = os.getloadavg()[0]
@@ -471,7 +502,7 @@ def main() -> int:
         label = f" ({queued:,} queued before)" if args.queued != "0" else ""
         phases += [replace(phase, name=phase.name + label) for phase in at_depth]
         profiles += [profile] if profile else []
-    phases.append(measure_floor(requests))
+    phases.append(measure_floor(requests, args.client_cpus))
     note = (
         "Real uvicorn (log level warning, as `make run`) + SQLite (WAL) + embedded broker, no worker; "
         "bench.lean_http (asyncio streams on uvloop) on the same machine, one keep-alive connection per "
@@ -479,7 +510,8 @@ def main() -> int:
         "(status, and the job's id in the body). The floor row is the same GETs against a server that "
         "answers at once. CPU ms/req: each process's user + system time over the requests sent. "
         f"API processes: {args.api_workers}. "
-        "Targets: GET p99 <= 50 ms, >= 200 accepted POST/s."
+        + (f"The client kept to CPUs {sorted(args.client_cpus)}. " if args.client_cpus else "")
+        + "Targets: GET p99 <= 50 ms, >= 200 accepted POST/s."
     )
     body = "\n\n".join([note, results_table(phases), *profiles])
     record(section(host_label(load_at_start), None, body), args.smoke)

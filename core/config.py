@@ -34,8 +34,9 @@ class SandboxMode(StrEnum):
 
 
 class HttpParser(StrEnum):
-    H11 = "h11"  # bounds an unfinished request head at max_header_bytes
-    HTTPTOOLS = "httptools"  # faster, and takes a head of any size: for behind a proxy that bounds it
+    # Both bound an unfinished request head at max_header_bytes; httptools parses in C (app/http_head.py).
+    HTTPTOOLS = "httptools"
+    H11 = "h11"
 
 
 class ArtifactStore(StrEnum):
@@ -144,13 +145,13 @@ class Settings(BaseSettings):
         "more that wants Python at once makes every request dearer",
     )
     max_header_bytes: int = Field(
-        65536, ge=4096, le=2**24, description="h11: the largest unfinished request head the API buffers"
+        65536, ge=4096, le=2**24, description="the largest unfinished request head the API buffers"
     )
     log_level: Literal["critical", "error", "warning", "info", "debug"] = Field(
         "info", description="the API's log; warning and above: no line per request (`make run`)"
     )
     http_parser: HttpParser = Field(
-        HttpParser.H11, description="h11, whose heads max_header_bytes bounds; httptools: faster, unbounded"
+        HttpParser.HTTPTOOLS, description="httptools (in C) or h11 (in Python); both bound a head"
     )
     # A process serves one request's Python at a time (the GIL): more of them use more cores.
     api_workers: int = Field(
