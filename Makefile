@@ -138,7 +138,7 @@ compose-check: install-test
 # Wheels of the web/queue/db stack for the GPU machine's Python 3.12 (see bench/README.md).
 LM_WHEELS := transformers|peft|accelerate|tokenizers|safetensors|huggingface[-_]hub|hf-xet|regex|fsspec|filelock|PyYAML|requests|charset-normalizer
 gpu-wheels: install-test
-	../shared/tools/gpu-wheels.sh nvidia-ml-py psutil prometheus_client boto3 cryptography uvloop
+	../shared/tools/gpu-wheels.sh nvidia-ml-py psutil prometheus_client boto3 cryptography uvloop httptools
 	# Language models' stack, at the versions this venv resolved, without their dependencies: pip would
 	# otherwise fetch a torch of its own, far beyond what a device call carries; the image's torch, numpy
 	# and tqdm serve.
