@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import argparse
 import os
 
-from bench.api_load import Phase, check_job, host_label, results_table
+import pytest
+
+from bench.api_load import ALL_CPUS, Phase, check_job, cpu_list, host_label, results_table
 from bench.lean_http import Reply
 
 
@@ -27,3 +30,12 @@ def test_the_heading_names_the_host_it_ran_on_not_a_2_core_machine() -> None:
     label = host_label(3.25)
     assert label.startswith(f"{os.cpu_count()}-core host (")
     assert label.endswith("load average 3.2 at the start")
+
+
+def test_client_cpus_are_a_comma_list_of_cpus_this_process_may_use() -> None:
+    first = min(ALL_CPUS)
+    assert cpu_list(f"{first}") == {first}
+    with pytest.raises(argparse.ArgumentTypeError, match="not a comma list of CPU numbers"):
+        cpu_list("0-1")
+    with pytest.raises(argparse.ArgumentTypeError, match="may only run on CPUs"):
+        cpu_list(str(max(ALL_CPUS) + 1))
