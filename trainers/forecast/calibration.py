@@ -101,11 +101,18 @@ H200 = DeviceCalibration(
 GPUS: dict[str, DeviceCalibration] = {"H200": H200}
 FP32_SLOWDOWN = 2.0  # fp32 matrix products run on TF32 tensor cores, at half the bf16 rate
 
-# A CPU rank's process: the interpreter with torch and the trainer imported, before any tensor; and what a
-# core sustains on a step's products and per operation, on this project's 2-core machine.
+# A CPU rank's process: the interpreter with torch and the trainer imported, before any tensor.
 CPU_PROCESS_BYTES = 600 * MiB
-CPU_FLOPS_PER_CORE = 50e9
-CPU_LAUNCH_S = 100e-6
+# A CPU step runs its operations one after another on the cores it has, each computing what it computes
+# beside a cost of its own (dispatch, autograd, allocation), and ddp's gloo all-reduce beside them: a sum,
+# where a GPU's queue overlaps its host's launches with its work. Fitted on this project's 2-core machine to
+# seven jobs run through the service (bench/RESULTS.md, "CPU forecasts", 2026-12-01): the products of a wide
+# MLP ran at 80 GFLOP/s a core, a narrow one's operations at 4-9 us each, a 76 MB all-reduce between two
+# ranks at 1 GB/s, and ddp's bucketing and rank sync cost a millisecond a step however small the gradients.
+CPU_FLOPS_PER_CORE = 80e9
+CPU_OP_S = 7e-6
+CPU_COLLECTIVE_BYTES_PER_S = 1e9
+CPU_COLLECTIVE_STEP_S = 1e-3
 
 
 def device_calibration(gpu_name: str) -> tuple[DeviceCalibration, bool]:

@@ -51,7 +51,7 @@ def forecast(config: RunConfig, target: Target, total_steps: int | None) -> Fore
         source = f"{source}; {host_basis(target, gpu)}"
     else:
         reserved = share.peak + calibration.CPU_PROCESS_BYTES
-        timing = _busiest_share(_cpu_time(traced, target), plan)
+        timing = _busiest_share(cpu_step_time(traced, target, plan), plan)
         source = "CPU defaults (trainers/forecast/calibration.py)"
     step_s = timing.step_s
     fits = target.memory_bytes is None or reserved * (1 + FIT_MARGIN) <= target.memory_bytes
@@ -168,7 +168,16 @@ def soft_max(a: float, b: float) -> float:
     return float((a**3 + b**3) ** (1 / 3))
 
 
-def _cpu_time(traced: Traced, target: Target) -> Timing:
+def cpu_step_time(traced: Traced, target: Target, plan: Plan) -> Timing:
+    """A CPU rank's step: its products on its cores, its operations' own cost, and its collectives, one
+    after another (calibration.py)."""
     compute = traced.flops_per_step / (calibration.CPU_FLOPS_PER_CORE * max(target.cpu_cores, 1))
-    launches = traced.ops_per_step * calibration.CPU_LAUNCH_S
-    return Timing(soft_max(compute, launches), f"{target.cpu_cores} cores at the CPU defaults")
+    operations = traced.ops_per_step * calibration.CPU_OP_S
+    sent = collective_bytes(traced, plan)
+    collectives = (
+        sent / calibration.CPU_COLLECTIVE_BYTES_PER_S + calibration.CPU_COLLECTIVE_STEP_S if sent else 0.0
+    )
+    basis = f"{target.cpu_cores} cores at the CPU defaults"
+    if sent:
+        basis += f", {sent / 1e6:.2g} MB of collectives a step"
+    return Timing(compute + operations + collectives, basis)
