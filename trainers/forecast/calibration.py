@@ -32,9 +32,11 @@ class DeviceCalibration:
     # The share of the GPU's dense bf16 peak a step reaches, by kind of model and whether compiled.
     efficiency: dict[tuple[ModelKind, bool], float]
     # An eager operation's launch from Python (cuDNN's cost more): a step of many small ones is bound by
-    # them, and the GPU's work overlaps them only in part.
+    # them, and the GPU's work overlaps them only in part. A rank's own, as one GPU alone runs it.
     launch_s: dict[ModelKind, float]
-    default_launch_s: float
+    # What fsdp over several ranks multiplies a language model's launches by, beside its hooks per group
+    # (fsdp_group_s): measured, not explained (its ranks' steps were fitted with these launches first).
+    fsdp_launch_factor: dict[ModelKind, float]
     # What host_probe.py reads (seconds per tiny eager operation) on the host launch_s and fsdp_group_s hold
     # for: on two leases of one kind those host-bound steps differed by 1.3-1.6x while the GPU-bound ones
     # did not, so the forecast scales both by a host's own probe over this (estimate.py).
@@ -76,8 +78,16 @@ H200 = DeviceCalibration(
         (ModelKind.OTHER, True): 0.05,
         (ModelKind.OTHER, False): 0.05,
     },
-    launch_s={ModelKind.CONVOLUTIONAL: 7e-6, ModelKind.OTHER: 11e-6},
-    default_launch_s=7.5e-6,
+    # The language models' fitted on the eager Llamas at batch 2 (and LoRA's at 4 and 8) on one H200 on four
+    # leases, each at its host's probe (bench/RESULTS.md, 2026-11-30 21:12 and 2026-12-01): full 6.2 us, LoRA
+    # 5.5, where fsdp's steps over two GPUs had set both at 7.5 and put these rows at 0.99-1.35x.
+    launch_s={
+        ModelKind.TRANSFORMER: 6.2e-6,
+        ModelKind.ADAPTED: 5.5e-6,
+        ModelKind.CONVOLUTIONAL: 7e-6,
+        ModelKind.OTHER: 11e-6,
+    },
+    fsdp_launch_factor={ModelKind.TRANSFORMER: 7.5 / 6.2, ModelKind.ADAPTED: 7.5 / 5.5},
     # The mean of 13 probes on the lease of the fsdp run at 2026-11-30 20:35 (bench/RESULTS.md; one CPU
     # each, 7.1-10.5 us), whose host-bound rows ran as those of the lease launch_s was fitted on (09:34:
     # GPT-2 at batch 8 78.8 and 79.0 ms, LoRA at batch 2 341.7 and 346.1): with it, the launch costs

@@ -114,7 +114,9 @@ def gpu_step_time(
     # Both are the host's own work, so they take as long as its probe says relative to the calibration's.
     slower = host_factor(target, gpu)
     hooks = traced.shard_groups * gpu.fsdp_group_s[compiled] * slower if _shards_over_ranks(plan) else 0.0
-    launch_s = gpu.launch_s.get(traced.kind, gpu.default_launch_s)
+    launch_s = gpu.launch_s[traced.kind]
+    if _shards_over_ranks(plan):
+        launch_s *= gpu.fsdp_launch_factor.get(traced.kind, 1.0)
     launches = 0.0 if compiled else traced.ops_per_step * launch_s * slower
     host = launches + hooks
     if host > compute:

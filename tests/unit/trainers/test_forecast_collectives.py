@@ -86,10 +86,11 @@ def test_fsdp_over_ranks_adds_its_hooks_per_group_to_the_host_s_side_of_the_step
     assert sharded.step_s == soft_max(alone.step_s, hooks) and "fsdp" in sharded.basis
     # Eager, they add to the launches of its operations.
     eager = gpu_step_time(step, H200, h200, compiled=False, plan=plan(Strategy.FSDP, 1))
-    launches = step.ops_per_step * H200.default_launch_s
+    launches = step.ops_per_step * H200.launch_s[ModelKind.TRANSFORMER]
     assert launches > alone.step_s and "launches" in eager.basis
     eager_sharded = gpu_step_time(step, H200, h200, compiled=False, plan=plan(Strategy.FSDP, 2))
-    host = launches + step.shard_groups * H200.fsdp_group_s[False]
+    sharded_launches = launches * H200.fsdp_launch_factor[ModelKind.TRANSFORMER]
+    host = sharded_launches + step.shard_groups * H200.fsdp_group_s[False]
     # The GPU's work (a few ms) hides under the host's: the step is little more than the host's side.
     assert host < eager_sharded.step_s < host * 1.01 and "fsdp" in eager_sharded.basis
 
