@@ -37,6 +37,8 @@ class Forecast(BaseModel):
 # (app/services/forecast_learning.py) scales a forecast by the runs of the same key. A forecast so scaled
 # keeps the table's own figure, which later runs are compared with, so that a factor never learns from itself.
 GPU_MODEL, MODEL_KIND, EXECUTION = "gpu_model", "model_kind", "execution"
+# What a CPU job's key names in GPU_MODEL's place: its runs learn together, whichever host ran them.
+CPU_DEVICE = "CPU"
 TABLE_STEP_TIME = "table_step_time_s"
 
 
@@ -47,7 +49,8 @@ class Execution(StrEnum):
 
 @dataclass(frozen=True)
 class StepKey:
-    """What a measured step time says something about: the GPU model, the kind of model, compiled or not."""
+    """What a measured step time says something about: the GPU model (CPU_DEVICE for a CPU job), the kind
+    of model, compiled or not."""
 
     gpu_model: str
     model_kind: str
@@ -58,7 +61,7 @@ class StepKey:
 
 
 def step_key(breakdown: Mapping[str, object]) -> StepKey | None:
-    """The key of a GPU job's forecast; None for a CPU job's, or one made before forecasts named it."""
+    """The key of a job's forecast; None for one made before forecasts named it."""
     parts = (breakdown.get(GPU_MODEL), breakdown.get(MODEL_KIND), breakdown.get(EXECUTION))
     if not all(isinstance(part, str) and part for part in parts):
         return None

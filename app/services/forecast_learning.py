@@ -1,8 +1,10 @@
 """The step-time calibration learns from the service's own runs (issue 44). The fitted table
-(trainers/forecast/calibration.py) gives a GPU job's step time; the runs that finished since, with their
-measured step time beside their forecast, say how far off it is for their key (GPU model, kind of model,
-compiled or eager: jobspec/forecast.py's StepKey). A key's factor is the median of measured over the table's
-figure for its newest LEARN_FROM runs, bounded to FACTOR_BOUNDS, and is applied once it rests on MIN_RUNS.
+(trainers/forecast/calibration.py) gives a job's step time; the runs that finished since, with their
+measured step time beside their forecast, say how far off it is for their key (GPU model, or the CPU, kind of
+model, compiled or eager: jobspec/forecast.py's StepKey). A CPU job's defaults were fitted on one 2-core
+machine: a host whose cores differ learns its own factor from its first runs. A key's factor is the median of
+measured over the table's figure for its newest LEARN_FROM runs, bounded to FACTOR_BOUNDS, and is applied once
+it rests on MIN_RUNS.
 
 It is applied after the forecasts' cache (which keeps the table's figures), so a cached forecast takes the
 factor of the moment. The factors are read in one query over the newest LOOK_BACK finished jobs, whatever the
@@ -24,7 +26,15 @@ from sqlalchemy.orm import Session
 
 from app.services.forecast_accuracy import FINISHED, gpu_names, measured_figures
 from core.models import Job
-from jobspec.forecast import GPU_MODEL, TABLE_STEP_TIME, Forecast, StepKey, step_key, table_step_time
+from jobspec.forecast import (
+    CPU_DEVICE,
+    GPU_MODEL,
+    TABLE_STEP_TIME,
+    Forecast,
+    StepKey,
+    step_key,
+    table_step_time,
+)
 
 LEARN_FROM = 20  # the newest runs of a key whose median is its factor: recent enough to follow upgrades
 MIN_RUNS = 3  # fewer runs leave the table's figure: one odd run must not move every forecast
@@ -73,10 +83,11 @@ def read_factors(session: Session) -> dict[StepKey, Learned]:
 def _ratio(row: Any, names: dict[tuple[str, int], str]) -> tuple[StepKey, float] | None:
     forecast = row.forecast if isinstance(row.forecast, dict) else {}
     key = step_key(forecast.get("breakdown") or {})
-    ran_on = names.get((row.host, row.gpu_ids[0])) if row.gpu_ids else None
-    _, measured = measured_figures("cuda", row.latest_metrics or {})
+    ran_on = names.get((row.host, row.gpu_ids[0])) if row.gpu_ids else CPU_DEVICE
+    _, measured = measured_figures(None, row.latest_metrics or {})
     table = table_step_time(forecast)
-    # A run on another GPU model than the one it was forecast for says nothing about either.
+    # A run on another GPU model than the one it was forecast for (or on a GPU where a CPU was forecast) says
+    # nothing about either.
     if key is None or ran_on != key.gpu_model or not measured or table is None:
         return None
     return key, float(measured) / table
@@ -108,7 +119,7 @@ def factors(session: Session) -> dict[StepKey, Learned]:
 
 def calibrated(session: Session, forecast: Forecast | None) -> Forecast | None:
     """`forecast` with its step and job time scaled by its key's learned factor, and its basis saying which
-    calibration it rests on and how many runs; as it is for a CPU job or one without a key."""
+    calibration it rests on and how many runs; as it is for one without a key."""
     key = None if forecast is None else step_key(forecast.breakdown)
     if forecast is None or key is None:
         return forecast

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from jobspec.forecast import EXECUTION, GPU_MODEL, MODEL_KIND, Execution, Forecast
+from jobspec.forecast import CPU_DEVICE, EXECUTION, GPU_MODEL, MODEL_KIND, Execution, Forecast
 from jobspec.plan import Plan, RunConfig
 from jobspec.spec import Precision, Strategy
 from trainers.forecast import calibration
@@ -91,10 +91,12 @@ def breakdown(traced: Traced, share: Share, unseen: int) -> dict[str, int | floa
 
 
 def _step_key(device: str, target: Target, compiled: bool) -> dict[str, int | float | str]:
-    """What the learned calibration keys a GPU job's step time by (jobspec/forecast.py's StepKey)."""
-    if device != "cuda" or not target.gpu_name:
-        return {}
-    return {GPU_MODEL: target.gpu_name, EXECUTION: Execution.COMPILED if compiled else Execution.EAGER}
+    """What the learned calibration keys a job's step time by (jobspec/forecast.py's StepKey): none for a
+    GPU job whose GPU has no name."""
+    execution = Execution.COMPILED if compiled else Execution.EAGER
+    if device != "cuda":
+        return {GPU_MODEL: CPU_DEVICE, EXECUTION: execution}
+    return {GPU_MODEL: target.gpu_name, EXECUTION: execution} if target.gpu_name else {}
 
 
 def gpu_step_time(

@@ -15,7 +15,7 @@ from app.services import forecast_learning
 from app.services.forecast_learning import LEARN_FROM, Learned, calibrated
 from core.models import Job, Worker
 from core.states import JobStatus
-from jobspec.forecast import Forecast, StepKey
+from jobspec.forecast import CPU_DEVICE, Forecast, StepKey
 
 H200, A100 = "NVIDIA H200", "NVIDIA A100-SXM4-80GB"
 TABLE_BASIS = "fitted on an H200 (bench.forecast)"
@@ -42,17 +42,28 @@ def forecast(step_s: float = 0.2, gpu: str = H200, kind: str = "transformer", **
     )
 
 
-def ran(session: Session, made: Forecast, measured_s: float, host: str = "h200-box", **job: Any) -> None:
-    """A finished job with `made` as its plan's forecast and its trainer's measured step time."""
+def ran(
+    session: Session,
+    made: Forecast,
+    measured_s: float,
+    host: str = "h200-box",
+    on_cpu: bool = False,
+    **job: Any,
+) -> None:
+    """A finished job with `made` as its plan's forecast and its trainer's measured step time, on GPU 0 of
+    `host` or on its CPU."""
     session.add(
         Job(
             name="run",
             spec={},
-            plan={"device": "cuda", "forecast": made.model_dump(mode="json")},
+            plan={"device": "cpu" if on_cpu else "cuda", "forecast": made.model_dump(mode="json")},
             status=job.get("status", JobStatus.SUCCEEDED),
-            latest_metrics={"step_time_s": measured_s, "peak_reserved_mb": 1024.0},
+            latest_metrics={
+                "step_time_s": measured_s,
+                "peak_mem_mb" if on_cpu else "peak_reserved_mb": 1024.0,
+            },
             host=host,
-            gpu_ids=[0],
+            gpu_ids=None if on_cpu else [0],
         )
     )
     session.commit()
@@ -137,7 +148,20 @@ def test_a_burst_of_forecasts_reads_the_factors_once_then_again_once_stale(
     assert len(reads) == 2 and fresh is not None and fresh.step_time_s == pytest.approx(0.1)
 
 
-def test_a_cpu_jobs_forecast_and_an_old_one_without_a_key_are_left_as_they_are(session: Session) -> None:
+def test_cpu_jobs_learn_under_a_key_of_their_own(session: Session, gpus: None) -> None:
+    """A CPU job's defaults were fitted on one 2-core machine: its runs on the hosts at hand scale the next
+    CPU forecasts of their kind of model, and neither a GPU's runs nor theirs cross over."""
+    for measured in (0.15, 0.15, 0.15):
+        ran(session, forecast(0.1, gpu=CPU_DEVICE, kind="other"), measured, host="cpu-box", on_cpu=True)
+        ran(session, forecast(0.1, kind="other"), 0.05)  # the same kind on an H200
+    on_cpu = calibrated(session, forecast(0.2, gpu=CPU_DEVICE, kind="other"))
+    assert on_cpu is not None and on_cpu.step_time_s == pytest.approx(0.3)
+    assert on_cpu.basis.endswith("step time x 1.50, learned from 3 runs of other, compiled, on CPU")
+    on_h200 = calibrated(session, forecast(0.2, kind="other"))
+    assert on_h200 is not None and on_h200.step_time_s == pytest.approx(0.1)
+
+
+def test_an_old_forecast_without_a_key_is_left_as_it_is(session: Session) -> None:
     old = forecast().model_copy(update={"breakdown": {"model_kind": "transformer"}})
     assert calibrated(session, old) == old
     assert calibrated(session, None) is None
