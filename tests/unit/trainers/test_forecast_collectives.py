@@ -25,20 +25,22 @@ def traced(backward: Phase, update: Phase) -> Traced:
     return Traced(backward, update, TRAINED, TRAINED, 1e12, 1000, 13, ModelKind.TRANSFORMER)
 
 
-def plan(strategy: Strategy, ranks: int) -> Plan:
+def plan(strategy: Strategy, ranks: int, device: str = "cuda") -> Plan:
+    """A plan of `ranks` ranks on one host: one per GPU in bf16, or on its CPU in fp32."""
+    on_gpu = device == "cuda"
     return Plan(
         strategy=strategy,
         strategy_reason="",
-        device="cuda",
-        backend="nccl",
+        device=device,
+        backend="nccl" if on_gpu else "gloo",
         world_size=ranks,
         nproc_per_node=ranks,
         data_parallel_size=ranks,
         gpus=None,
-        num_gpus=ranks,
+        num_gpus=ranks if on_gpu else 0,
         per_rank_batch=8,
         micro_batch=8,
-        precision=Precision.BF16,
+        precision=Precision.BF16 if on_gpu else Precision.FP32,
         lr=0.1,
     )
 

@@ -7,7 +7,8 @@ from __future__ import annotations
 import pytest
 
 from jobspec.plan import Plan
-from jobspec.spec import Precision, Strategy
+from jobspec.spec import Strategy
+from tests.unit.trainers.test_forecast_collectives import plan
 from trainers.forecast import calibration
 from trainers.forecast.estimate import Target, cpu_step_time
 from trainers.forecast.trace import ModelKind, Phase, Traced
@@ -20,21 +21,7 @@ def traced(trained: int, flops: float, ops: int) -> Traced:
 
 
 def cpu_plan(strategy: Strategy, ranks: int) -> Plan:
-    return Plan(
-        strategy=strategy,
-        strategy_reason="",
-        device="cpu",
-        backend="gloo",
-        world_size=ranks,
-        nproc_per_node=ranks,
-        data_parallel_size=ranks,
-        gpus=None,
-        num_gpus=0,
-        per_rank_batch=8,
-        micro_batch=8,
-        precision=Precision.FP32,
-        lr=0.1,
-    )
+    return plan(strategy, ranks, device="cpu")
 
 
 def test_a_step_adds_its_products_its_operations_and_its_all_reduce() -> None:
