@@ -1,7 +1,7 @@
 """uvicorn's httptools protocol with a bound on a request's head (TRAINYARD_MAX_HEADER_BYTES).
 
-httptools parses a request in C, where h11 parses it in Python: on uvicorn, h11 costs the API about as much
-CPU per request as its cheapest route's own work (bench/RESULTS.md, "The HTTP parser"). But httptools keeps
+httptools parses a request in C, where h11 parses it in Python: on uvicorn, h11 costs the API a sixth of a
+job's GET more CPU per request (bench/RESULTS.md, "The HTTP parser"). But httptools keeps
 whatever head a client sends until its blank line, of any size, and h11's bound on an unfinished head is
 what stopped a client from growing one without end (docs/reliability.md, issue 22). This protocol keeps
 httptools and adds the bound: it counts the bytes that arrive while a request's head is unfinished, and a
