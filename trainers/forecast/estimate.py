@@ -181,7 +181,8 @@ def cpu_step_time(traced: Traced, target: Target, plan: Plan) -> Timing:
     collectives = (
         sent / calibration.CPU_COLLECTIVE_BYTES_PER_S + calibration.CPU_COLLECTIVE_STEP_S if sent else 0.0
     )
-    basis = f"{target.cpu_cores} cores at the CPU defaults"
+    cores = target.cpu_cores
+    basis = f"{cores} {'core' if cores == 1 else 'cores'} at the CPU defaults"
     if sent:
         basis += f", {sent / 1e6:.2g} MB of collectives a step"
     return Timing(compute + operations + collectives, basis)

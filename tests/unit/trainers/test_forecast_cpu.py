@@ -36,7 +36,7 @@ def test_a_step_adds_its_products_its_operations_and_its_all_reduce() -> None:
     sent = 4 * 10**6  # fp32 gradients, 2(n-1)/n of them with two ranks
     all_reduce = sent / calibration.CPU_COLLECTIVE_BYTES_PER_S + calibration.CPU_COLLECTIVE_STEP_S
     assert ddp.step_s == pytest.approx(2 * products + operations + all_reduce)
-    assert ddp.basis == "1 cores at the CPU defaults, 4 MB of collectives a step"
+    assert ddp.basis == "1 core at the CPU defaults, 4 MB of collectives a step"
 
 
 def test_a_step_of_small_operations_is_their_cost_not_a_launch_of_a_tenth_of_a_millisecond() -> None:
