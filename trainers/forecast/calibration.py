@@ -34,9 +34,11 @@ class DeviceCalibration:
     # An eager operation's launch from Python (cuDNN's cost more): a step of many small ones is bound by
     # them, and the GPU's work overlaps them only in part. A rank's own, as one GPU alone runs it.
     launch_s: dict[ModelKind, float]
-    # What fsdp over several ranks multiplies a language model's launches by, beside its hooks per group
-    # (fsdp_group_s): measured, not explained (its ranks' steps were fitted with these launches first).
-    fsdp_launch_factor: dict[ModelKind, float]
+    # What ddp's or fsdp's ranks, one per GPU of a host, multiply a language model's launches by: measured,
+    # not explained. fsdp's rows over two GPUs were fitted with these launches (beside its hooks per group,
+    # fsdp_group_s), and ddp's LoRA at batch 2 stepped in 274 ms on two GPUs (2026-11-29) against 156-245 on
+    # one on five leases, where its all-reduce of LoRA's few gradients takes well under a millisecond.
+    ranks_launch_factor: dict[ModelKind, float]
     # What host_probe.py reads (seconds per tiny eager operation) on the host launch_s and fsdp_group_s hold
     # for: on two leases of one kind those host-bound steps differed by 1.3-1.6x while the GPU-bound ones
     # did not, so the forecast scales both by a host's own probe over this (estimate.py).
@@ -87,7 +89,7 @@ H200 = DeviceCalibration(
         ModelKind.CONVOLUTIONAL: 7e-6,
         ModelKind.OTHER: 11e-6,
     },
-    fsdp_launch_factor={ModelKind.TRANSFORMER: 7.5 / 6.2, ModelKind.ADAPTED: 7.5 / 5.5},
+    ranks_launch_factor={ModelKind.TRANSFORMER: 7.5 / 6.2, ModelKind.ADAPTED: 7.5 / 5.5},
     # The mean of 13 probes on the lease of the fsdp run at 2026-11-30 20:35 (bench/RESULTS.md; one CPU
     # each, 7.1-10.5 us), whose host-bound rows ran as those of the lease launch_s was fitted on (09:34:
     # GPT-2 at batch 8 78.8 and 79.0 ms, LoRA at batch 2 341.7 and 346.1): with it, the launch costs

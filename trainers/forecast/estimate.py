@@ -117,8 +117,8 @@ def gpu_step_time(
     slower = host_factor(target, gpu)
     hooks = traced.shard_groups * gpu.fsdp_group_s[compiled] * slower if _shards_over_ranks(plan) else 0.0
     launch_s = gpu.launch_s[traced.kind]
-    if _shards_over_ranks(plan):
-        launch_s *= gpu.fsdp_launch_factor.get(traced.kind, 1.0)
+    if _ranks_of_one_model(plan):
+        launch_s *= gpu.ranks_launch_factor.get(traced.kind, 1.0)
     launches = 0.0 if compiled else traced.ops_per_step * launch_s * slower
     host = launches + hooks
     if host > compute:
@@ -139,6 +139,11 @@ def host_basis(target: Target, gpu: calibration.DeviceCalibration) -> str:
     if target.host_op_s is None:
         return f"host side as calibrated ({reference}; this host not probed)"
     return f"host side at this host's probe, {target.host_op_s * 1e6:.1f} us an operation ({reference})"
+
+
+def _ranks_of_one_model(plan: Plan) -> bool:
+    """ddp's or fsdp's ranks, a process each, training one model together."""
+    return plan.strategy in (Strategy.DDP, Strategy.FSDP) and plan.data_parallel_size > 1
 
 
 def _shards_over_ranks(plan: Plan) -> bool:

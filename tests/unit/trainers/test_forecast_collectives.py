@@ -4,6 +4,8 @@ ddp|fsdp --gpus 2`) has the figures against real runs."""
 
 from __future__ import annotations
 
+import pytest
+
 from jobspec.plan import Plan
 from jobspec.spec import Precision, Strategy
 from trainers.forecast.calibration import H200
@@ -91,7 +93,11 @@ def test_fsdp_over_ranks_adds_its_hooks_per_group_to_the_host_s_side_of_the_step
     launches = step.ops_per_step * H200.launch_s[ModelKind.TRANSFORMER]
     assert launches > alone.step_s and "launches" in eager.basis
     eager_sharded = gpu_step_time(step, H200, h200, compiled=False, plan=plan(Strategy.FSDP, 2))
-    sharded_launches = launches * H200.fsdp_launch_factor[ModelKind.TRANSFORMER]
+    sharded_launches = launches * H200.ranks_launch_factor[ModelKind.TRANSFORMER]
+    # ddp's ranks launch as fsdp's do (calibration.py's ranks_launch_factor), without the hooks.
+    eager_compute = (eager.step_s**3 - launches**3) ** (1 / 3)
+    eager_ddp = gpu_step_time(step, H200, h200, compiled=False, plan=plan(Strategy.DDP, 2))
+    assert eager_ddp.step_s == pytest.approx(soft_max(eager_compute, sharded_launches))
     host = sharded_launches + step.shard_groups * H200.fsdp_group_s[False]
     # The GPU's work (a few ms) hides under the host's: the step is little more than the host's side.
     assert host < eager_sharded.step_s < host * 1.01 and "fsdp" in eager_sharded.basis
