@@ -23,6 +23,7 @@ from __future__ import annotations
 import fcntl
 import logging
 import os
+import stat
 import tempfile
 from collections.abc import Iterable, Set
 from pathlib import Path
@@ -52,7 +53,7 @@ def keep_to_one_cpu() -> int | None:
     if len(allowed) < 2:
         return None
     try:
-        CLAIMS_DIR.mkdir(mode=0o700, exist_ok=True)
+        _private_claims_dir()
         claimed = _claim_one(reversed(allowed))
     except OSError as exc:
         log.warning("the API process stays on CPUs %s: no claim on one (%s)", _listed(allowed), exc)
@@ -80,9 +81,21 @@ def move_threads(cpus: Set[int]) -> None:
             continue
 
 
+def _private_claims_dir() -> None:
+    """CLAIMS_DIR, made if missing, and refused (OSError) unless it is a folder of this user's that no one
+    else may write: under the shared temporary folder, another user, or a job run unsandboxed as this one,
+    could have made it first and planted links in it."""
+    CLAIMS_DIR.mkdir(mode=0o700, exist_ok=True)
+    found = CLAIMS_DIR.lstat()
+    if not stat.S_ISDIR(found.st_mode) or found.st_uid != os.getuid() or found.st_mode & 0o022:
+        raise PermissionError(f"{CLAIMS_DIR} is not a folder of this user's that only it may write")
+
+
 def _claim_one(cpus: Iterable[int]) -> tuple[int, int] | None:
+    # O_NOFOLLOW: a link planted in the folder is refused (OSError), never followed to a file it names.
+    flags = os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW
     for cpu in cpus:
-        descriptor = os.open(CLAIMS_DIR / f"{cpu}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        descriptor = os.open(CLAIMS_DIR / f"{cpu}.lock", flags, 0o600)
         try:
             fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
