@@ -27,10 +27,10 @@ from pathlib import Path
 from trainers.stack_dump import register_stack_dump
 
 def waits_here():
+    print("ready", flush=True)  # from inside: a dump taken once the test reads it has this frame
     time.sleep(60)
 
 register_stack_dump(Path(sys.argv[1]), int(sys.argv[2]))
-print("ready", flush=True)
 waits_here()
 """
 
